@@ -1,0 +1,3 @@
+from evalctl.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""The agent under test: workspace tools, the loop, permissions and the ledger."""

@@ -1,0 +1,148 @@
+"""The agent loop: model turn -> tool calls -> tool results -> ... until the model
+ends its turn or a limit stops it. The exit status is always recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from evalctl.agent.ledger import LEDGER_TEXT_LIMIT, Ledger, ledger_totals, truncate_middle
+from evalctl.agent.tooldefs import TOOL_DEFINITIONS
+from evalctl.agent.tools import Toolbox, ToolOutcome
+from evalctl.errors import ProviderError
+from evalctl.model import (
+    AgentResult,
+    AssistantMessage,
+    ExitStatus,
+    Message,
+    ModelRequest,
+    ModelTurn,
+    StopReason,
+    ToolCall,
+    ToolResult,
+    ToolResultsMessage,
+    UserMessage,
+)
+from evalctl.suite import Task
+from evalctl.workspace import Workspace
+
+SYSTEM_PROMPT = """\
+You are an autonomous agent working in a directory that is your workspace. Use the \
+tools to inspect and change files and to run commands; paths are relative to the \
+workspace. Work until the task is done, checking your work where you can. When you \
+are finished, reply without calling a tool, with a short summary of what you did that \
+names the files you created or changed. If you could not finish, say so plainly."""
+
+_STOP_STATUS = {
+    StopReason.END_TURN: ExitStatus.COMPLETED,
+    StopReason.MAX_TOKENS: ExitStatus.MAX_TOKENS,
+    StopReason.REFUSAL: ExitStatus.REFUSED,
+    StopReason.CONTEXT_OVERFLOW: ExitStatus.CONTEXT_OVERFLOW,
+}
+
+
+@dataclass
+class _Progress:
+    final_text: str = ""
+    tool_calls: int = 0
+    unpriced_noted: bool = False
+
+
+async def run_agent(task: Task, provider: Any, workspace: Workspace,
+                    system_prompt: str = SYSTEM_PROMPT) -> AgentResult:
+    """Run one task to its end. Cancellation records 'aborted' and re-raises."""
+    started = time.monotonic()
+    ledger = Ledger(workspace.ledger_path)
+    ledger.append("task_start", task_id=task.id, prompt=task.prompt,
+                  permissions=task.permissions, limits=task.limits.to_dict())
+    toolbox = Toolbox(workspace, task.permissions)
+    messages: list[Message] = [UserMessage(task.prompt)]
+    progress = _Progress()
+    status, error = ExitStatus.MAX_TURNS, None
+    try:
+        async with asyncio.timeout(task.limits.seconds):
+            status, error = await _converse(task, provider, toolbox, ledger, messages,
+                                            system_prompt, progress)
+    except TimeoutError:
+        status, error = ExitStatus.TIMEOUT, f"stopped after {task.limits.seconds:g}s"
+        ledger.append("limit", limit="seconds", value=task.limits.seconds)
+    except asyncio.CancelledError:
+        ledger.append("task_end", status=ExitStatus.ABORTED, error="cancelled")
+        ledger.close()
+        raise
+    ledger.append("task_end", status=status, error=error)
+    ledger.close()
+    usage, cost, turns = ledger_totals(workspace.ledger_path)
+    return AgentResult(
+        final_text=progress.final_text,
+        exit_status=status,
+        turns=turns,
+        tool_calls=progress.tool_calls,
+        usage=usage,
+        cost=cost,
+        duration=round(time.monotonic() - started, 4),
+        files_changed=workspace.changed_files(),
+        ledger_path=workspace.ledger_path,
+        error=error,
+        seed_path=workspace.seed_path,
+    )
+
+
+async def _converse(task: Task, provider: Any, toolbox: Toolbox, ledger: Ledger,
+                    messages: list[Message], system_prompt: str,
+                    progress: _Progress) -> tuple[str, str | None]:
+    cost: float | None = 0.0
+    for turn_index in range(task.limits.turns):
+        request = ModelRequest(system_prompt, list(messages), list(TOOL_DEFINITIONS),
+                               task=task.as_request_data(), turn_index=turn_index)
+        try:
+            turn: ModelTurn = await provider.complete(request)
+        except ProviderError as exc:
+            status = getattr(exc, "status", None) or ExitStatus.PROVIDER_ERROR
+            ledger.append("provider_error", error=str(exc), status=status)
+            return status, str(exc)
+        ledger.append(
+            "model_turn", turn=turn_index + 1, model=turn.model, stop_reason=turn.stop_reason,
+            text=truncate_middle(turn.text, LEDGER_TEXT_LIMIT),
+            tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments}
+                        for c in turn.tool_calls],
+            usage=turn.usage.to_dict(), cost=turn.cost)
+        messages.append(AssistantMessage(turn))
+        if turn.text:
+            progress.final_text = turn.text
+        cost = None if cost is None or turn.cost is None else cost + turn.cost
+
+        if turn.tool_calls:
+            results = await asyncio.gather(*(_call_tool(toolbox, ledger, call)
+                                             for call in turn.tool_calls))
+            progress.tool_calls += len(results)
+            messages.append(ToolResultsMessage(tuple(results)))
+        elif turn.stop_reason == StopReason.PAUSE_TURN:
+            ledger.append("pause_turn", turn=turn_index + 1)
+        else:
+            status = _STOP_STATUS.get(turn.stop_reason, ExitStatus.COMPLETED)
+            return status, None if status == ExitStatus.COMPLETED else \
+                f"the model stopped with {turn.stop_reason}"
+
+        if task.limits.cost is not None:
+            if cost is None and not progress.unpriced_noted:
+                progress.unpriced_noted = True
+                ledger.append("limit", limit="cost", value=task.limits.cost,
+                              note="model is unpriced; the cost limit cannot be enforced")
+            elif cost is not None and cost > task.limits.cost:
+                ledger.append("limit", limit="cost", value=task.limits.cost, spent=cost)
+                return ExitStatus.COST_LIMIT, f"spent ${cost:.4f}, limit ${task.limits.cost:g}"
+    ledger.append("limit", limit="turns", value=task.limits.turns)
+    return ExitStatus.MAX_TURNS, f"no final answer after {task.limits.turns} turns"
+
+
+async def _call_tool(toolbox: Toolbox, ledger: Ledger, call: ToolCall) -> ToolResult:
+    ledger.append("tool_call", id=call.id, name=call.name, arguments=call.arguments)
+    outcome: ToolOutcome = await toolbox.call(call.name, call.arguments)
+    if outcome.denied:
+        ledger.append("denial", id=call.id, name=call.name, reason=outcome.content)
+    ledger.append("tool_result", id=call.id, name=call.name, is_error=outcome.is_error,
+                  content=truncate_middle(outcome.content, LEDGER_TEXT_LIMIT))
+    return ToolResult(call.id, outcome.content, outcome.is_error)

@@ -1,0 +1,313 @@
+"""The six tools, confined to the workspace.
+
+Every failure is a ToolOutcome with is_error=True that the model sees and can act
+on; nothing a model asks for raises out of here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evalctl.agent.ledger import truncate_middle
+from evalctl.agent.tooldefs import TOOL_DEFINITIONS, WRITING_TOOLS
+from evalctl.workspace import IGNORED_DIRS, ConfinementError, Workspace
+
+OUTPUT_LIMIT = 30_000
+READ_DEFAULT_LINES = 2_000
+LINE_LIMIT = 2_000
+GREP_MAX_MATCHES = 200
+GLOB_MAX_RESULTS = 500
+SEARCH_MAX_FILE_BYTES = 5_000_000
+BASH_DEFAULT_TIMEOUT = 60.0
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    content: str
+    is_error: bool = False
+    denied: bool = False
+
+
+def _error(message: str) -> ToolOutcome:
+    return ToolOutcome(message, is_error=True)
+
+
+def scrubbed_environment(home: Path, tmp: Path,
+                         base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """An environment without provider credentials (ANTHROPIC_*, and any name containing
+    KEY, TOKEN, SECRET or PASSWORD), with its own HOME and TMPDIR, and the harness's
+    interpreter first on PATH so `python` and `pytest` mean the ones evalctl runs on."""
+    source = os.environ if base is None else base
+    env = {
+        name: value for name, value in source.items()
+        if not name.startswith("ANTHROPIC_") and not SECRET_NAME.search(name)
+    }
+    env["HOME"] = str(home)
+    env["TMPDIR"] = str(tmp)
+    interpreter_dir = str(Path(sys.executable).parent)
+    env["PATH"] = os.pathsep.join([interpreter_dir, env.get("PATH", os.defpath)])
+    return env
+
+
+def agent_environment(workspace: Workspace) -> dict[str, str]:
+    return scrubbed_environment(workspace.home, workspace.tmp)
+
+
+def _walk_files(base: Path) -> list[Path]:
+    found = []
+    for directory, subdirs, names in os.walk(base):
+        subdirs[:] = sorted(d for d in subdirs if d not in IGNORED_DIRS)
+        found.extend(Path(directory, name) for name in sorted(names))
+    return found
+
+
+def _looks_binary(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return b"\x00" in handle.read(8192)
+
+
+class Toolbox:
+    """The six tools bound to one workspace and one permission level."""
+
+    def __init__(self, workspace: Workspace, permissions: str = "full",
+                 env: Mapping[str, str] | None = None):
+        from jsonschema import Draft202012Validator
+
+        self.workspace = workspace
+        self.permissions = permissions
+        self.env = dict(env) if env is not None else agent_environment(workspace)
+        self._validators = {t.name: Draft202012Validator(t.input_schema) for t in TOOL_DEFINITIONS}
+
+    async def call(self, name: str, arguments: Any) -> ToolOutcome:
+        validator = self._validators.get(name)
+        if validator is None:
+            return _error(f"unknown tool {name!r}; available: {', '.join(self._validators)}")
+        if not isinstance(arguments, Mapping):
+            return _error(f"{name}: arguments must be an object")
+        problems = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.path))
+        if problems:
+            return _error(f"{name}: invalid arguments: " + "; ".join(e.message for e in problems))
+        if self.permissions == "read-only" and name in WRITING_TOOLS:
+            return ToolOutcome(
+                f"permission denied: this task is read-only, so {name} is not allowed. "
+                "read_file, glob and grep still work.", is_error=True, denied=True)
+        try:
+            if name == "bash":
+                return await self.bash(**arguments)
+            return await asyncio.to_thread(getattr(self, name), **arguments)
+        except ConfinementError as exc:
+            return _error(f"{name}: {exc}")
+        except OSError as exc:
+            return _error(f"{name}: {exc.strerror or exc}: {arguments.get('path', '')}")
+
+    # -- files --------------------------------------------------------------------
+
+    def read_file(self, path: str, offset: int = 1, limit: int = READ_DEFAULT_LINES) -> ToolOutcome:
+        target = self.workspace.resolve(path)
+        if not target.exists():
+            return _error(f"read_file: {path} does not exist")
+        if target.is_dir():
+            return _error(f"read_file: {path} is a directory; use glob to list it")
+        size = target.stat().st_size
+        if _looks_binary(target):
+            return _error(f"read_file: {path} is a binary file ({size} bytes); not shown")
+        lines: list[str] = []
+        more = False
+        with open(target, encoding="utf-8", errors="replace") as handle:
+            for number, line in enumerate(handle, start=1):
+                if number < offset:
+                    continue
+                if len(lines) >= limit:
+                    more = True
+                    break
+                line = line.rstrip("\n")
+                if len(line) > LINE_LIMIT:
+                    line = line[:LINE_LIMIT] + f" [... line cut at {LINE_LIMIT} characters]"
+                lines.append(f"{number:>6}\t{line}")
+        if not lines:
+            return ToolOutcome(f"{path} is empty" if size == 0 else
+                               f"{path} has fewer than {offset} lines")
+        text = "\n".join(lines)
+        if more:
+            text += f"\n[more lines follow; continue with offset={offset + len(lines)}]"
+        return ToolOutcome(truncate_middle(text, OUTPUT_LIMIT))
+
+    def write_file(self, path: str, content: str) -> ToolOutcome:
+        target = self.workspace.resolve(path)
+        if target.is_dir():
+            return _error(f"write_file: {path} is a directory")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+        return ToolOutcome(f"wrote {len(content)} characters to {path}")
+
+    def edit_file(self, path: str, old_text: str, new_text: str,
+                  replace_all: bool = False) -> ToolOutcome:
+        target = self.workspace.resolve(path)
+        if not target.is_file():
+            return _error(f"edit_file: {path} does not exist")
+        if _looks_binary(target):
+            return _error(f"edit_file: {path} is a binary file")
+        text = target.read_text(encoding="utf-8", errors="surrogateescape")
+        count = text.count(old_text)
+        if count == 0:
+            return _error(f"edit_file: old_text not found in {path}; read the file and copy "
+                          "the text exactly, including whitespace")
+        if count > 1 and not replace_all:
+            return _error(f"edit_file: old_text appears {count} times in {path}; include more "
+                          "surrounding text to make it unique, or set replace_all")
+        target.write_text(text.replace(old_text, new_text), encoding="utf-8",
+                          errors="surrogateescape")
+        return ToolOutcome(f"replaced {count if replace_all else 1} occurrence(s) in {path}")
+
+    def glob(self, pattern: str) -> ToolOutcome:
+        if pattern.startswith("/") or ".." in Path(pattern).parts:
+            return _error("glob: the pattern must be relative to the workspace, without '..'")
+        root = self.workspace.root
+        matches = []
+        for found in root.glob(pattern):
+            if not found.is_file() or any(p in IGNORED_DIRS for p in found.parts):
+                continue
+            try:
+                self.workspace.resolve(str(found))
+            except ConfinementError:
+                continue
+            matches.append(found.relative_to(root).as_posix())
+        matches.sort()
+        if not matches:
+            return ToolOutcome(f"no files match {pattern}")
+        shown = matches[:GLOB_MAX_RESULTS]
+        text = "\n".join(shown)
+        if len(matches) > len(shown):
+            text += f"\n[{len(matches) - len(shown)} more not shown; narrow the pattern]"
+        return ToolOutcome(text)
+
+    def grep(self, pattern: str, path: str | None = None, glob: str | None = None) -> ToolOutcome:
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            return _error(f"grep: invalid regular expression: {exc}")
+        root = self.workspace.root
+        if glob is not None:
+            if glob.startswith("/") or ".." in Path(glob).parts:
+                return _error("grep: the glob must be relative to the workspace, without '..'")
+            base = self.workspace.resolve(path) if path else root
+            candidates = sorted(base.glob(glob))
+        elif path:
+            base = self.workspace.resolve(path)
+            if not base.exists():
+                return _error(f"grep: {path} does not exist")
+            candidates = [base] if base.is_file() else _walk_files(base)
+        else:
+            candidates = _walk_files(root)
+        matches: list[str] = []
+        total = 0
+        for candidate in candidates:
+            try:
+                candidate = self.workspace.resolve(str(candidate))
+            except ConfinementError:
+                continue
+            if not candidate.is_file() or candidate.stat().st_size > SEARCH_MAX_FILE_BYTES:
+                continue
+            if _looks_binary(candidate):
+                continue
+            relative = candidate.relative_to(root.resolve()).as_posix()
+            with open(candidate, encoding="utf-8", errors="replace") as handle:
+                for number, line in enumerate(handle, start=1):
+                    if regex.search(line):
+                        total += 1
+                        if len(matches) < GREP_MAX_MATCHES:
+                            matches.append(f"{relative}:{number}:{line.rstrip()[:500]}")
+        if not matches:
+            return ToolOutcome(f"no matches for {pattern}")
+        text = "\n".join(matches)
+        if total > len(matches):
+            text += f"\n[{total - len(matches)} more matches not shown; narrow the search]"
+        return ToolOutcome(text)
+
+    # -- bash ---------------------------------------------------------------------
+
+    async def bash(self, command: str, timeout: float = BASH_DEFAULT_TIMEOUT) -> ToolOutcome:
+        code, output, timed_out = await run_command(
+            command, cwd=self.workspace.root, env=self.env, timeout=timeout)
+        if timed_out:
+            return _error(f"timed out after {timeout:g}s; the command and its children were "
+                          f"killed\n{output}".rstrip())
+        header = f"exit code {code}"
+        return ToolOutcome(f"{header}\n{output}".rstrip(), is_error=code != 0)
+
+
+async def run_command(command: str, cwd: Path, env: Mapping[str, str], timeout: float,
+                      limit: int = OUTPUT_LIMIT) -> tuple[int | None, str, bool]:
+    """Run `command` with bash in its own process group.
+
+    Returns (exit code, head+tail of combined output, timed out). The whole group is
+    killed when the command ends or times out, so no child outlives it.
+    """
+    process = await asyncio.create_subprocess_exec(
+        "bash", "-c", command, cwd=str(cwd), env=dict(env),
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+    )
+    collector = _HeadTail(limit)
+    reader = asyncio.create_task(collector.drain(process.stdout))
+    timed_out = False
+    try:
+        await asyncio.wait_for(process.wait(), timeout)
+    except TimeoutError:
+        timed_out = True
+    finally:
+        _kill_group(process.pid)
+        if process.returncode is None:
+            await process.wait()
+    try:
+        await asyncio.wait_for(reader, 5)
+    except TimeoutError:
+        reader.cancel()
+    return (None if timed_out else process.returncode), collector.text(), timed_out
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+class _HeadTail:
+    """Keeps the first and last `limit/2` characters of a stream of any size."""
+
+    def __init__(self, limit: int):
+        self.half = limit // 2
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    async def drain(self, stream: asyncio.StreamReader | None) -> None:
+        if stream is None:
+            return
+        while chunk := await stream.read(65536):
+            self.total += len(chunk)
+            room = self.half - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            if chunk:
+                self.tail += chunk
+                if len(self.tail) > self.half:
+                    del self.tail[: len(self.tail) - self.half]
+
+    def text(self) -> str:
+        head = self.head.decode("utf-8", errors="replace")
+        tail = self.tail.decode("utf-8", errors="replace")
+        elided = self.total - len(self.head) - len(self.tail)
+        if elided > 0:
+            return f"{head}\n[... {elided} bytes elided ...]\n{tail}"
+        return head + tail

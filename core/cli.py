@@ -1,0 +1,216 @@
+"""The `evalctl` command. Imports stay inside commands so `--help` is instant."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEFAULT_REPORTERS = ("json", "markdown")
+
+
+class _Group(click.Group):
+    """Turns evalctl's own errors into a message and an exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from evalctl.errors import EvalctlError
+
+        try:
+            return super().invoke(ctx)
+        except EvalctlError as exc:
+            click.echo(f"error: {exc}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="evalctl")
+@click.option("--strict-plugins", is_flag=True, envvar="EVALCTL_STRICT_PLUGINS",
+              help="Any plugin that fails to load, or a name two plugins register, is a hard "
+                   "error (also EVALCTL_STRICT_PLUGINS=1).")
+@click.pass_context
+def cli(ctx: click.Context, strict_plugins: bool) -> None:
+    """Run AI agents on task suites in real workspaces and grade what they left behind.
+
+    \b
+    Quick start (offline, no API key):
+      evalctl run suites/harness.yaml
+    """
+    ctx.obj = {"strict": strict_plugins}
+
+
+def _registry(ctx: click.Context, strict: bool | None = None):
+    from evalctl.registry import get_registry
+
+    return get_registry(strict=ctx.obj["strict"] if strict is None else strict)
+
+
+@cli.command("list-plugins")
+@click.option("--json", "as_json", is_flag=True, help="Print the records as JSON.")
+@click.pass_context
+def list_plugins(ctx: click.Context, as_json: bool) -> None:
+    """Show installed plugins, what they provide, and any that failed."""
+    registry = _registry(ctx, strict=False)
+    records = [p.to_dict() for p in registry.plugins]
+    if as_json:
+        import json
+
+        click.echo(json.dumps(records, indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="evalctl plugins")
+        for column in ("plugin", "distribution", "version", "status", "provides"):
+            table.add_column(column)
+        for record in records:
+            provides = "; ".join(f"{kind}: {', '.join(record[kind])}"
+                                 for kind in ("graders", "providers", "reporters") if record[kind])
+            status = record["status"]
+            style = {"ok": "green", "failed": "red", "conflict": "red"}.get(status, "yellow")
+            table.add_row(record["plugin"], record["distribution"] or "-",
+                          record["version"] or "-", f"[{style}]{status}[/]", provides or "-")
+        console = Console(soft_wrap=not sys.stdout.isatty())
+        console.print(table)
+        for record in records:
+            if record["error"]:
+                console.print(f"[red]{record['plugin']}[/]: {record['error']}", markup=True,
+                              highlight=False)
+            for conflict in record["conflicts"]:
+                console.print(f"[red]{record['plugin']}[/]: {conflict}", highlight=False)
+    if ctx.obj["strict"] and registry.problems():
+        ctx.exit(EXIT_FAILED)
+
+
+@cli.command()
+@click.option("--builtins", is_flag=True,
+              help="Only the graders that ship with evalctl (what schemas/ publishes).")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write to this file instead of standard output.")
+@click.pass_context
+def schema(ctx: click.Context, builtins: bool, output: Path | None) -> None:
+    """Print the suite JSON Schema for the installed graders."""
+    from evalctl.fileio import write_atomically
+    from evalctl.schema import build_schema, schema_text
+
+    registry = _registry(ctx)
+    graders = registry.graders
+    if builtins:
+        graders = {name: spec for name, spec in graders.items()
+                   if (registry.plugin_of("grader", name) or _NoPlugin).distribution == "evalctl"}
+    text = schema_text(build_schema(graders))
+    if output:
+        write_atomically(output, text)
+    else:
+        click.echo(text, nl=False)
+
+
+class _NoPlugin:
+    distribution = None
+
+
+@cli.command()
+@click.argument("suites", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.pass_context
+def validate(ctx: click.Context, suites: tuple[Path, ...]) -> None:
+    """Check suites against the schema and the suite rules; report every problem."""
+    from evalctl.suite import validate_suite
+
+    registry = _registry(ctx)
+    errors = warnings = 0
+    for path in suites:
+        problems = validate_suite(path, registry)
+        for problem in problems:
+            click.echo(str(problem), err=problem.severity == "error")
+        errors += sum(1 for p in problems if p.severity == "error")
+        warnings += sum(1 for p in problems if p.severity == "warning")
+    noun = "suite" if len(suites) == 1 else "suites"
+    click.echo(f"{len(suites)} {noun}: {errors} error(s), {warnings} warning(s)",
+               err=errors > 0)
+    ctx.exit(EXIT_USAGE if errors else EXIT_OK)
+
+
+def _parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
+    from evalctl.errors import UsageError
+
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--provider-option takes KEY=VALUE, got {pair!r}")
+        options[key.strip()] = value
+    return options
+
+
+@cli.command()
+@click.argument("suite", type=click.Path(path_type=Path))
+@click.option("--only", multiple=True, metavar="ID", help="Run only this task (repeatable).")
+@click.option("--tag", "tags", multiple=True, metavar="T", help="Run tasks with this tag.")
+@click.option("--scripted", is_flag=True, help="Use the scripted provider (the default).")
+@click.option("--provider", metavar="NAME", help="The model provider, e.g. anthropic.")
+@click.option("--model", metavar="M", help="The model the provider should use.")
+@click.option("--provider-option", "provider_options", multiple=True, metavar="KEY=VALUE",
+              help="A provider setting, e.g. max_tokens=4096 (repeatable).")
+@click.option("--concurrency", type=click.IntRange(min=1), metavar="N",
+              help="Tasks run at once (default: the provider's, 8 scripted, 4 anthropic).")
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the JSON report to this path.")
+@click.option("--reporter", "reporters", multiple=True, metavar="NAME",
+              help="Report format (repeatable; default json and markdown).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for workspaces and reports (default eval_reports).")
+@click.pass_context
+def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str, ...],
+        scripted: bool, provider: str | None, model: str | None,
+        provider_options: tuple[str, ...], concurrency: int | None, report: Path | None,
+        reporters: tuple[str, ...], out: Path | None) -> None:
+    """Run a suite and grade it. Exit 0 all passed, 1 a task failed, 2 bad input."""
+    import asyncio
+
+    from evalctl.config import load_config
+    from evalctl.errors import UsageError
+    from evalctl.reporting import write_reports
+    from evalctl.runner import RunOptions, execute, prepare_run
+    from evalctl.runview import RunView
+    from evalctl.suite import load_suite
+
+    if scripted and provider and provider != "scripted":
+        raise UsageError("--scripted and --provider are alternatives; give one")
+    config = load_config()
+    registry = _registry(ctx)
+    loaded = load_suite(suite, registry)
+    for warning in loaded.warnings:
+        click.echo(str(warning), err=True)
+    options = RunOptions(
+        provider="scripted" if scripted else provider or config.get("provider", "scripted"),
+        model=model or config.get("model"),
+        provider_options={**config.get("provider_options", {}), **_parse_options(
+            provider_options)},
+        concurrency=concurrency or config.get("concurrency"),
+        out_dir=out or Path(config.get("out", "eval_reports")),
+        only=only, tags=tags,
+    )
+    reporter_names = reporters or tuple(config.get("reporters", DEFAULT_REPORTERS))
+    for name in dict.fromkeys(reporter_names):
+        registry.get("reporter", name)
+    prepared = prepare_run(loaded, registry, options)
+
+    view = RunView(len(prepared.tasks))
+    with view:
+        result = asyncio.run(execute(prepared, progress=view.update))
+    view.print_summary(result)
+    written, failures = write_reports(result, registry, reporter_names, options.out_dir, report)
+    for path in written:
+        click.echo(f"wrote {path}")
+    for failure in failures:
+        click.echo(f"error: {failure}", err=True)
+    if result.interrupted:
+        click.echo("interrupted: reports cover the tasks that finished", err=True)
+        ctx.exit(EXIT_INTERRUPTED)
+    ctx.exit(EXIT_OK if result.all_passed and not failures else EXIT_FAILED)
+
+
+def main() -> None:
+    cli(prog_name="evalctl")

@@ -1,0 +1,53 @@
+"""Errors that evalctl turns into a message and an exit code instead of a traceback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class EvalctlError(Exception):
+    """An error the user can act on. The CLI prints it and exits with `exit_code`."""
+
+    exit_code = 2
+
+
+class UsageError(EvalctlError):
+    """Bad input or configuration: exit 2 before any task starts."""
+
+
+class PluginError(EvalctlError):
+    """A plugin failed while strict mode is on, or a needed plugin is unusable."""
+
+
+@dataclass(frozen=True, order=True)
+class Problem:
+    """One finding in a suite file, printed as `file:line: severity: message`."""
+
+    file: str
+    line: int
+    message: str
+    severity: str = "error"  # or "warning"
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.severity}: {self.message}"
+
+
+class SuiteError(UsageError):
+    """A suite that cannot be run; carries every problem found, not only the first."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = sorted(problems, key=lambda p: (p.file, p.line, p.message))
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+class ProviderError(Exception):
+    """The model could not be reached or answered unusably after retries.
+
+    Raised by providers; the agent loop records it and the task counts as an error,
+    not a failure, while the run goes on. `status` is the exit status recorded
+    (provider_error unless the provider knows better, e.g. script_error).
+    """
+
+    def __init__(self, message: str, status: str = "provider_error"):
+        super().__init__(message)
+        self.status = status

@@ -1,0 +1,51 @@
+"""The hooks a plugin implements. Each docstring is the reference for that hook.
+
+Hooks follow the register-callback style: evalctl calls the hook with a `register`
+function and the plugin calls it once per thing it provides. A plugin implements
+only the hooks it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("evalctl")
+hookimpl = pluggy.HookimplMarker("evalctl")
+
+
+@hookspec
+def evalctl_register_graders(register: Callable[..., None]) -> None:
+    """Register check types for suites.
+
+    Call ``register(evalctl.GraderSpec(...))`` once per grader. The spec's ``name`` is
+    the ``type:`` a suite uses; its ``params_schema`` becomes part of the published
+    suite schema, so editors and ``evalctl validate`` check the grader's parameters.
+    ``grade(check, workspace, result)`` receives the check's mapping from the suite,
+    the task's workspace as a ``pathlib.Path`` and the ``evalctl.AgentResult``, and
+    returns ``evalctl.CheckResult(passed, detail)``. It may be ``async def``. A grader
+    that raises counts as a failed check with the exception in its detail.
+    """
+
+
+@hookspec
+def evalctl_register_providers(register: Callable[..., None]) -> None:
+    """Register model providers, selected with ``evalctl run --provider NAME``.
+
+    Call ``register(evalctl.ProviderSpec(name, create))``. ``create(options)`` returns
+    an object with ``async def complete(request: evalctl.ModelRequest) ->
+    evalctl.ModelTurn``. Import SDKs inside ``create``, not at module level, so that
+    ``evalctl --help`` and ``list-plugins`` stay fast. Raise ``evalctl.ProviderError``
+    from ``complete`` when the model cannot be reached after retries.
+    """
+
+
+@hookspec
+def evalctl_register_reporters(register: Callable[..., None]) -> None:
+    """Register report formats, selected with ``evalctl run --reporter NAME``.
+
+    Call ``register(evalctl.ReporterSpec(name, write, extension))``.
+    ``write(run_result, path)`` writes an ``evalctl.RunResult`` to ``path`` (use
+    ``evalctl.write_atomically``) and returns the path written.
+    """

@@ -1,0 +1,183 @@
+"""The data exchanged between the agent loop, providers and graders.
+
+Providers turn a ModelRequest into a ModelTurn; graders receive an AgentResult.
+All of it is plain dataclasses so plugins need nothing but `import evalctl`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ExitStatus:
+    """Why the agent loop stopped. Recorded even when the checks later pass."""
+
+    COMPLETED = "completed"
+    MAX_TURNS = "max_turns"
+    TIMEOUT = "timeout"
+    COST_LIMIT = "cost_limit"
+    PROVIDER_ERROR = "provider_error"
+    ABORTED = "aborted"
+    MAX_TOKENS = "max_tokens"
+    REFUSED = "refused"
+    CONTEXT_OVERFLOW = "context_overflow"
+    SCRIPT_ERROR = "script_error"
+
+    # Statuses where the model could not do its work at all: the task is an error,
+    # counted apart from failures.
+    ERRORS = frozenset({PROVIDER_ERROR, SCRIPT_ERROR})
+
+
+class StopReason:
+    """Why one model turn ended, in the kernel's vocabulary (the Messages API's)."""
+
+    END_TURN = "end_turn"
+    TOOL_USE = "tool_use"
+    MAX_TOKENS = "max_tokens"
+    REFUSAL = "refusal"
+    PAUSE_TURN = "pause_turn"
+    CONTEXT_OVERFLOW = "model_context_window_exceeded"
+
+
+@dataclass
+class TokenUsage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TokenUsage:
+        return cls(**{k: int(data.get(k, 0)) for k in cls().to_dict()})
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    """A tool as the model sees it: name, description, JSON Schema of its input."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    call_id: str
+    content: str
+    is_error: bool = False
+
+
+@dataclass
+class ModelTurn:
+    """One model reply.
+
+    `raw_content` is whatever the provider needs to replay the assistant message
+    verbatim on the next request (the Messages API's content blocks, say).
+    `cost` is in USD, or None when the model is not priced: never a silent 0.
+    """
+
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    stop_reason: str = StopReason.END_TURN
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    cost: float | None = 0.0
+    model: str = ""
+    raw_content: Any = None
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    text: str
+
+
+@dataclass(frozen=True)
+class AssistantMessage:
+    turn: ModelTurn
+
+
+@dataclass(frozen=True)
+class ToolResultsMessage:
+    results: tuple[ToolResult, ...]
+
+
+Message = UserMessage | AssistantMessage | ToolResultsMessage
+
+
+@dataclass
+class ModelRequest:
+    """What the agent loop asks a provider for: the next turn of this conversation.
+
+    `task` carries the task's id and suite data (`script` for the scripted provider);
+    `turn_index` counts the model turns already taken in this task.
+    """
+
+    system: str
+    messages: list[Message]
+    tools: list[ToolDefinition]
+    task: Mapping[str, Any] = field(default_factory=dict)
+    turn_index: int = 0
+
+
+@dataclass
+class AgentResult:
+    """What the agent left behind, as graders see it."""
+
+    final_text: str
+    exit_status: str
+    turns: int
+    tool_calls: int
+    usage: TokenUsage
+    cost: float | None
+    duration: float
+    files_changed: dict[str, str]  # workspace-relative path -> created|modified|deleted
+    ledger_path: Path | None
+    error: str | None = None
+    seed_path: Path | None = None  # a pristine copy of the seeded files
+
+    def is_new_or_changed(self, relative: str) -> bool:
+        return self.files_changed.get(relative) in ("created", "modified")
+
+    @property
+    def completed(self) -> bool:
+        return self.exit_status == ExitStatus.COMPLETED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "final_text": self.final_text,
+            "exit_status": self.exit_status,
+            "turns": self.turns,
+            "tool_calls": self.tool_calls,
+            "usage": self.usage.to_dict(),
+            "cost": self.cost,
+            "duration": self.duration,
+            "files_changed": dict(self.files_changed),
+            "ledger_path": str(self.ledger_path) if self.ledger_path else None,
+            "error": self.error,
+            "seed_path": str(self.seed_path) if self.seed_path else None,
+        }

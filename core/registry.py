@@ -1,0 +1,315 @@
+"""Plugin discovery, isolation of broken plugins, and the registry of what they provide.
+
+Every grader, provider and reporter, built-in or not, comes from the `evalctl`
+entry-point group. A plugin that fails to import, implements a hook that does not
+exist, or raises in its hook is recorded with its error and skipped, so one broken
+plugin cannot take down the rest. Two plugins providing the same name make that name
+unusable until one is removed: evalctl never picks a winner by install order.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from evalctl import hookspecs
+from evalctl.errors import PluginError, UsageError
+from evalctl.specs import GraderSpec, ProviderSpec, ReporterSpec
+
+ENTRY_POINT_GROUP = "evalctl"
+DISABLE_ENV = "EVALCTL_DISABLE_PLUGINS"
+STRICT_ENV = "EVALCTL_STRICT_PLUGINS"
+
+# hook name -> (kind of thing registered, spec class it must be)
+HOOKS: dict[str, tuple[str, type]] = {
+    "evalctl_register_graders": ("grader", GraderSpec),
+    "evalctl_register_providers": ("provider", ProviderSpec),
+    "evalctl_register_reporters": ("reporter", ReporterSpec),
+}
+KINDS = ("grader", "provider", "reporter")
+
+
+@dataclass
+class PluginSource:
+    """Something to load as a plugin: an entry point, or an object in tests."""
+
+    name: str
+    load: Callable[[], Any]
+    distribution: str | None = None
+    version: str | None = None
+
+    @classmethod
+    def from_object(cls, name: str, plugin: Any, distribution: str | None = None,
+                    version: str | None = None) -> PluginSource:
+        return cls(name, lambda: plugin, distribution, version)
+
+
+@dataclass
+class PluginRecord:
+    """What `evalctl list-plugins` shows for one plugin."""
+
+    name: str
+    distribution: str | None
+    version: str | None
+    status: str = "ok"  # ok | failed | disabled
+    error: str | None = None
+    provides: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    conflicts: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        dist = f"{self.distribution} {self.version}" if self.distribution else "no distribution"
+        return f"plugin '{self.name}' ({dist})"
+
+    @property
+    def shown_status(self) -> str:
+        return "conflict" if self.status == "ok" and self.conflicts else self.status
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "plugin": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "status": self.shown_status,
+            "error": self.error,
+            "conflicts": list(self.conflicts),
+            "graders": list(self.provides["grader"]),
+            "providers": list(self.provides["provider"]),
+            "reporters": list(self.provides["reporter"]),
+        }
+
+
+@dataclass
+class Registry:
+    plugins: list[PluginRecord]
+    specs: dict[str, dict[str, Any]]  # kind -> name -> spec
+    owners: dict[tuple[str, str], list[PluginRecord]]
+
+    @property
+    def graders(self) -> dict[str, GraderSpec]:
+        return self.specs["grader"]
+
+    @property
+    def providers(self) -> dict[str, ProviderSpec]:
+        return self.specs["provider"]
+
+    @property
+    def reporters(self) -> dict[str, ReporterSpec]:
+        return self.specs["reporter"]
+
+    def problems(self) -> list[str]:
+        """Every plugin failure and name conflict, one line each."""
+        lines = [f"{p.label} failed: {p.error}" for p in self.plugins if p.status == "failed"]
+        for (kind, name), records in sorted(self.owners.items()):
+            if len(records) > 1:
+                lines.append(self._conflict_message(kind, name, records))
+        return lines
+
+    def require_healthy(self) -> None:
+        """Strict mode: any plugin failure or conflict is a hard error."""
+        problems = self.problems()
+        if problems:
+            raise PluginError("plugin problems (strict mode):\n  " + "\n  ".join(problems))
+
+    def get(self, kind: str, name: str) -> Any:
+        spec = self.specs[kind].get(name)
+        if spec is None:
+            raise UsageError(self.explain_missing(kind, name))
+        return spec
+
+    def plugin_of(self, kind: str, name: str) -> PluginRecord | None:
+        records = self.owners.get((kind, name))
+        return records[0] if records and len(records) == 1 else None
+
+    def explain_missing(self, kind: str, name: str) -> str:
+        """Why `name` is not available, and what to do about it."""
+        records = self.owners.get((kind, name), [])
+        if len(records) > 1:
+            return self._conflict_message(kind, name, records)
+        known = sorted(self.specs[kind])
+        message = f"unknown {kind} '{name}'"
+        close = difflib.get_close_matches(name, known, n=1)
+        if close:
+            message += f" (did you mean '{close[0]}'?)"
+        message += f"; installed {kind}s: {', '.join(known) or 'none'}"
+        failed = [p for p in self.plugins if p.status == "failed"]
+        if failed:
+            message += "; plugins that failed to load and may provide it: " + "; ".join(
+                f"{p.label}: {p.error}" for p in failed
+            )
+        disabled = [p.name for p in self.plugins if p.status == "disabled"]
+        if disabled:
+            message += f"; disabled by {DISABLE_ENV}: {', '.join(disabled)}"
+        return message
+
+    @staticmethod
+    def _conflict_message(kind: str, name: str, records: list[PluginRecord]) -> str:
+        who = " and ".join(r.label for r in records)
+        return (
+            f"{kind} '{name}' is registered by both {who}; uninstall one, or disable one "
+            f"with {DISABLE_ENV}={records[-1].name}"
+        )
+
+
+def entry_point_sources() -> list[PluginSource]:
+    from importlib.metadata import entry_points
+
+    sources = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep, "dist", None)
+        sources.append(
+            PluginSource(
+                ep.name,
+                ep.load,
+                dist.metadata["Name"] if dist else None,
+                dist.version if dist else None,
+            )
+        )
+    return sorted(sources, key=lambda s: s.name)
+
+
+def disabled_from_env() -> set[str]:
+    return {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+
+
+def strict_from_env() -> bool:
+    return os.environ.get(STRICT_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _describe_exception(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _hook_misuse(pm: pluggy.PluginManager, plugin: Any) -> str | None:
+    """A misspelled or unmarked hook would be silently ignored; make it an error."""
+    for attr in sorted(dir(plugin)):
+        if not attr.startswith("evalctl_"):
+            continue
+        value = getattr(plugin, attr, None)
+        if not callable(value) or isinstance(value, type):
+            continue
+        if attr not in HOOKS:
+            close = difflib.get_close_matches(attr, list(HOOKS), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            return f"unknown hook {attr}{hint}"
+        if pm.parse_hookimpl_opts(plugin, attr) is None:
+            return f"{attr} is not marked with @evalctl.hookimpl"
+    return None
+
+
+def load_registry(
+    sources: Iterable[PluginSource] | None = None,
+    disabled: Iterable[str] | None = None,
+) -> Registry:
+    """Load plugins (from entry points unless `sources` is given) into a fresh registry."""
+    pm = pluggy.PluginManager(ENTRY_POINT_GROUP)
+    pm.add_hookspecs(hookspecs)
+    blocked = set(disabled_from_env() if disabled is None else disabled)
+    records: list[PluginRecord] = []
+    owners: dict[tuple[str, str], list[PluginRecord]] = {}
+    specs: dict[tuple[str, str], Any] = {}
+
+    for source in entry_point_sources() if sources is None else sources:
+        record = PluginRecord(source.name, source.distribution, source.version)
+        records.append(record)
+        if source.name in blocked:
+            record.status = "disabled"
+            continue
+        try:
+            staged = _load_one(pm, source)
+        except Exception as exc:  # a broken plugin must not take down the others
+            record.status = "failed"
+            record.error = str(exc) if isinstance(exc, _PluginFault) else _describe_exception(exc)
+            continue
+        for kind, spec in staged:
+            record.provides[kind].append(spec.name)
+            owners.setdefault((kind, spec.name), []).append(record)
+            specs[(kind, spec.name)] = spec
+
+    by_kind: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
+    for (kind, name), holders in owners.items():
+        if len(holders) == 1:
+            by_kind[kind][name] = specs[(kind, name)]
+        else:
+            for holder in holders:
+                others = ", ".join(o.label for o in holders if o is not holder)
+                holder.conflicts.append(f"{kind} '{name}' also registered by {others}")
+    return Registry(records, by_kind, owners)
+
+
+class _PluginFault(Exception):
+    """A plugin error whose message is already the whole story."""
+
+
+def _load_one(pm: pluggy.PluginManager, source: PluginSource) -> list[tuple[str, Any]]:
+    """Import, validate and call one plugin's hooks; all or nothing."""
+    try:
+        plugin = source.load()
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise _PluginFault(f"import failed: {_describe_exception(exc)}") from exc
+    misuse = _hook_misuse(pm, plugin)
+    if misuse:
+        raise _PluginFault(misuse)
+    try:
+        pm.register(plugin, name=source.name)
+    except (pluggy.PluginValidationError, ValueError) as exc:
+        raise _PluginFault(f"invalid hook: {exc}") from exc
+
+    staged: list[tuple[str, Any]] = []
+    try:
+        for hook_name, (kind, spec_class) in HOOKS.items():
+            for impl in getattr(pm.hook, hook_name).get_hookimpls():
+                if impl.plugin is not plugin:
+                    continue
+
+                def register(spec: Any, kind: str = kind, spec_class: type = spec_class) -> None:
+                    if not isinstance(spec, spec_class):
+                        raise TypeError(
+                            f"register() in a {kind} hook takes evalctl.{spec_class.__name__}, "
+                            f"got {type(spec).__name__}"
+                        )
+                    staged.append((kind, spec))
+
+                arguments = {"register": register}
+                try:
+                    impl.function(**{a: arguments[a] for a in impl.argnames})
+                except Exception as exc:
+                    raise _PluginFault(f"{hook_name} raised {_describe_exception(exc)}") from exc
+        seen: set[tuple[str, str]] = set()
+        for kind, spec in staged:
+            if (kind, spec.name) in seen:
+                raise _PluginFault(f"registers {kind} '{spec.name}' twice")
+            seen.add((kind, spec.name))
+    except BaseException:
+        pm.unregister(plugin)
+        raise
+    return staged
+
+
+_default: Registry | None = None
+
+
+def get_registry(strict: bool | None = None) -> Registry:
+    """The process-wide registry from installed entry points, loaded once."""
+    global _default
+    if _default is None:
+        _default = load_registry()
+    if strict if strict is not None else strict_from_env():
+        _default.require_healthy()
+    return _default
+
+
+def set_registry(registry: Registry | None) -> None:
+    """Replace the process-wide registry (tests), or forget it with None."""
+    global _default
+    _default = registry

@@ -1,0 +1,192 @@
+"""Runs a suite: per task a fresh workspace, the agent loop, then the graders.
+
+Tasks run concurrently up to a limit. Ctrl-C (task cancellation) stops the run but
+still returns what finished; unfinished tasks are marked not run, their partial
+workspaces and ledgers kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import evalctl
+from evalctl.agent.loop import run_agent
+from evalctl.errors import UsageError
+from evalctl.model import AgentResult, ExitStatus
+from evalctl.registry import Registry
+from evalctl.results import (
+    ERROR,
+    FAILED,
+    NOT_RUN,
+    PASSED,
+    CheckOutcome,
+    RunResult,
+    TaskResult,
+)
+from evalctl.specs import CheckResult, GraderSpec
+from evalctl.suite import Suite, Task
+from evalctl.workspace import create_workspace, new_run_directory
+
+
+@dataclass
+class RunOptions:
+    provider: str = "scripted"
+    model: str | None = None
+    provider_options: Mapping[str, Any] = field(default_factory=dict)
+    concurrency: int | None = None
+    out_dir: Path = Path("eval_reports")
+    only: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+
+
+ProgressCallback = Callable[[str, Task, TaskResult | None], None]
+
+
+def select_tasks(suite: Suite, only: tuple[str, ...], tags: tuple[str, ...]) -> list[Task]:
+    known = {t.id for t in suite.tasks}
+    unknown = [i for i in only if i not in known]
+    if unknown:
+        raise UsageError(f"--only names unknown task(s) {', '.join(unknown)}; the suite has "
+                         f"{', '.join(sorted(known))}")
+    selected = [t for t in suite.tasks
+                if (not only or t.id in only) and (not tags or set(tags) & set(t.tags))]
+    if not selected:
+        raise UsageError("no task matches the --only/--tag selection")
+    return selected
+
+
+@dataclass
+class PreparedRun:
+    """Everything resolved before any task starts, so bad input fails early."""
+
+    suite: Suite
+    tasks: list[Task]
+    provider: Any
+    concurrency: int
+    options: RunOptions
+    registry: Registry
+
+
+def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> PreparedRun:
+    tasks = select_tasks(suite, options.only, options.tags)
+    spec = registry.get("provider", options.provider)
+    for task in tasks:
+        for check in task.checks:
+            registry.get("grader", check["type"])
+    provider_options = dict(options.provider_options)
+    if options.model:
+        provider_options["model"] = options.model
+    provider = spec.create(provider_options)
+    concurrency = options.concurrency or spec.default_concurrency
+    if concurrency < 1:
+        raise UsageError("--concurrency must be at least 1")
+    return PreparedRun(suite, tasks, provider, concurrency, options, registry)
+
+
+async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
+                result: AgentResult) -> CheckOutcome:
+    """One check; a grader that raises is a failed check with the exception as detail."""
+    try:
+        if inspect.iscoroutinefunction(spec.grade):
+            answer = await spec.grade(dict(check), workspace, result)
+        else:
+            answer = await asyncio.to_thread(spec.grade, dict(check), workspace, result)
+        if not isinstance(answer, CheckResult):
+            raise TypeError(f"grade() returned {type(answer).__name__}, expected "
+                            "evalctl.CheckResult")
+    except Exception as exc:
+        return CheckOutcome(spec.name, spec.kind, False,
+                            f"grader crashed: {type(exc).__name__}: {exc}", error=True)
+    return CheckOutcome(spec.name, spec.kind, bool(answer.passed), str(answer.detail))
+
+
+async def run_task(task: Task, prepared: PreparedRun, run_dir: Path) -> TaskResult:
+    workspace = create_workspace(run_dir, task.id, task.files)
+    agent = await run_agent(task, prepared.provider, workspace)
+    checks = [await grade(check, prepared.registry.graders[check["type"]], workspace.root, agent)
+              for check in task.checks]
+    mechanical = [c for c in checks if c.kind == "mechanical"]
+    if agent.exit_status in ExitStatus.ERRORS or any(c.error for c in checks):
+        status = ERROR
+    elif all(c.passed for c in mechanical):
+        status = PASSED
+    else:
+        status = FAILED
+    return TaskResult(
+        task_id=task.id, status=status, checks=checks, exit_status=agent.exit_status,
+        error=agent.error, turns=agent.turns, tool_calls=agent.tool_calls, usage=agent.usage,
+        cost=agent.cost, duration=agent.duration, workspace=str(workspace.root),
+        ledger=str(workspace.ledger_path), tags=task.tags,
+    )
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+async def execute(prepared: PreparedRun, run_dir: Path | None = None,
+                  progress: ProgressCallback | None = None) -> RunResult:
+    """Run the prepared tasks. Cancellation ends the run early with what finished."""
+    run_dir = run_dir or new_run_directory(prepared.options.out_dir)
+    started_at = _now()
+    gate = asyncio.Semaphore(prepared.concurrency)
+    notify = progress or (lambda *_: None)
+
+    async def guarded(task: Task) -> TaskResult:
+        async with gate:
+            notify("start", task, None)
+            begun = time.monotonic()
+            result = await run_task(task, prepared, run_dir)
+            result.duration = round(time.monotonic() - begun, 4)
+            notify("finish", task, result)
+            return result
+
+    pending = [asyncio.ensure_future(guarded(task)) for task in prepared.tasks]
+    interrupted = False
+    try:
+        await asyncio.gather(*pending)
+    except asyncio.CancelledError:
+        interrupted = True
+        for future in pending:
+            future.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        current = asyncio.current_task()
+        if current is not None:
+            current.uncancel()
+
+    results = []
+    for task, future in zip(prepared.tasks, pending, strict=True):
+        if future.done() and not future.cancelled() and future.exception() is None:
+            results.append(future.result())
+        elif future.done() and not future.cancelled():
+            raise future.exception()  # a bug in evalctl itself: surface it
+        else:
+            started = (run_dir / task.id).is_dir()
+            results.append(TaskResult(
+                task.id, NOT_RUN, exit_status=ExitStatus.ABORTED if started else None,
+                error="the run was interrupted", tags=task.tags,
+                workspace=str(run_dir / task.id) if started else None,
+                ledger=str(run_dir / ".ledgers" / f"{task.id}.jsonl") if started else None))
+    registry = prepared.registry
+    return RunResult(
+        suite_path=str(prepared.suite.path),
+        suite_name=prepared.suite.name,
+        suite_sha256=prepared.suite.sha256,
+        provider=prepared.options.provider,
+        model=prepared.options.model,
+        started_at=started_at,
+        finished_at=_now(),
+        evalctl_version=evalctl.__version__,
+        plugin_versions={p.name: p.version for p in registry.plugins if p.status == "ok"},
+        tasks=results,
+        interrupted=interrupted,
+        run_directory=str(run_dir),
+    )
+

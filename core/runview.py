@@ -1,0 +1,77 @@
+"""What a person sees while a run goes on: a live progress bar on a terminal, one
+plain line per finished task otherwise, and a summary table at the end."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from evalctl.results import RunResult, TaskResult
+
+
+class RunView:
+    def __init__(self, total: int, stream: Any = None):
+        self.total = total
+        self.stream = stream or sys.stderr
+        self.done = 0
+        self.live = self.stream.isatty()
+        self._progress: Any = None
+        self._bar: Any = None
+
+    def __enter__(self) -> RunView:
+        if self.live:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+                TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("[bold]running"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[last]}"), TimeElapsedColumn(),
+                console=Console(file=self.stream), transient=True)
+            self._progress.__enter__()
+            self._bar = self._progress.add_task("run", total=self.total, last="")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+    def update(self, event: str, task: Any, result: TaskResult | None) -> None:
+        if event != "finish" or result is None:
+            return
+        self.done += 1
+        line = f"[{self.done}/{self.total}] {result.status:<7} {task.id} " \
+               f"({result.exit_status}, {result.duration:.1f}s)"
+        if self._progress is not None:
+            self._progress.update(self._bar, advance=1, last=f"{task.id}: {result.status}")
+        else:
+            print(line, file=self.stream, flush=True)
+
+    def print_summary(self, run: RunResult) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"{run.suite_name}: completion "
+                            f"{_rate(run.completion_rate)}, grounding {_rate(run.grounding_rate)}"
+                            + (f", judge {_rate(run.judge_rate)}" if run.judge_rate is not None
+                               else ""))
+        for column, justify in (("task", "left"), ("status", "left"), ("failed checks", "left"),
+                                ("exit", "left"), ("turns", "right"), ("tokens", "right"),
+                                ("cost", "right"), ("time", "right")):
+            table.add_column(column, justify=justify)
+        colors = {"passed": "green", "failed": "red", "error": "yellow", "not_run": "dim"}
+        for task in run.tasks:
+            failed = ", ".join(c.type for c in task.failed_checks() if c.kind == "mechanical")
+            tokens = task.usage.input_tokens + task.usage.output_tokens
+            cost = "unpriced" if task.cost is None else f"${task.cost:.4f}"
+            table.add_row(task.task_id, f"[{colors[task.status]}]{task.status}[/]",
+                          failed or "-", task.exit_status or "-", str(task.turns), str(tokens),
+                          cost, f"{task.duration:.1f}s")
+        console = Console(file=sys.stdout, soft_wrap=not sys.stdout.isatty())
+        console.print(table)
+        passed = sum(1 for t in run.tasks if t.passed)
+        console.print(f"{passed}/{len(run.ran())} tasks passed", highlight=False)
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"

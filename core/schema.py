@@ -1,0 +1,183 @@
+"""The published suite schema: the core's task schema plus every grader's params.
+
+One schema serves editors (`evalctl schema`, schemas/suite.schema.json) and the loader,
+so a suite that is clean in an editor loads, and one that loads is clean in an editor.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from evalctl.agent.tooldefs import TOOL_NAMES
+from evalctl.specs import GraderSpec
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+# Relative, no `..` segment, no backslash or drive letter, not ending in a slash.
+FILE_PATH_PATTERN = r"^(?![/~])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\x00]*[^/\\\x00]$"
+
+LIMITS = {
+    "type": "object",
+    "description": "When the agent loop is stopped. The exit status records which limit hit.",
+    "properties": {
+        "turns": {"type": "integer", "minimum": 1, "description": "Most model turns."},
+        "seconds": {"type": "number", "exclusiveMinimum": 0, "description": "Wall-clock limit."},
+        "cost": {"type": "number", "minimum": 0, "description": "Most USD spent on the model."},
+    },
+    "additionalProperties": False,
+}
+
+PERMISSIONS = {
+    "enum": ["full", "read-only"],
+    "description": "read-only denies write_file, edit_file and bash.",
+}
+
+SCRIPT = {
+    "type": "array",
+    "description": "The turns the scripted provider serves for this task, in order.",
+    "items": {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "description": "What the model says this turn."},
+            "tool_calls": {
+                "type": "array",
+                "description": "Tool calls made this turn; several run concurrently.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "tool": {"type": "string", "description": f"One of {', '.join(TOOL_NAMES)}."},
+                        "input": {"type": "object", "description": "The tool's arguments."},
+                    },
+                    "required": ["tool"],
+                    "additionalProperties": False,
+                },
+            },
+            "usage": {
+                "type": "object",
+                "description": "Declared token usage; counted from the content when absent.",
+                "properties": {
+                    k: {"type": "integer", "minimum": 0}
+                    for k in ("input_tokens", "output_tokens", "cache_read_tokens",
+                              "cache_write_tokens")
+                },
+                "additionalProperties": False,
+            },
+            "stop_reason": {
+                "enum": ["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn",
+                         "model_context_window_exceeded"],
+                "description": "Defaults to tool_use when there are tool calls, else end_turn.",
+            },
+        },
+        "additionalProperties": False,
+    },
+}
+
+
+def _task_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {
+            "id": {
+                "type": "string",
+                "pattern": TASK_ID_PATTERN,
+                "description": "Unique in the suite and usable as a directory name: letters, "
+                "digits, '.', '_' and '-', starting with a letter or digit.",
+            },
+            "prompt": {"type": "string", "minLength": 1, "description": "The goal, not the method."},
+            "files": {
+                "type": "object",
+                "description": "Files seeded into the fresh workspace: relative path -> content.",
+                "propertyNames": {
+                    "pattern": FILE_PATH_PATTERN,
+                    "description": "must be a relative path that stays inside the workspace "
+                    "(no '..', no absolute path, no backslash)",
+                },
+                "additionalProperties": {"type": "string"},
+            },
+            "checks": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"$ref": "#/$defs/check"},
+                "description": "Mechanical checks of what the agent left; all must pass.",
+            },
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "permissions": PERMISSIONS,
+            "limits": LIMITS,
+            "script": SCRIPT,
+        },
+        "required": ["id", "prompt", "checks"],
+        "additionalProperties": False,
+    }
+
+
+def _check_schema(spec: GraderSpec) -> dict[str, Any]:
+    schema = copy.deepcopy(dict(spec.params_schema))
+    schema["type"] = "object"
+    schema["properties"] = {"type": {"const": spec.name}, **schema.get("properties", {})}
+    schema.setdefault("additionalProperties", False)
+    if spec.description and "description" not in schema:
+        schema["description"] = spec.description
+    return schema
+
+
+def build_schema(graders: Mapping[str, GraderSpec]) -> dict[str, Any]:
+    """Compose the suite schema for these graders (sorted, so the output is stable)."""
+    names = sorted(graders)
+    defs: dict[str, Any] = {
+        "task": _task_schema(),
+        "check": {
+            "type": "object",
+            "required": ["type"],
+            "properties": {"type": {"enum": names, "description": "The grader to run."}},
+            "allOf": [
+                {
+                    "if": {"properties": {"type": {"const": name}}, "required": ["type"]},
+                    "then": {"$ref": f"#/$defs/check_{name}"},
+                }
+                for name in names
+            ],
+        },
+        "suite_mapping": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "description": {"type": "string"},
+                "defaults": {
+                    "type": "object",
+                    "description": "Applied to every task that does not set its own.",
+                    "properties": {
+                        "permissions": PERMISSIONS,
+                        "limits": LIMITS,
+                        "tags": {"type": "array", "items": {"type": "string"}},
+                    },
+                    "additionalProperties": False,
+                },
+                "tasks": {"type": "array", "items": {"$ref": "#/$defs/task"}},
+            },
+            "required": ["tasks"],
+            "additionalProperties": False,
+        },
+    }
+    for name in names:
+        defs[f"check_{name}"] = _check_schema(graders[name])
+    return {
+        "$schema": DIALECT,
+        "title": "evalctl suite",
+        "description": "A list of tasks, or a mapping with `tasks:` and suite-level defaults.",
+        "if": {"type": "array"},
+        "then": {"items": {"$ref": "#/$defs/task"}},
+        "else": {"$ref": "#/$defs/suite_mapping"},
+        "$defs": defs,
+    }
+
+
+def schema_text(schema: Mapping[str, Any]) -> str:
+    return json.dumps(schema, indent=2, sort_keys=False) + "\n"
+
+
+def schema_digest(schema: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()

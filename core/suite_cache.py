@@ -1,0 +1,51 @@
+"""A cache of validated suites, keyed by the file's bytes, the schema and the rules.
+
+Parsing YAML dominates loading a large suite; an unchanged file under an unchanged
+set of plugins gives the same result, so it is stored once validated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+FORMAT = "1"
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("EVALCTL_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "evalctl" / "suites"
+
+
+def cache_key(raw: bytes, schema_digest: str, talk_only: list[str]) -> str:
+    digest = hashlib.sha256(raw)
+    from evalctl import __version__
+
+    digest.update(f"\0{FORMAT}\0{__version__}\0{schema_digest}\0{','.join(talk_only)}".encode())
+    return digest.hexdigest()
+
+
+def read(key: str) -> dict[str, Any] | None:
+    if os.environ.get("EVALCTL_NO_CACHE"):
+        return None
+    try:
+        return json.loads((cache_dir() / f"{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def write(key: str, value: dict[str, Any]) -> None:
+    if os.environ.get("EVALCTL_NO_CACHE"):
+        return
+    from evalctl.fileio import write_atomically
+
+    try:
+        write_atomically(cache_dir() / f"{key}.json", json.dumps(value))
+    except OSError:
+        pass  # a cache that cannot be written only costs speed

@@ -1,0 +1,116 @@
+"""Fresh workspaces: seeding, confinement, and what changed since the seed.
+
+A run directory holds one workspace per task, and beside them (never inside) each
+task's ledger (.ledgers/), its private state (HOME, TMPDIR in .state/) and a pristine
+copy of its seed (.seed/), so nothing leaks between tasks or runs. Workspaces are kept after the run for inspection.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Caches tools write as a side effect; not the agent's work.
+IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+
+
+class ConfinementError(ValueError):
+    """A path that would leave the workspace."""
+
+
+@dataclass
+class Workspace:
+    task_id: str
+    root: Path
+    home: Path
+    tmp: Path
+    ledger_path: Path
+    seed_path: Path
+    seed: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
+
+    def resolve(self, user_path: str) -> Path:
+        return resolve_inside(self.root, user_path)
+
+    def changed_files(self) -> dict[str, str]:
+        """Workspace-relative path -> 'created' | 'modified' | 'deleted'."""
+        now = snapshot(self.root)
+        changes = {p: "created" for p in now if p not in self.seed}
+        changes.update({p: "modified" for p in now if p in self.seed and now[p] != self.seed[p]})
+        changes.update({p: "deleted" for p in self.seed if p not in now})
+        return dict(sorted(changes.items()))
+
+
+def new_run_directory(base: str | os.PathLike[str] = "eval_reports") -> Path:
+    """eval_reports/workspaces-<timestamp>/, unique even for runs started together."""
+    base_path = Path(base)
+    base_path.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for attempt in range(1, 10_000):
+        candidate = base_path / (f"workspaces-{stamp}" + (f"-{attempt}" if attempt > 1 else ""))
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate.resolve()
+    raise RuntimeError(f"cannot create a run directory under {base_path}")
+
+
+def resolve_inside(root: Path, user_path: str) -> Path:
+    """Resolve `user_path` against `root`, following symlinks, and refuse escapes."""
+    if not isinstance(user_path, str) or not user_path.strip():
+        raise ConfinementError("path must be a non-empty string")
+    if "\x00" in user_path:
+        raise ConfinementError("path contains a NUL byte")
+    root = root.resolve()
+    candidate = Path(user_path)
+    resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    if resolved != root and not resolved.is_relative_to(root):
+        raise ConfinementError(
+            f"{user_path!r} resolves outside the workspace; use paths inside it"
+        )
+    return resolved
+
+
+def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str]) -> Workspace:
+    root = run_dir / task_id
+    state = run_dir / ".state" / task_id
+    ledgers = run_dir / ".ledgers"
+    seed = run_dir / ".seed" / task_id
+    for directory in (root, state / "home", state / "tmp", ledgers, seed):
+        directory.mkdir(parents=True, exist_ok=True)
+    workspace = Workspace(task_id, root.resolve(), (state / "home").resolve(),
+                          (state / "tmp").resolve(), (ledgers / f"{task_id}.jsonl").resolve(),
+                          seed.resolve())
+    for base in (workspace.root, workspace.seed_path):
+        for relative, content in files.items():
+            target = resolve_inside(base, relative)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
+    workspace.seed = snapshot(workspace.root)
+    return workspace
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Relative path -> content hash of every file (symlinks by their target)."""
+    found: dict[str, str] = {}
+    for directory, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if d not in IGNORED_DIRS)
+        for name in names:
+            full = Path(directory, name)
+            relative = full.relative_to(root).as_posix()
+            if full.is_symlink():
+                found[relative] = "symlink:" + os.readlink(full)
+                continue
+            digest = hashlib.sha256()
+            try:
+                with open(full, "rb") as handle:
+                    for block in iter(lambda h=handle: h.read(1 << 20), b""):
+                        digest.update(block)
+            except OSError:
+                continue
+            found[relative] = digest.hexdigest()
+    return found

@@ -1,0 +1,126 @@
+"""strictyaml parsing into plain data, keeping the line of every node.
+
+strictyaml's own loader rejects flow style, anchors, tags and duplicate keys. Its
+schema layer is skipped: it grows quadratically with the document, and the JSON
+Schema does that job. Plain scalars are then typed as YAML 1.2's core schema types
+them, which is what editors (yaml-language-server) see, so the loader and the editor
+validate the same values.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+Path_ = tuple[str | int, ...]
+
+_INT = re.compile(r"^[-+]?[0-9]+$")
+_OCT = re.compile(r"^0o[0-7]+$")
+_HEX = re.compile(r"^0x[0-9a-fA-F]+$")
+_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
+_INF = re.compile(r"^[-+]?\.(?:inf|Inf|INF)$")
+_NAN = re.compile(r"^\.(?:nan|NaN|NAN)$")
+_NULLS = {"", "~", "null", "Null", "NULL"}
+_BOOLS = {"true": True, "True": True, "TRUE": True,
+          "false": False, "False": False, "FALSE": False}
+
+
+def resolve_plain_scalar(text: str) -> Any:
+    """Type an unquoted scalar as YAML 1.2's core schema does."""
+    if text in _NULLS:
+        return None
+    if text in _BOOLS:
+        return _BOOLS[text]
+    if _INT.match(text):
+        return int(text)
+    if _OCT.match(text):
+        return int(text[2:], 8)
+    if _HEX.match(text):
+        return int(text[2:], 16)
+    if _FLOAT.match(text):
+        return float(text)
+    if _INF.match(text):
+        return -math.inf if text.startswith("-") else math.inf
+    if _NAN.match(text):
+        return math.nan
+    return text
+
+
+class YamlSyntaxError(Exception):
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line = line
+        self.message = message
+
+
+@dataclass
+class Located:
+    """Plain data plus the 1-based line of every node and mapping key."""
+
+    data: Any
+    lines: dict[Path_, int] = field(default_factory=dict)
+    key_lines: dict[Path_, int] = field(default_factory=dict)
+
+    def line_of(self, path: Path_) -> int:
+        """The line of the node at `path`, or of its nearest located ancestor."""
+        path = tuple(path)
+        while path:
+            if path in self.lines:
+                return self.lines[path]
+            path = path[:-1]
+        return self.lines.get((), 1)
+
+
+def _loader_class(label: str) -> type:
+    from strictyaml.parser import StrictYAMLLoader
+
+    return type("EvalctlSuiteLoader", (StrictYAMLLoader,),
+                {"label": label, "allow_flow_style": False})
+
+
+def parse(text: str, label: str) -> Located:
+    """Parse one YAML document; raise YamlSyntaxError with the line of the problem."""
+    from strictyaml import ruamel
+
+    try:
+        document = ruamel.load(text, Loader=_loader_class(label), preserve_quotes=True)
+    except ruamel.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context", None)
+        message = f"{problem} ({context})" if context and context != "While scanning" and \
+            context != "While parsing" else str(problem)
+        raise YamlSyntaxError(line, f"invalid YAML: {message}") from None
+    located = Located(None)
+    located.lines[()] = 1
+    located.data = _plain(document, (), located)
+    return located
+
+
+def _plain(node: Any, path: Path_, located: Located) -> Any:
+    from strictyaml.ruamel.comments import CommentedMap, CommentedSeq
+
+    if isinstance(node, CommentedMap):
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            key_line, _, value_line, _ = node.lc.data[key]
+            child = (*path, str(key))
+            located.key_lines[child] = key_line + 1
+            # A block value starting on the next line belongs to its key's line.
+            located.lines[child] = key_line + 1 if isinstance(value, CommentedMap | CommentedSeq) \
+                else value_line + 1
+            out[str(key)] = _plain(value, child, located)
+        return out
+    if isinstance(node, CommentedSeq):
+        items = []
+        for index, value in enumerate(node):
+            child = (*path, index)
+            located.lines[child] = node.lc.data[index][0] + 1
+            items.append(_plain(value, child, located))
+        return items
+    if type(node) is str:
+        return resolve_plain_scalar(node)
+    return str(node) if node is not None else None

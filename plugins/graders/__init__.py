@@ -1,0 +1,1 @@
+"""Built-in mechanical graders, one module per family."""

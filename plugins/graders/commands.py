@@ -1,0 +1,170 @@
+"""Graders that run something in the workspace: `command`, `tests_pass`, `python`.
+
+Each runs in a subprocess with a timeout, in its own process group, with provider
+credentials scrubbed from the environment, so a crash or a hang cannot take the run
+down.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import evalctl
+from evalctl.agent.tools import run_command, scrubbed_environment
+
+TAIL = 1_500
+TIMEOUT = {"type": "number", "exclusiveMinimum": 0, "description": "Seconds (default 60)."}
+
+
+def _tail(output: str) -> str:
+    output = output.strip()
+    return output if len(output) <= TAIL else "..." + output[-TAIL:]
+
+
+async def _run(command: str, workspace: Path, timeout: float) -> tuple[int | None, str, bool]:
+    with tempfile.TemporaryDirectory(prefix="evalctl-grader-") as scratch:
+        env = scrubbed_environment(Path(scratch), Path(scratch))
+        return await run_command(command, cwd=workspace, env=env, timeout=timeout)
+
+
+async def grade_command(check: dict[str, Any], workspace: Path,
+                        result: evalctl.AgentResult) -> evalctl.CheckResult:
+    timeout = check.get("timeout", 60)
+    code, output, timed_out = await _run(check["command"], workspace, timeout)
+    if timed_out:
+        return evalctl.CheckResult(False, f"timed out after {timeout:g}s\n{_tail(output)}")
+    if code == 0:
+        return evalctl.CheckResult(True, f"exit 0\n{_tail(output)}".strip())
+    return evalctl.CheckResult(False, f"exit {code}\n{_tail(output)}".strip())
+
+
+NO_TESTS = re.compile(r"\bno tests ran\b|\bcollected 0 items\b|\bRan 0 tests\b")
+
+
+async def grade_tests_pass(check: dict[str, Any], workspace: Path,
+                           result: evalctl.AgentResult) -> evalctl.CheckResult:
+    default = f"{_quote(sys.executable)} -m pytest -q -p no:cacheprovider"
+    command = check.get("command", default)
+    timeout = check.get("timeout", 300)
+    code, output, timed_out = await _run(command, workspace, timeout)
+    if timed_out:
+        return evalctl.CheckResult(False, f"tests timed out after {timeout:g}s\n{_tail(output)}")
+    if code == 5 or NO_TESTS.search(output):
+        return evalctl.CheckResult(False, f"no tests were collected\n{_tail(output)}")
+    if code == 0:
+        return evalctl.CheckResult(True, _tail(output).splitlines()[-1] if output.strip() else
+                                   "tests passed")
+    return evalctl.CheckResult(False, f"tests failed (exit {code})\n{_tail(output)}")
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+# Runs in a child interpreter: `workspace` and `result` in scope, then the suite's code.
+_BOOTSTRAP = """\
+import json, sys, types
+from pathlib import Path
+payload = json.loads(sys.stdin.read())
+workspace = Path(payload["workspace"])
+data = payload["result"]
+result = types.SimpleNamespace(**data)
+result.usage = types.SimpleNamespace(**data["usage"])
+del json, sys, types, payload, data
+exec(compile(__EVALCTL_CODE__, "<check>", "exec"))
+"""
+
+
+async def grade_python(check: dict[str, Any], workspace: Path,
+                       result: evalctl.AgentResult) -> evalctl.CheckResult:
+    import asyncio
+    import os
+    import signal
+
+    timeout = check.get("timeout", 60)
+    program = _BOOTSTRAP.replace("__EVALCTL_CODE__", repr(check["code"]))
+    payload = json.dumps({"workspace": str(workspace), "result": result.to_dict()})
+    with tempfile.TemporaryDirectory(prefix="evalctl-grader-") as scratch:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", program, cwd=str(workspace),
+            env=scrubbed_environment(Path(scratch), Path(scratch)),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        try:
+            output, _ = await asyncio.wait_for(process.communicate(payload.encode()), timeout)
+        except TimeoutError:
+            os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+            return evalctl.CheckResult(False, f"the assertion timed out after {timeout:g}s")
+    text = output.decode("utf-8", errors="replace")
+    if process.returncode == 0:
+        return evalctl.CheckResult(True, "the assertion held" + (f"\n{_tail(text)}" if
+                                                                  text.strip() else ""))
+    return evalctl.CheckResult(False, _explain_failure(text, process.returncode))
+
+
+def _explain_failure(output: str, code: int | None) -> str:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    if not lines:
+        return f"the check's code exited with {code}"
+    last = lines[-1]
+    if last.startswith("AssertionError"):
+        message = last.partition(":")[2].strip()
+        where = next((line.strip() for line in reversed(lines) if '"<check>"' in line), "")
+        return f"assertion failed{': ' + message if message else ''} ({where})".replace(" ()", "")
+    return f"the check's code raised {last}\n{_tail(output)}"
+
+
+@evalctl.hookimpl
+def evalctl_register_graders(register):
+    register(evalctl.GraderSpec(
+        name="command",
+        grade=grade_command,
+        params_schema={
+            "type": "object",
+            "properties": {"command": {"type": "string", "minLength": 1,
+                                       "description": "A bash command; exit 0 passes."},
+                           "timeout": TIMEOUT},
+            "required": ["command"],
+        },
+        description="Does a bash command, run in the workspace after the agent finished, "
+                    "exit 0?",
+    ))
+    register(evalctl.GraderSpec(
+        name="tests_pass",
+        grade=grade_tests_pass,
+        params_schema={
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "minLength": 1,
+                            "description": "Test command (default: the harness's "
+                                           "`python -m pytest -q`)."},
+                "timeout": {**TIMEOUT, "description": "Seconds (default 300)."},
+            },
+        },
+        description="Do the workspace's tests pass? Collecting no tests is a failure.",
+    ))
+    register(evalctl.GraderSpec(
+        name="python",
+        grade=grade_python,
+        params_schema={
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "minLength": 1,
+                         "description": "Python statements, usually asserts, with `workspace` "
+                                        "(a pathlib.Path) and `result` (the agent's result) "
+                                        "in scope. Passes when it raises nothing."},
+                "timeout": TIMEOUT,
+            },
+            "required": ["code"],
+        },
+        description="Does a Python assertion about the workspace hold? It runs in a "
+                    "subprocess, so a crash or a hang fails only this check.",
+    ))

@@ -1,0 +1,150 @@
+"""File graders: `file_exists`, `file_contains`, `no_placeholders`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import evalctl
+from evalctl.workspace import ConfinementError, resolve_inside
+
+PATH = {"type": "string", "minLength": 1, "description": "Path relative to the workspace."}
+
+
+def _target(workspace: Path, relative: str) -> Path | evalctl.CheckResult:
+    try:
+        return resolve_inside(workspace, relative)
+    except ConfinementError as exc:
+        return evalctl.CheckResult(False, str(exc))
+
+
+def grade_file_exists(check: dict[str, Any], workspace: Path,
+                      result: evalctl.AgentResult) -> evalctl.CheckResult:
+    target = _target(workspace, check["path"])
+    if isinstance(target, evalctl.CheckResult):
+        return target
+    if target.is_file():
+        return evalctl.CheckResult(True, f"{check['path']} exists ({target.stat().st_size} bytes)")
+    if target.is_dir():
+        return evalctl.CheckResult(False, f"{check['path']} is a directory, not a file")
+    return evalctl.CheckResult(False, f"{check['path']} does not exist")
+
+
+def grade_file_contains(check: dict[str, Any], workspace: Path,
+                        result: evalctl.AgentResult) -> evalctl.CheckResult:
+    target = _target(workspace, check["path"])
+    if isinstance(target, evalctl.CheckResult):
+        return target
+    if not target.is_file():
+        return evalctl.CheckResult(False, f"{check['path']} does not exist")
+    content = target.read_text(encoding="utf-8", errors="replace")
+    if "regex" in check:
+        found = re.search(check["regex"], content, re.MULTILINE)
+        what = f"regex {check['regex']!r}"
+    else:
+        found = check["text"] in content
+        what = f"text {check['text']!r}"
+    negate = check.get("negate", False)
+    if bool(found) != negate:
+        verb = "does not contain" if negate else "contains"
+        return evalctl.CheckResult(True, f"{check['path']} {verb} {what}")
+    if negate:
+        return evalctl.CheckResult(False, f"{check['path']} contains {what}, which it must not")
+    preview = content[:200].replace("\n", "\\n")
+    return evalctl.CheckResult(False, f"{check['path']} does not contain {what}; "
+                                      f"it starts with: {preview!r}")
+
+
+PLACEHOLDERS = [
+    (re.compile(r"\b(?:TODO|FIXME|XXX)\b"), "a TODO/FIXME/XXX marker"),
+    (re.compile(r"\bNotImplementedError\b"), "a NotImplementedError stub"),
+    (re.compile(r"your (?:code|implementation|answer|text) (?:goes )?here", re.IGNORECASE),
+     "a 'your code here' placeholder"),
+    (re.compile(r"\b(?:implement (?:me|this)|fill (?:this|me) in)\b", re.IGNORECASE),
+     "an 'implement me' placeholder"),
+    (re.compile(r"\blorem ipsum\b", re.IGNORECASE), "lorem ipsum filler"),
+    (re.compile(r"<(?:placeholder|insert [^>]*)>", re.IGNORECASE), "a <placeholder>"),
+]
+CODE_SUFFIXES = {".py", ".js", ".ts", ".jsx", ".tsx", ".go", ".rs", ".java", ".rb",
+                 ".c", ".h", ".cpp", ".sh"}
+# An ellipsis standing in for a body (`pass  # TODO` is caught by the TODO marker).
+CODE_PLACEHOLDERS = [
+    (re.compile(r"^\s*\.\.\.\s*(?:#.*)?$"), "a '...' body"),
+    (re.compile(r":\s*\.\.\.\s*(?:#.*)?$"), "a '...' body"),
+]
+
+
+def _placeholder_hits(relative: str, text: str, seeded: set[str]) -> list[str]:
+    hits = []
+    is_code = Path(relative).suffix in CODE_SUFFIXES
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line in seeded:
+            continue  # the agent did not write this line
+        patterns = PLACEHOLDERS + (CODE_PLACEHOLDERS if is_code else [])
+        for pattern, label in patterns:
+            if pattern.search(line):
+                hits.append(f"{relative}:{number}: {label}: {line.strip()[:80]}")
+                break
+    return hits
+
+
+def grade_no_placeholders(check: dict[str, Any], workspace: Path,
+                          result: evalctl.AgentResult) -> evalctl.CheckResult:
+    changed = sorted(p for p, kind in result.files_changed.items() if kind != "deleted")
+    hits: list[str] = []
+    for relative in changed:
+        full = workspace / relative
+        if not full.is_file():
+            continue
+        data = full.read_bytes()
+        if b"\x00" in data[:8192]:
+            continue
+        seeded_lines: set[str] = set()
+        if result.seed_path is not None and (result.seed_path / relative).is_file():
+            seeded_lines = set((result.seed_path / relative).read_text(
+                encoding="utf-8", errors="replace").splitlines())
+        hits.extend(_placeholder_hits(relative, data.decode("utf-8", errors="replace"),
+                                      seeded_lines))
+    if hits:
+        shown = hits[:10] + ([f"... and {len(hits) - 10} more"] if len(hits) > 10 else [])
+        return evalctl.CheckResult(False, "placeholders in the agent's files:\n" + "\n".join(shown))
+    if not changed:
+        return evalctl.CheckResult(True, "the agent created or changed no files")
+    return evalctl.CheckResult(True, f"no placeholders in {len(changed)} created or changed file(s)")
+
+
+@evalctl.hookimpl
+def evalctl_register_graders(register):
+    register(evalctl.GraderSpec(
+        name="file_exists",
+        grade=grade_file_exists,
+        params_schema={"type": "object", "properties": {"path": PATH}, "required": ["path"]},
+        description="Is there a file at `path` in the workspace?",
+    ))
+    register(evalctl.GraderSpec(
+        name="file_contains",
+        grade=grade_file_contains,
+        params_schema={
+            "type": "object",
+            "properties": {
+                "path": PATH,
+                "text": {"type": "string", "minLength": 1, "description": "Exact text."},
+                "regex": {"type": "string", "minLength": 1,
+                          "description": "A Python regular expression (multiline)."},
+                "negate": {"type": "boolean", "description": "Pass when it is NOT there."},
+            },
+            "required": ["path"],
+            "oneOf": [{"required": ["text"]}, {"required": ["regex"]}],
+        },
+        description="Does the file at `path` contain `text` (or match `regex`)? With "
+                    "`negate: true`, does it not?",
+    ))
+    register(evalctl.GraderSpec(
+        name="no_placeholders",
+        grade=grade_no_placeholders,
+        params_schema={"type": "object", "properties": {}},
+        description="Are the files the agent created or changed free of placeholders (TODO, "
+                    "FIXME, XXX, '...' bodies, NotImplementedError stubs, 'your code here')? "
+                    "Lines that were already in the seeded files are not blamed.",
+    ))

@@ -1,0 +1,1 @@
+"""Built-in providers: scripted (deterministic) and anthropic (live)."""

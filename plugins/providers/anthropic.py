@@ -1,0 +1,149 @@
+"""The Anthropic provider: the official SDK's async client and the Messages API.
+
+The SDK is imported when a provider is created, never at plugin load, so
+`evalctl --help` and `list-plugins` stay fast and SDK-free.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import evalctl
+
+DEFAULT_MODEL = "claude-sonnet-4-6"
+DEFAULT_MAX_TOKENS = 8192
+DEFAULT_MAX_RETRIES = 4
+CACHE = {"type": "ephemeral"}
+_OVERFLOW_HINTS = ("prompt is too long", "context window", "context_window")
+
+
+def to_api_messages(messages: list[evalctl.Message]) -> list[dict[str, Any]]:
+    """The kernel's conversation as Messages API messages.
+
+    Assistant content goes back verbatim; tool results are `tool_result` blocks, one
+    per `tool_use`, first (here: only) in the next user message.
+    """
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if isinstance(message, evalctl.UserMessage):
+            out.append({"role": "user", "content": message.text})
+        elif isinstance(message, evalctl.AssistantMessage):
+            out.append({"role": "assistant", "content": message.turn.raw_content or
+                        [{"type": "text", "text": message.turn.text or "(no text)"}]})
+        else:
+            out.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": r.call_id, "content": r.content,
+                 "is_error": r.is_error} for r in message.results]})
+    return out
+
+
+def to_api_tools(tools: list[evalctl.ToolDefinition]) -> list[dict[str, Any]]:
+    api_tools = [{"name": t.name, "description": t.description,
+                  "input_schema": dict(t.input_schema)} for t in tools]
+    if api_tools:
+        api_tools[-1]["cache_control"] = CACHE  # caches every tool definition before it
+    return api_tools
+
+
+class AnthropicProvider:
+    def __init__(self, client: Any, model: str, max_tokens: int,
+                 extra: Mapping[str, Any] | None = None):
+        self.client = client
+        self.model = model
+        self.max_tokens = max_tokens
+        self.extra = dict(extra or {})
+
+    async def complete(self, request: evalctl.ModelRequest) -> evalctl.ModelTurn:
+        import anthropic
+
+        from evalctl.plugins.providers.anthropic_prices import cost_of
+
+        try:
+            response = await self.client.messages.create(
+                model=self.model,
+                max_tokens=self.max_tokens,
+                system=[{"type": "text", "text": request.system, "cache_control": CACHE}],
+                tools=to_api_tools(request.tools),
+                messages=to_api_messages(request.messages),
+                **self.extra,
+            )
+        except anthropic.BadRequestError as exc:
+            if any(hint in str(exc).lower() for hint in _OVERFLOW_HINTS):
+                return evalctl.ModelTurn(stop_reason=evalctl.StopReason.CONTEXT_OVERFLOW,
+                                         cost=0.0, model=self.model)
+            raise evalctl.ProviderError(f"the API rejected the request: {exc}") from None
+        except anthropic.APIStatusError as exc:
+            raise evalctl.ProviderError(
+                f"HTTP {exc.status_code} after retries: {exc.message}") from None
+        except anthropic.APIConnectionError as exc:
+            raise evalctl.ProviderError(f"cannot reach the API after retries: {exc}") from None
+        except (anthropic.AnthropicError, ValueError) as exc:
+            raise evalctl.ProviderError(f"unusable response from the API: {exc}") from None
+
+        text_parts: list[str] = []
+        calls: list[evalctl.ToolCall] = []
+        for block in response.content:
+            if block.type == "text":
+                text_parts.append(block.text)
+            elif block.type == "tool_use":
+                calls.append(evalctl.ToolCall(block.id, block.name, dict(block.input or {})))
+        raw = response.usage
+        usage = evalctl.TokenUsage(
+            input_tokens=raw.input_tokens or 0,
+            output_tokens=raw.output_tokens or 0,
+            cache_read_tokens=getattr(raw, "cache_read_input_tokens", None) or 0,
+            cache_write_tokens=getattr(raw, "cache_creation_input_tokens", None) or 0,
+        )
+        stop = response.stop_reason or evalctl.StopReason.END_TURN
+        if stop == "stop_sequence":
+            stop = evalctl.StopReason.END_TURN
+        model = response.model or self.model
+        return evalctl.ModelTurn(
+            text="\n".join(text_parts),
+            tool_calls=calls,
+            stop_reason=stop,
+            usage=usage,
+            cost=cost_of(model, usage),
+            model=model,
+            raw_content=[block.model_dump(exclude_none=True) for block in response.content],
+        )
+
+
+def create(options: Mapping[str, Any]) -> AnthropicProvider:
+    api_key = os.environ.get("ANTHROPIC_API_KEY")
+    if not api_key:
+        raise evalctl.UsageError(
+            "the anthropic provider needs ANTHROPIC_API_KEY in the environment; set it, or "
+            "run offline with --scripted")
+    import anthropic
+
+    def number(name: str, default: float, kind: type = int) -> Any:
+        try:
+            return kind(options.get(name, default))
+        except (TypeError, ValueError):
+            raise evalctl.UsageError(f"anthropic provider: {name} must be a number") from None
+
+    client = anthropic.AsyncAnthropic(
+        api_key=api_key,
+        base_url=options.get("base_url") or os.environ.get("ANTHROPIC_BASE_URL") or None,
+        max_retries=number("max_retries", DEFAULT_MAX_RETRIES),
+        timeout=number("timeout", 600.0, float),
+    )
+    extra = {}
+    if "temperature" in options:
+        extra["temperature"] = number("temperature", 1.0, float)
+    return AnthropicProvider(client, options.get("model") or DEFAULT_MODEL,
+                             number("max_tokens", DEFAULT_MAX_TOKENS), extra)
+
+
+@evalctl.hookimpl
+def evalctl_register_providers(register):
+    register(evalctl.ProviderSpec(
+        name="anthropic",
+        create=create,
+        description="Claude through the official anthropic SDK. Needs ANTHROPIC_API_KEY. "
+                    "Options: model, max_tokens, max_retries, timeout, temperature, base_url.",
+        default_concurrency=4,
+    ))

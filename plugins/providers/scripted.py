@@ -1,0 +1,97 @@
+"""The scripted provider: serves the turns a task declares in `script:`.
+
+Deterministic, free and offline, so a whole suite can run in every CI build. Token
+usage is declared per turn or counted from the content (4 characters a token), so
+the ledger's totals are exercised. A task without a script gets a reply that claims
+success and does nothing: only the graders can tell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import evalctl
+
+CANNED_REPLY = "Done: the task is complete."
+CHARS_PER_TOKEN = 4
+
+
+def count_tokens(text: str) -> int:
+    return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+
+
+def _request_text(request: evalctl.ModelRequest) -> str:
+    parts = [request.system, *(t.name + t.description for t in request.tools)]
+    for message in request.messages:
+        if isinstance(message, evalctl.UserMessage):
+            parts.append(message.text)
+        elif isinstance(message, evalctl.AssistantMessage):
+            parts.append(message.turn.text)
+            parts.extend(json.dumps(c.arguments, sort_keys=True) for c in message.turn.tool_calls)
+        else:
+            parts.extend(r.content for r in message.results)
+    return "".join(parts)
+
+
+class ScriptedProvider:
+    def __init__(self, latency: float = 0.0):
+        self.latency = latency
+
+    async def complete(self, request: evalctl.ModelRequest) -> evalctl.ModelTurn:
+        if self.latency:
+            await asyncio.sleep(self.latency)
+        script = request.task.get("script")
+        task_id = request.task.get("id", "?")
+        if script is None:
+            turn: Mapping[str, Any] = {"text": CANNED_REPLY}
+        elif request.turn_index >= len(script):
+            raise evalctl.ProviderError(
+                f"the script of task '{task_id}' has {len(script)} turn(s) and the agent asked "
+                f"for turn {request.turn_index + 1}; end the script with a turn without "
+                "tool calls", status=evalctl.ExitStatus.SCRIPT_ERROR)
+        else:
+            turn = script[request.turn_index]
+        known = {t.name for t in request.tools}
+        calls = []
+        for index, call in enumerate(turn.get("tool_calls", []), start=1):
+            if call["tool"] not in known:
+                raise evalctl.ProviderError(
+                    f"the script of task '{task_id}' calls unknown tool {call['tool']!r} in "
+                    f"turn {request.turn_index + 1}; known tools: {', '.join(sorted(known))}",
+                    status=evalctl.ExitStatus.SCRIPT_ERROR)
+            calls.append(evalctl.ToolCall(f"call_{request.turn_index + 1}_{index}",
+                                          call["tool"], dict(call.get("input", {}))))
+        text = turn.get("text", "")
+        declared = turn.get("usage")
+        if declared is not None:
+            usage = evalctl.TokenUsage.from_dict(declared)
+        else:
+            output = text + "".join(json.dumps(c.arguments, sort_keys=True) for c in calls)
+            usage = evalctl.TokenUsage(count_tokens(_request_text(request)), count_tokens(output))
+        stop = turn.get("stop_reason") or (evalctl.StopReason.TOOL_USE if calls
+                                           else evalctl.StopReason.END_TURN)
+        return evalctl.ModelTurn(text=text, tool_calls=calls, stop_reason=stop, usage=usage,
+                                 cost=0.0, model="scripted")
+
+
+def create(options: Mapping[str, Any]) -> ScriptedProvider:
+    try:
+        latency = float(options.get("latency", 0))
+    except ValueError:
+        raise evalctl.UsageError("scripted provider: latency must be a number of seconds") \
+            from None
+    return ScriptedProvider(latency=latency)
+
+
+@evalctl.hookimpl
+def evalctl_register_providers(register):
+    register(evalctl.ProviderSpec(
+        name="scripted",
+        create=create,
+        description="Serves each task's `script:` turns; deterministic, offline, free. "
+                    "Option: latency=SECONDS per turn (for benchmarks).",
+        default_concurrency=8,
+    ))

@@ -1,0 +1,1 @@
+"""Built-in reporters: json, markdown and junit."""

@@ -1,0 +1,74 @@
+"""`junit`: one testcase per task; failed checks are <failure>, infrastructure
+errors <error>, tasks not run <skipped>. Judge checks go to system-out only."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import evalctl
+
+# XML 1.0 cannot carry most control characters, and agents' output has them.
+_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+def _text(value: object) -> str:
+    return _INVALID_XML.sub("\ufffd", str(value))
+
+
+def render(run) -> str:
+    data = run.to_dict()
+    summary = data["summary"]
+    tasks = data["tasks"]
+    total_time = sum(t["duration"] for t in tasks)
+    root = ET.Element("testsuites", name="evalctl", tests=str(len(tasks)),
+                      failures=str(summary["failed"]), errors=str(summary["errors"]),
+                      time=f"{total_time:.3f}")
+    suite = ET.SubElement(root, "testsuite", name=_text(data["suite"]["name"]),
+                          tests=str(len(tasks)), failures=str(summary["failed"]),
+                          errors=str(summary["errors"]), skipped=str(summary["not_run"]),
+                          time=f"{total_time:.3f}", timestamp=data["started_at"][:19])
+    properties = ET.SubElement(suite, "properties")
+    for name, value in (("provider", data["provider"]), ("model", data["model"] or ""),
+                        ("completion_rate", summary["completion_rate"]),
+                        ("grounding_rate", summary["grounding_rate"]),
+                        ("judge_rate", summary["judge_rate"])):
+        ET.SubElement(properties, "property", name=name,
+                      value=_text("" if value is None else value))
+    for task in tasks:
+        case = ET.SubElement(suite, "testcase", classname=_text(data["suite"]["name"]),
+                             name=_text(task["id"]), time=f"{task['duration']:.3f}")
+        failed = [c for c in task["checks"] if not c["passed"] and c["kind"] == "mechanical"]
+        if task["status"] == "error":
+            element = ET.SubElement(case, "error", message=_text(
+                task["error"] or "a grader crashed"), type=_text(task["exit_status"] or "error"))
+            element.text = _text("\n".join(f"{c['type']}: {c['detail']}" for c in task["checks"]
+                                           if c["error"]) or task["error"] or "")
+        elif task["status"] == "failed":
+            element = ET.SubElement(case, "failure", message=_text(
+                f"{len(failed)} check(s) failed: {', '.join(c['type'] for c in failed)}"),
+                type="check_failed")
+            element.text = _text("\n\n".join(f"{c['type']}: {c['detail']}" for c in failed))
+        elif task["status"] == "not_run":
+            ET.SubElement(case, "skipped", message="the run was interrupted")
+        out = ET.SubElement(case, "system-out")
+        out.text = _text("\n".join(
+            [f"exit status: {task['exit_status']}", f"turns: {task['turns']}",
+             f"workspace: {task['workspace']}"]
+            + [f"[{'pass' if c['passed'] else 'FAIL'}] {c['kind']} {c['type']}: {c['detail']}"
+               for c in task["checks"]]))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def write_junit(run, path: Path) -> Path:
+    return evalctl.write_atomically(path, render(run))
+
+
+@evalctl.hookimpl
+def evalctl_register_reporters(register):
+    register(evalctl.ReporterSpec(
+        name="junit", write=write_junit, extension="xml",
+        description="JUnit XML for CI: failed checks as <failure>, errors as <error>.",
+    ))
