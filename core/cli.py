@@ -72,7 +72,7 @@ def list_plugins(ctx: click.Context, as_json: bool) -> None:
             style = {"ok": "green", "failed": "red", "conflict": "red"}.get(status, "yellow")
             table.add_row(record["plugin"], record["distribution"] or "-",
                           record["version"] or "-", f"[{style}]{status}[/]", provides or "-")
-        console = Console(soft_wrap=not sys.stdout.isatty())
+        console = Console(width=None if sys.stdout.isatty() else 120)
         console.print(table)
         for record in records:
             if record["error"]:

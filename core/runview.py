@@ -67,7 +67,8 @@ class RunView:
             table.add_row(task.task_id, f"[{colors[task.status]}]{task.status}[/]",
                           failed or "-", task.exit_status or "-", str(task.turns), str(tokens),
                           cost, f"{task.duration:.1f}s")
-        console = Console(file=sys.stdout, soft_wrap=not sys.stdout.isatty())
+        terminal = sys.stdout.isatty()
+        console = Console(file=sys.stdout, width=None if terminal else 120)
         console.print(table)
         passed = sum(1 for t in run.tasks if t.passed)
         console.print(f"{passed}/{len(run.ran())} tasks passed", highlight=False)
