@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import evalctl
+from evalctl.registry import Registry, get_registry, load_registry, PluginSource, set_registry
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITES = ROOT / "suites"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_environment(tmp_path_factory, monkeypatch):
+    """Each test gets its own suite cache; no plugin settings leak in from the shell."""
+    monkeypatch.setenv("EVALCTL_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    for name in ("EVALCTL_DISABLE_PLUGINS", "EVALCTL_STRICT_PLUGINS", "ANTHROPIC_API_KEY",
+                 "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    set_registry(None)
+    yield
+    set_registry(None)
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return get_registry()
+
+
+def registry_with(*plugins: tuple[str, Any]) -> Registry:
+    """The installed plugins plus extra plugin objects, in a fresh plugin manager."""
+    from evalctl.registry import entry_point_sources
+
+    sources = entry_point_sources() + [PluginSource.from_object(name, obj, "test-dist", "1.0")
+                                       for name, obj in plugins]
+    return load_registry(sources, disabled=())
+
+
+@pytest.fixture
+def write_suite(tmp_path) -> Callable[[str], Path]:
+    def write(text: str, name: str = "suite.yaml") -> Path:
+        path = tmp_path / name
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return write
+
+
+class FakeModel:
+    """A provider that plays a list of turns (or functions of the request)."""
+
+    def __init__(self, turns: list[Any]):
+        self.turns = list(turns)
+        self.requests: list[evalctl.ModelRequest] = []
+
+    async def complete(self, request: evalctl.ModelRequest) -> evalctl.ModelTurn:
+        self.requests.append(request)
+        if not self.turns:
+            raise evalctl.ProviderError("the fake model has no more turns")
+        turn = self.turns.pop(0)
+        if callable(turn):
+            turn = turn(request)
+        if isinstance(turn, BaseException):
+            raise turn
+        if isinstance(turn, float | int):
+            await asyncio.sleep(turn)
+            return evalctl.ModelTurn(text="slept")
+        return turn
+
+
+def call(name: str, call_id: str = "c1", **arguments: Any) -> evalctl.ToolCall:
+    return evalctl.ToolCall(call_id, name, arguments)
+
+
+def tool_turn(*calls: evalctl.ToolCall, text: str = "", cost: float | None = 0.0,
+              usage: evalctl.TokenUsage | None = None) -> evalctl.ModelTurn:
+    return evalctl.ModelTurn(text=text, tool_calls=list(calls),
+                             stop_reason=evalctl.StopReason.TOOL_USE, cost=cost,
+                             usage=usage or evalctl.TokenUsage(10, 5))
+
+
+def final_turn(text: str = "done", **kwargs: Any) -> evalctl.ModelTurn:
+    return evalctl.ModelTurn(text=text, usage=kwargs.pop("usage", evalctl.TokenUsage(10, 5)),
+                             **kwargs)
+
+
+def environment_without_evalctl_settings() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("EVALCTL_")}

@@ -1,0 +1,159 @@
+"""The entry-point path, through real installs of small test distributions."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, environment_without_evalctl_settings
+
+DISTRIBUTIONS = Path(__file__).parent / "distributions"
+
+
+def _pip(*args: str, cwd: Path | None = None) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", "-q", *args],
+                   check=True, cwd=cwd, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def plugin_site(tmp_path_factory) -> Path:
+    """The four test distributions, really installed (pip, no network) into one prefix."""
+    target = tmp_path_factory.mktemp("site")
+    _pip("install", "--no-deps", "--no-build-isolation", "--no-index", "--target", str(target),
+         *(str(DISTRIBUTIONS / name) for name in ("wordcount", "broken", "misspelled",
+                                                   "duplicate")))
+    return target
+
+
+def evalctl_in(site: Path, *args: str, cwd: Path | None = None,
+               **env: str) -> subprocess.CompletedProcess[str]:
+    environment = environment_without_evalctl_settings()
+    environment["PYTHONPATH"] = os.pathsep.join([str(site), environment.get("PYTHONPATH", "")])
+    environment["EVALCTL_NO_CACHE"] = "1"
+    environment.update(env)
+    return subprocess.run([sys.executable, "-m", "evalctl", *args], capture_output=True,
+                          text=True, env=environment, cwd=cwd)
+
+
+def test_list_plugins_shows_good_failed_and_conflicting_plugins(plugin_site):
+    done = evalctl_in(plugin_site, "list-plugins", "--json")
+    assert done.returncode == 0, done.stderr
+    records = {r["plugin"]: r for r in json.loads(done.stdout)}
+    assert records["wordcount"]["distribution"] == "evalctl-wordcount"
+    assert records["wordcount"]["version"] == "1.0.0"
+    assert records["broken"]["status"] == "failed"
+    assert "evalctl_dependency_that_is_not_installed" in records["broken"]["error"]
+    assert records["misspelled"]["status"] == "failed"
+    assert "evalctl_register_grader" in records["misspelled"]["error"]
+    # word_count is claimed twice: both sides are told, naming the other distribution.
+    assert records["wordcount"]["status"] == "conflict"
+    assert "evalctl-duplicate 2.0.0" in records["wordcount"]["conflicts"][0]
+    assert "evalctl-wordcount 1.0.0" in records["duplicate"]["conflicts"][0]
+    assert records["duplicate"]["graders"] == ["word_count", "always_true"]
+    assert records["files"]["status"] == "ok"  # built-ins unaffected
+
+
+def test_the_table_lists_errors_and_strict_mode_exits_1(plugin_site):
+    done = evalctl_in(plugin_site, "list-plugins")
+    assert done.returncode == 0
+    assert "failed" in done.stdout and "evalctl-broken" in done.stdout
+    strict = evalctl_in(plugin_site, "--strict-plugins", "list-plugins")
+    assert strict.returncode == 1
+    by_env = evalctl_in(plugin_site, "list-plugins", EVALCTL_STRICT_PLUGINS="1")
+    assert by_env.returncode == 1
+
+
+def test_a_suite_using_a_conflicting_grader_names_both_distributions(plugin_site, tmp_path):
+    suite = tmp_path / "s.yaml"
+    suite.write_text("- id: t\n  prompt: p\n  checks:\n    - type: word_count\n"
+                     "      path: a.txt\n")
+    done = evalctl_in(plugin_site, "validate", str(suite))
+    assert done.returncode == 2
+    assert f"{suite}:4:" in done.stderr
+    assert "evalctl-wordcount 1.0.0" in done.stderr and "evalctl-duplicate 2.0.0" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_third_party_grader_is_validated_and_run(plugin_site, tmp_path):
+    disable = {"EVALCTL_DISABLE_PLUGINS": "duplicate,broken,misspelled"}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- id: t\n  prompt: p\n  checks:\n    - type: word_count\n"
+                   "      path: a.txt\n      min: many\n")
+    done = evalctl_in(plugin_site, "validate", str(bad), **disable)
+    assert done.returncode == 2
+    assert f"{bad}:6:" in done.stderr and "expected a whole number" in done.stderr
+
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "- id: t\n  prompt: Write three words to a.txt.\n  checks:\n"
+        "    - type: word_count\n      path: a.txt\n      min: 3\n  script:\n"
+        "    - tool_calls:\n        - tool: write_file\n          input:\n"
+        "            path: a.txt\n            content: one two three\n"
+        "    - text: Wrote a.txt.\n")
+    done = evalctl_in(plugin_site, "run", str(good), "--out", str(tmp_path / "out"),
+                      cwd=tmp_path, **disable)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(next((tmp_path / "out").glob("report-*.json")).read_text())
+    assert report["tasks"][0]["checks"][0]["detail"] == "a.txt has 3 words"
+    assert report["plugins"]["wordcount"] == "1.0.0"
+
+
+def test_a_failed_plugin_does_not_stop_a_run_that_does_not_need_it(plugin_site, tmp_path):
+    done = evalctl_in(plugin_site, "run", str(ROOT / "suites" / "harness.yaml"), "--only",
+                      "write-file", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    strict = evalctl_in(plugin_site, "--strict-plugins", "run",
+                        str(ROOT / "suites" / "harness.yaml"), "--out", str(tmp_path / "o2"),
+                        cwd=tmp_path)
+    assert strict.returncode == 2
+    assert "evalctl-broken" in strict.stderr and "Traceback" not in strict.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    # Build from a copy so the checkout gets no build/ or egg-info droppings.
+    source = tmp_path_factory.mktemp("source") / "evalctl"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "eval_reports"))
+    _pip("wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out), str(source))
+    return next(out.glob("evalctl-*.whl"))
+
+
+def test_the_wheel_holds_the_plugins_their_entry_points_and_the_schema(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        entry_points = next(n for n in names if n.endswith("entry_points.txt"))
+        declared = archive.read(entry_points).decode()
+    for module in ("evalctl/__init__.py", "evalctl/registry.py", "evalctl/agent/loop.py",
+                   "evalctl/plugins/graders/files.py", "evalctl/plugins/providers/scripted.py",
+                   "evalctl/plugins/providers/anthropic.py",
+                   "evalctl/plugins/reporters/junit.py", "evalctl/schemas/suite.schema.json"):
+        assert module in names, module
+    assert "[evalctl]" in declared
+    for name in ("files = evalctl.plugins.graders.files", "scripted = evalctl.plugins.providers"
+                 ".scripted", "junit = evalctl.plugins.reporters.junit"):
+        assert name in declared
+    assert "evalctl = evalctl.cli:main" in declared
+
+
+def test_the_installed_wheel_works(wheel, tmp_path):
+    site = tmp_path / "site"
+    _pip("install", "--no-deps", "--no-index", "--target", str(site), str(wheel))
+    done = evalctl_in(site, "list-plugins", "--json")
+    assert done.returncode == 0, done.stderr
+    assert {r["plugin"] for r in json.loads(done.stdout)} >= {"files", "scripted", "json"}
+    where = evalctl_in(site, "schema", "--builtins")
+    shipped = (site / "evalctl" / "schemas" / "suite.schema.json").read_text()
+    assert where.stdout == shipped
+    probe = subprocess.run(
+        [sys.executable, "-c", "import evalctl; print(evalctl.__file__)"], capture_output=True,
+        text=True, env={**environment_without_evalctl_settings(), "PYTHONPATH": str(site)})
+    assert probe.stdout.strip().startswith(str(site))

@@ -1,0 +1,187 @@
+"""Plugins registered in a fresh plugin manager: isolation, conflicts, strictness."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+import evalctl
+from evalctl.errors import PluginError, UsageError
+from evalctl.registry import PluginSource, load_registry
+
+from .conftest import registry_with
+
+
+def _module(name: str, **attributes) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__dict__.update(attributes)
+    return module
+
+
+def _grader_plugin(*names: str, kind: str = "mechanical") -> types.ModuleType:
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        for name in names:
+            register(evalctl.GraderSpec(name=name, kind=kind,
+                                        grade=lambda c, w, r: evalctl.CheckResult(True)))
+
+    return _module("plugin", evalctl_register_graders=evalctl_register_graders)
+
+
+def test_a_good_plugin_registers_what_it_provides():
+    registry = load_registry([PluginSource.from_object("good", _grader_plugin("alpha", "beta"),
+                                                       "good-dist", "1.2")])
+    assert sorted(registry.graders) == ["alpha", "beta"]
+    record = registry.plugins[0]
+    assert (record.status, record.distribution, record.version) == ("ok", "good-dist", "1.2")
+    assert record.provides["grader"] == ["alpha", "beta"]
+
+
+def test_a_plugin_that_fails_to_import_is_recorded_and_skipped():
+    def explode():
+        raise ImportError("no module named 'missing_dependency'")
+
+    registry = load_registry([PluginSource("broken", explode, "broken-dist", "0.1"),
+                              PluginSource.from_object("good", _grader_plugin("alpha"))])
+    broken = registry.plugins[0]
+    assert broken.status == "failed"
+    assert "import failed" in broken.error and "missing_dependency" in broken.error
+    assert "alpha" in registry.graders
+
+
+def test_a_misspelled_hook_fails_validation_with_a_suggestion():
+    @evalctl.hookimpl
+    def evalctl_register_grader(register):
+        register(evalctl.GraderSpec(name="x", grade=lambda c, w, r: None))
+
+    registry = load_registry([PluginSource.from_object(
+        "typo", _module("typo", evalctl_register_grader=evalctl_register_grader))])
+    record = registry.plugins[0]
+    assert record.status == "failed"
+    assert "unknown hook evalctl_register_grader" in record.error
+    assert "did you mean evalctl_register_graders" in record.error
+    assert registry.graders == {}
+
+
+def test_an_unmarked_hook_is_an_error_not_silently_ignored():
+    def evalctl_register_graders(register):
+        pass
+
+    registry = load_registry([PluginSource.from_object(
+        "unmarked", _module("unmarked", evalctl_register_graders=evalctl_register_graders))])
+    assert "not marked with @evalctl.hookimpl" in registry.plugins[0].error
+
+
+def test_a_hook_with_unknown_arguments_is_rejected():
+    @evalctl.hookimpl
+    def evalctl_register_graders(register, config):
+        pass
+
+    registry = load_registry([PluginSource.from_object(
+        "args", _module("args", evalctl_register_graders=evalctl_register_graders))])
+    assert registry.plugins[0].status == "failed"
+    assert "config" in registry.plugins[0].error
+
+
+def test_a_hook_that_raises_registers_nothing_and_others_still_work():
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="half", grade=lambda c, w, r: None))
+        raise RuntimeError("boom")
+
+    registry = load_registry([
+        PluginSource.from_object("raiser", _module("r", evalctl_register_graders=
+                                                   evalctl_register_graders)),
+        PluginSource.from_object("good", _grader_plugin("alpha")),
+    ])
+    raiser = registry.plugins[0]
+    assert raiser.status == "failed"
+    assert "RuntimeError: boom" in raiser.error
+    assert "half" not in registry.graders  # all or nothing
+    assert "alpha" in registry.graders
+
+
+def test_registering_something_that_is_not_a_spec_fails_the_plugin():
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register({"name": "dict"})
+
+    registry = load_registry([PluginSource.from_object(
+        "wrong", _module("w", evalctl_register_graders=evalctl_register_graders))])
+    assert "takes evalctl.GraderSpec, got dict" in registry.plugins[0].error
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"name": "Bad Name"}, "lowercase"),
+    ({"name": "ok", "kind": "vibes"}, "kind must be one of"),
+    ({"name": "ok", "params_schema": {"type": "array"}}, "object schema"),
+    ({"name": "ok", "params_schema": {"properties": {"type": {}}}}, "must not define 'type'"),
+])
+def test_invalid_grader_specs_are_refused(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        evalctl.GraderSpec(grade=lambda c, w, r: None, **kwargs)
+
+
+def test_two_plugins_registering_one_name_is_an_error_naming_both_distributions():
+    registry = load_registry([
+        PluginSource.from_object("first", _grader_plugin("same", "only_first"), "dist-one", "1"),
+        PluginSource.from_object("second", _grader_plugin("same"), "dist-two", "2"),
+    ])
+    assert "same" not in registry.graders  # never resolved by install order
+    assert "only_first" in registry.graders
+    with pytest.raises(UsageError) as raised:
+        registry.get("grader", "same")
+    message = str(raised.value)
+    assert "dist-one 1" in message and "dist-two 2" in message
+    assert all(r.shown_status == "conflict" for r in registry.plugins)
+    with pytest.raises(PluginError):
+        registry.require_healthy()
+
+
+def test_disabled_plugins_are_not_loaded():
+    loaded = []
+
+    def load():
+        loaded.append(True)
+        return _grader_plugin("alpha")
+
+    registry = load_registry([PluginSource("blocked", load)], disabled={"blocked"})
+    assert loaded == [] and registry.plugins[0].status == "disabled"
+    assert "disabled by EVALCTL_DISABLE_PLUGINS: blocked" in registry.explain_missing(
+        "grader", "alpha")
+
+
+def test_disable_list_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("EVALCTL_DISABLE_PLUGINS", "a, b")
+    registry = load_registry([PluginSource.from_object("a", _grader_plugin("x")),
+                              PluginSource.from_object("c", _grader_plugin("y"))])
+    assert [p.status for p in registry.plugins] == ["disabled", "ok"]
+
+
+def test_strict_mode_turns_any_failure_into_an_error():
+    registry = load_registry([PluginSource("bad", lambda: 1 / 0)])
+    assert registry.problems()
+    with pytest.raises(PluginError, match="ZeroDivisionError"):
+        registry.require_healthy()
+
+
+def test_unknown_names_explain_failed_plugins_and_suggest():
+    registry = load_registry([PluginSource.from_object("good", _grader_plugin("file_exists")),
+                              PluginSource("bad", lambda: 1 / 0, "bad-dist", "9")])
+    message = registry.explain_missing("grader", "file_exist")
+    assert "did you mean 'file_exists'" in message
+    assert "bad-dist 9" in message and "ZeroDivisionError" in message
+
+
+def test_builtins_come_from_entry_points(registry):
+    assert {"succeeded", "file_exists", "file_contains", "command", "tests_pass", "python",
+            "no_placeholders", "grounding"} <= set(registry.graders)
+    assert {"scripted", "anthropic"} <= set(registry.providers)
+    assert {"json", "markdown", "junit"} <= set(registry.reporters)
+    assert {p.distribution for p in registry.plugins} == {"evalctl"}
+
+
+def test_registry_with_adds_a_test_plugin():
+    registry = registry_with(("extra", _grader_plugin("extra_grader")))
+    assert "extra_grader" in registry.graders and "file_exists" in registry.graders
