@@ -123,12 +123,11 @@ def validate(ctx: click.Context, suites: tuple[Path, ...]) -> None:
     for path in suites:
         problems = validate_suite(path, registry)
         for problem in problems:
-            click.echo(str(problem), err=problem.severity == "error")
+            click.echo(str(problem))
         errors += sum(1 for p in problems if p.severity == "error")
         warnings += sum(1 for p in problems if p.severity == "warning")
     noun = "suite" if len(suites) == 1 else "suites"
-    click.echo(f"{len(suites)} {noun}: {errors} error(s), {warnings} warning(s)",
-               err=errors > 0)
+    click.echo(f"{len(suites)} {noun}: {errors} error(s), {warnings} warning(s)")
     ctx.exit(EXIT_USAGE if errors else EXIT_OK)
 
 

@@ -162,8 +162,7 @@ def _parse_and_validate(raw: bytes, label: str, schema: Mapping[str, Any],
         raise SuiteError([Problem(label, exc.line, exc.message)]) from None
 
     problems = list(_schema_problems(located, schema, label, registry))
-    if not problems:
-        problems.extend(_rule_problems(located, label, registry))
+    problems.extend(_rule_problems(located, label, registry))
     return located, problems
 
 
@@ -189,21 +188,25 @@ _TYPE_WORDS = {"string": "text", "integer": "a whole number", "number": "a numbe
 
 
 def _where(located: Located, path: tuple[Any, ...]) -> str:
-    """A readable location: task 'x', checks[1] (file_exists), key 'path'."""
-    data = located.data
+    """A readable location: task 'x', checks[1] (file_exists), 'path'."""
     parts: list[str] = []
-    node = data
+    node = located.data
     for index, step in enumerate(path):
-        parent, node = node, node[step] if isinstance(node, dict | list) else None
-        if isinstance(parent, list) and isinstance(node, dict):
+        node = node[step] if isinstance(node, dict | list) else None
+        if isinstance(step, str) and index + 1 < len(path) and isinstance(path[index + 1], int):
+            continue  # named together with the index that follows: checks[1]
+        if isinstance(step, int):
             owner = path[index - 1] if index else None
-            if owner in (None, "tasks") and "id" in node and isinstance(node["id"], str):
+            if owner in (None, "tasks") and isinstance(node, dict) and \
+                    isinstance(node.get("id"), str):
                 parts.append(f"task '{node['id']}'")
                 continue
-            if owner == "checks" and isinstance(node.get("type"), str):
-                parts.append(f"checks[{step}] ({node['type']})")
-                continue
-        parts.append(f"[{step}]" if isinstance(step, int) else f"'{step}'")
+            label = f"{owner}[{step}]" if owner is not None else f"[{step}]"
+            if owner == "checks" and isinstance(node, dict) and isinstance(node.get("type"), str):
+                label += f" ({node['type']})"
+            parts.append(label)
+        else:
+            parts.append(f"'{step}'")
     return ", ".join(parts) or "the suite"
 
 
@@ -230,6 +233,12 @@ def _explain(error: Any, located: Located, registry: Registry) -> list[tuple[int
         return []  # the `then`/`else` errors that follow say what is wrong
     if kind in ("allOf", "anyOf", "oneOf") and error.context:
         return [item for sub in error.context for item in _explain(sub, located, registry)]
+    if kind == "type" and not path:
+        return [(line, "expected a list of tasks, or a mapping with 'tasks:'; got "
+                       f"{_describe_value(instance)}")]
+    if kind == "oneOf" and all(set(b) == {"required"} for b in error.validator_value):
+        keys = ", ".join(f"'{b['required'][0]}'" for b in error.validator_value)
+        return [(line, f"{where}: needs exactly one of {keys}")]
     if kind == "type":
         expected = error.validator_value
         words = " or ".join(_TYPE_WORDS.get(t, t) for t in
@@ -264,16 +273,14 @@ def _explain(error: Any, located: Located, registry: Registry) -> list[tuple[int
     if kind == "const":
         return [(line, f"{where}: expected {error.validator_value!r}, got "
                        f"{_describe_value(instance)}")]
-    if kind == "pattern":
-        description = error.schema.get("description")
-        if error.parent is not None and error.parent.validator == "propertyNames":
-            return []  # reported through the propertyNames error with the key's own line
-        reason = description or f"must match {error.validator_value}"
-        return [(line, f"{where}: {instance!r} is not valid: {reason}")]
-    if kind == "propertyNames":
+    if kind == "pattern" and "propertyNames" in error.schema_path:
+        # The instance is a mapping key: point at the key's own line.
         key_line = located.key_lines.get((*path, instance), line)
-        reason = error.validator_value.get("description") or "is not an allowed name"
+        reason = error.schema.get("description") or f"must match {error.validator_value}"
         return [(key_line, f"{where}: {instance!r} {reason}")]
+    if kind == "pattern":
+        reason = error.schema.get("description") or f"must match {error.validator_value}"
+        return [(line, f"{where}: {instance!r} is not valid: {reason}")]
     if kind == "minItems" and instance == []:
         return [(line, f"{where}: must not be empty")]
     if kind == "minLength":
@@ -283,11 +290,27 @@ def _explain(error: Any, located: Located, registry: Registry) -> list[tuple[int
 
 # -- Suite rules ---------------------------------------------------------------------
 
+def _well_formed_tasks(located: Located, registry: Registry) -> Iterable[tuple[tuple, dict]]:
+    """Tasks whose shape the rules can read, even when other parts have schema errors."""
+    data = located.data
+    tasks = data if isinstance(data, list) else data.get("tasks") if isinstance(data, dict) \
+        else None
+    if not isinstance(tasks, list):
+        return
+    base = _tasks_path(data)
+    for index, task in enumerate(tasks):
+        if not (isinstance(task, dict) and isinstance(task.get("id"), str)
+                and isinstance(task.get("prompt"), str) and isinstance(task.get("checks"), list)):
+            continue
+        checks = task["checks"]
+        if checks and all(isinstance(c, dict) and c.get("type") in registry.graders
+                          for c in checks):
+            yield (*base, index), task
+
+
 def _rule_problems(located: Located, label: str, registry: Registry) -> Iterable[Problem]:
-    base = _tasks_path(located.data)
     first_seen: dict[str, int] = {}
-    for index, task in enumerate(_tasks_of(located.data)):
-        path = (*base, index)
+    for path, task in _well_formed_tasks(located, registry):
         line = located.line_of(path)
         task_id = task["id"]
         id_line = located.line_of((*path, "id"))

@@ -106,12 +106,11 @@ def _plain(node: Any, path: Path_, located: Located) -> Any:
     if isinstance(node, CommentedMap):
         out: dict[str, Any] = {}
         for key, value in node.items():
-            key_line, _, value_line, _ = node.lc.data[key]
+            key_line = node.lc.data[key][0] + 1
             child = (*path, str(key))
-            located.key_lines[child] = key_line + 1
-            # A block value starting on the next line belongs to its key's line.
-            located.lines[child] = key_line + 1 if isinstance(value, CommentedMap | CommentedSeq) \
-                else value_line + 1
+            # A value is reported at its key's line: a block value or an empty one
+            # starts on a later line, and the key is what a reader looks for.
+            located.key_lines[child] = located.lines[child] = key_line
             out[str(key)] = _plain(value, child, located)
         return out
     if isinstance(node, CommentedSeq):

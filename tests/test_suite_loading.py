@@ -1,0 +1,323 @@
+"""Suite loading: strictyaml, editor-typed values, the composed schema, the rules."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import evalctl
+from evalctl.cli import cli
+from evalctl.errors import SuiteError
+from evalctl.suite import load_suite, validate_suite
+from evalctl.suite_cache import cache_dir
+
+from .conftest import SUITES, registry_with
+
+MINIMAL = """\
+- id: one
+  prompt: Make a.txt
+  checks:
+    - type: file_exists
+      path: a.txt
+"""
+
+
+def test_the_list_form_loads(write_suite):
+    suite = load_suite(write_suite(MINIMAL))
+    task = suite.tasks[0]
+    assert (task.id, task.prompt, task.permissions, task.line) == ("one", "Make a.txt", "full", 1)
+    assert task.checks == ({"type": "file_exists", "path": "a.txt"},)
+    assert task.limits.turns == 30 and task.script is None
+
+
+def test_the_mapping_form_applies_defaults(write_suite):
+    suite = load_suite(write_suite("""\
+name: demo
+defaults:
+  permissions: read-only
+  limits:
+    turns: 5
+  tags:
+    - smoke
+tasks:
+  - id: one
+    prompt: p
+    tags:
+      - extra
+    limits:
+      seconds: 20
+    checks:
+      - type: file_exists
+        path: a.txt
+  - id: two
+    prompt: p
+    permissions: full
+    checks:
+      - type: file_exists
+        path: b.txt
+"""))
+    one, two = suite.tasks
+    assert suite.name == "demo"
+    assert one.permissions == "read-only" and two.permissions == "full"
+    assert (one.limits.turns, one.limits.seconds) == (5, 20.0)
+    assert one.tags == ("smoke", "extra") and two.tags == ("smoke",)
+    assert two.line == 18
+
+
+def test_values_are_typed_as_editors_type_them(write_suite):
+    suite = load_suite(write_suite("""\
+- id: typed
+  prompt: p
+  files:
+    n.txt: "42"
+    block.txt: |
+      true
+  limits:
+    turns: 3
+    cost: 0.5
+  checks:
+    - type: command
+      command: "true"
+      timeout: 2.5
+    - type: file_contains
+      path: n.txt
+      text: "42"
+      negate: false
+"""))
+    task = suite.tasks[0]
+    assert task.files == {"n.txt": "42", "block.txt": "true\n"}
+    assert task.limits.turns == 3 and task.limits.cost == 0.5
+    assert task.checks[0] == {"type": "command", "command": "true", "timeout": 2.5}
+    assert task.checks[1]["negate"] is False
+
+
+def test_an_unquoted_number_where_text_is_expected_is_an_error_as_in_an_editor(write_suite):
+    path = write_suite("""\
+- id: t
+  prompt: p
+  checks:
+    - type: file_contains
+      path: a.txt
+      text: 42
+""")
+    problems = validate_suite(path)
+    assert [(p.line, p.severity) for p in problems] == [(6, "error")]
+    assert "expected text, got the number 42; quote it" in problems[0].message
+
+
+def test_every_problem_is_reported_not_only_the_first(write_suite):
+    path = write_suite("""\
+- id: a
+  prompt: p
+  checks:
+    - type: file_exists
+- id: b
+  prompt: p
+  checks:
+    - type: nope
+- id: c
+  prompt: p
+  colour: red
+  checks:
+    - type: file_exists
+      path: x
+""")
+    problems = validate_suite(path)
+    assert [p.line for p in problems] == [4, 8, 11]
+    assert "missing required key 'path' for check type file_exists" in problems[0].message
+    assert "unknown check type 'nope'" in problems[1].message
+    assert "unexpected key 'colour'" in problems[2].message
+
+
+def test_a_third_party_graders_params_are_validated(write_suite):
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(
+            name="word_count", grade=lambda c, w, r: evalctl.CheckResult(True),
+            params_schema={"type": "object", "properties": {"max": {"type": "integer"}},
+                           "required": ["max"]}))
+
+    import types
+    plugin = types.ModuleType("wc")
+    plugin.evalctl_register_graders = evalctl_register_graders
+    registry = registry_with(("wc", plugin))
+    path = write_suite("""\
+- id: t
+  prompt: p
+  checks:
+    - type: file_exists
+      path: a
+    - type: word_count
+      max: lots
+""")
+    problems = validate_suite(path, registry)
+    assert [(p.line, p.message) for p in problems] == [
+        (7, "task 't', checks[1] (word_count), 'max': expected a whole number, got the text "
+            "'lots'")]
+
+
+def test_suite_rules_talk_only_is_an_error_and_tool_names_a_warning(write_suite):
+    path = write_suite("""\
+- id: talk
+  prompt: Say you are done.
+  checks:
+    - type: succeeded
+    - type: grounding
+- id: method
+  prompt: Use bash to create a.txt
+  checks:
+    - type: file_exists
+      path: a.txt
+""")
+    problems = validate_suite(path)
+    assert [(p.line, p.severity) for p in problems] == [(1, "error"), (7, "warning")]
+    assert "can be satisfied by the agent talking" in problems[0].message
+    assert "names the agent's tool(s) bash" in problems[1].message
+
+
+def test_duplicate_and_case_colliding_ids(write_suite):
+    path = write_suite(MINIMAL + MINIMAL + MINIMAL.replace("id: one", "id: ONE"))
+    messages = [(p.line, p.message) for p in validate_suite(path)]
+    assert (6, "duplicate task id 'one' (first used at line 1)") in messages
+    assert any(line == 11 and "only in case" in m for line, m in messages)
+
+
+def test_the_cache_returns_the_same_suite_and_follows_the_file(write_suite):
+    path = write_suite(MINIMAL)
+    first = load_suite(path)
+    assert len(list(cache_dir().glob("*.json"))) == 1
+    second = load_suite(path)
+    assert second.tasks == first.tasks and second.sha256 == first.sha256
+    path.write_text(MINIMAL.replace("a.txt", "b.txt"))
+    third = load_suite(path)
+    assert third.tasks[0].checks[0]["path"] == "b.txt"
+
+
+def test_a_cached_entry_is_keyed_by_the_installed_graders(write_suite):
+    path = write_suite(MINIMAL)
+    load_suite(path)
+    import types
+
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="extra", grade=lambda c, w, r: None))
+
+    plugin = types.ModuleType("extra")
+    plugin.evalctl_register_graders = evalctl_register_graders
+    load_suite(path, registry_with(("extra", plugin)))
+    assert len(list(cache_dir().glob("*.json"))) == 2
+
+
+@pytest.mark.parametrize("name", ["harness", "general", "core", "live"])
+def test_the_built_in_suites_are_clean_and_point_editors_at_the_schema(name):
+    path = SUITES / f"{name}.yaml"
+    assert validate_suite(path) == []
+    assert path.read_text().startswith(
+        "# yaml-language-server: $schema=../schemas/suite.schema.json\n")
+
+
+def test_the_schema_accepts_the_built_in_suites_as_an_editor_would_see_them():
+    """A generic YAML 1.2 reading (what editors do) validates against the published file."""
+    from jsonschema import Draft202012Validator
+
+    from evalctl.yamlsource import parse
+
+    schema = json.loads((SUITES.parent / "schemas" / "suite.schema.json").read_text())
+    for path in SUITES.glob("*.yaml"):
+        data = parse(path.read_text(), str(path)).data
+        assert list(Draft202012Validator(schema).iter_errors(data)) == [], path
+
+
+# -- A corpus of malformed suites: exit 2 and file:line, never a traceback ------------
+
+MALFORMED: dict[str, tuple[bytes, int, str]] = {
+    "flow-mapping": (b"- id: a\n  prompt: p\n  checks: [{type: succeeded}]\n", 3,
+                     "flow mapping"),
+    "flow-in-check": (b"- id: a\n  prompt: p\n  checks:\n    - {type: file_exists}\n", 4,
+                      "flow mapping"),
+    "duplicate-key": (b"- id: a\n  prompt: p\n  prompt: q\n  checks:\n    - type: succeeded\n",
+                      3, "Duplicate key 'prompt'"),
+    "anchor": (b"- id: a\n  prompt: &p hello\n  checks:\n    - type: succeeded\n", 2, "anchor"),
+    "tag": (b"- id: a\n  prompt: !!str hello\n  checks:\n    - type: succeeded\n", 2, "tag"),
+    "tabs": (b"- id: a\n\tprompt: p\n", 2, "invalid YAML"),
+    "bad-indent": (b"- id: a\n  prompt: p\n checks:\n", 3, "invalid YAML"),
+    "empty": (b"", 1, "empty suite"),
+    "only-comments": (b"# nothing here\n\n", 1, "empty suite"),
+    "non-utf8": (b"- id: a\n  prompt: caf\xe9\n", 2, "not UTF-8"),
+    "scalar-document": (b"just a sentence\n", 1, "expected a list of tasks, or a mapping"),
+    "wrong-type-prompt": (b"- id: a\n  prompt: 12\n  checks:\n    - type: succeeded\n", 2,
+                          "expected text, got the number 12"),
+    "checks-not-list": (b"- id: a\n  prompt: p\n  checks: nothing\n", 3, "expected a list"),
+    "empty-checks": (b"- id: a\n  prompt: p\n  checks:\n", 3, "expected a list, got nothing"),
+    "empty-prompt": (b"- id: a\n  prompt: ''\n  checks:\n    - type: file_exists\n      path: x\n",
+                     2, "must not be empty"),
+    "missing-prompt": (b"- id: a\n  checks:\n    - type: file_exists\n      path: x\n", 1,
+                       "missing required key 'prompt'"),
+    "unknown-check": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_exist\n      path: x\n",
+                      4, "did you mean 'file_exists'"),
+    "missing-param": (b"- id: a\n  prompt: p\n  checks:\n    - type: command\n", 4,
+                      "missing required key 'command'"),
+    "unknown-param": (b"- id: a\n  prompt: p\n  checks:\n    - type: command\n"
+                      b"      command: 'true'\n      timout: 3\n", 6, "did you mean 'timeout'"),
+    "bad-param-type": (b"- id: a\n  prompt: p\n  checks:\n    - type: command\n"
+                       b"      command: 'true'\n      timeout: soon\n", 6, "expected a number"),
+    "traversal": (b"- id: a\n  prompt: p\n  files:\n    ../escape.txt: x\n  checks:\n"
+                  b"    - type: file_exists\n      path: x\n", 4,
+                  "must be a relative path that stays inside the workspace"),
+    "absolute-path": (b"- id: a\n  prompt: p\n  files:\n    /etc/passwd: x\n  checks:\n"
+                      b"    - type: file_exists\n      path: x\n", 4, "relative path"),
+    "nested-traversal": (b"- id: a\n  prompt: p\n  files:\n    a/../../b: x\n  checks:\n"
+                         b"    - type: file_exists\n      path: x\n", 4, "relative path"),
+    "bad-id": (b"- id: ../up\n  prompt: p\n  checks:\n    - type: file_exists\n      path: x\n",
+               1, "usable as a directory name"),
+    "bad-permissions": (b"- id: a\n  prompt: p\n  permissions: admin\n  checks:\n"
+                        b"    - type: file_exists\n      path: x\n", 3,
+                        "expected one of full, read-only"),
+    "negative-turns": (b"- id: a\n  prompt: p\n  limits:\n    turns: 0\n  checks:\n"
+                       b"    - type: file_exists\n      path: x\n", 4, "minimum"),
+    "mapping-without-tasks": (b"name: x\n", 1, "missing required key 'tasks'"),
+    "unknown-top-level-key": (b"name: x\ntask:\n  - id: a\n", 2, "unexpected key 'task'"),
+    "only-talk": (b"- id: a\n  prompt: p\n  checks:\n    - type: succeeded\n", 1,
+                  "can be satisfied by the agent talking"),
+    "duplicate-id": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_exists\n      path: x\n"
+                     b"- id: a\n  prompt: p\n  checks:\n    - type: file_exists\n      path: x\n",
+                     6, "duplicate task id 'a'"),
+    "script-unknown-key": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_exists\n"
+                           b"      path: x\n  script:\n    - txt: hi\n", 7, "unexpected key 'txt'"),
+    "file-content-number": (b"- id: a\n  prompt: p\n  files:\n    a.txt: 3\n  checks:\n"
+                            b"    - type: file_exists\n      path: x\n", 4, "quote it"),
+    "regex-and-text": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_contains\n"
+                       b"      path: x\n      text: a\n      regex: b\n", 4,
+                       "exactly one of 'text', 'regex'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_suites_exit_2_with_file_and_line(name, tmp_path):
+    content, line, expected = MALFORMED[name]
+    path = tmp_path / f"{name}.yaml"
+    path.write_bytes(content)
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    matching = [out for out in result.output.splitlines() if out.startswith(f"{path}:{line}:")]
+    assert matching, result.output
+    assert any(expected in out for out in matching), result.output
+
+
+def test_the_run_command_refuses_a_malformed_suite_before_starting(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(MALFORMED["flow-mapping"][0])
+    result = CliRunner().invoke(cli, ["run", str(path), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert f"{path}:3:" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_missing_file_is_a_clear_error(tmp_path):
+    result = CliRunner().invoke(cli, ["validate", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2
+    assert "cannot read suite" in result.output
