@@ -76,8 +76,8 @@ def test_a_suite_using_a_conflicting_grader_names_both_distributions(plugin_site
                      "      path: a.txt\n")
     done = evalctl_in(plugin_site, "validate", str(suite))
     assert done.returncode == 2
-    assert f"{suite}:4:" in done.stderr
-    assert "evalctl-wordcount 1.0.0" in done.stderr and "evalctl-duplicate 2.0.0" in done.stderr
+    assert f"{suite}:4:" in done.stdout
+    assert "evalctl-wordcount 1.0.0" in done.stdout and "evalctl-duplicate 2.0.0" in done.stdout
     assert "Traceback" not in done.stderr
 
 
@@ -88,7 +88,7 @@ def test_a_third_party_grader_is_validated_and_run(plugin_site, tmp_path):
                    "      path: a.txt\n      min: many\n")
     done = evalctl_in(plugin_site, "validate", str(bad), **disable)
     assert done.returncode == 2
-    assert f"{bad}:6:" in done.stderr and "expected a whole number" in done.stderr
+    assert f"{bad}:6:" in done.stdout and "expected a whole number" in done.stdout
 
     good = tmp_path / "good.yaml"
     good.write_text(
