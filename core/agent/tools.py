@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,13 +254,25 @@ async def run_command(command: str, cwd: Path, env: Mapping[str, str], timeout: 
     Returns (exit code, head+tail of combined output, timed out). The whole group is
     killed when the command ends or times out, so no child outlives it.
     """
-    process = await asyncio.create_subprocess_exec(
-        "bash", "-c", command, cwd=str(cwd), env=dict(env),
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-    )
+    # The output pipe is ours, not the transport's: asyncio's wait() would otherwise
+    # also wait for every holder of the pipe, and a backgrounded child holds it.
+    read_fd, write_fd = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            "bash", "-c", command, cwd=str(cwd), env=dict(env),
+            stdin=asyncio.subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    stream = asyncio.StreamReader()
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", buffering=0))
     collector = _HeadTail(limit)
-    reader = asyncio.create_task(collector.drain(process.stdout))
+    reader = asyncio.create_task(collector.drain(stream))
     timed_out = False
     try:
         await asyncio.wait_for(process.wait(), timeout)
@@ -269,16 +282,52 @@ async def run_command(command: str, cwd: Path, env: Mapping[str, str], timeout: 
         _kill_group(process.pid)
         if process.returncode is None:
             await process.wait()
-    try:
-        await asyncio.wait_for(reader, 5)
-    except TimeoutError:
-        reader.cancel()
+        try:
+            await asyncio.wait_for(reader, 5)
+        except TimeoutError:
+            reader.cancel()
+        transport.close()
     return (None if timed_out else process.returncode), collector.text(), timed_out
 
 
-def _kill_group(pid: int) -> None:
+def _kill_group(pgid: int) -> None:
+    """SIGKILL every process in the group, including any forked while we kill.
+
+    killpg alone is not enough: some kernels (sandboxes among them) stop delivering to
+    a group once its leader is reaped, so live members found in /proc are killed one
+    by one, until none is left.
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
+    for _ in range(50):
+        members = _live_group_members(pgid)
+        if not members:
+            return
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.002)
+
+
+def _live_group_members(pgid: int) -> list[int]:
+    members = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return members
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
+            members.append(int(entry))
+    return members
 
 
 class _HeadTail:
@@ -290,9 +339,7 @@ class _HeadTail:
         self.tail = bytearray()
         self.total = 0
 
-    async def drain(self, stream: asyncio.StreamReader | None) -> None:
-        if stream is None:
-            return
+    async def drain(self, stream: asyncio.StreamReader) -> None:
         while chunk := await stream.read(65536):
             self.total += len(chunk)
             room = self.half - len(self.head)

@@ -1,0 +1,208 @@
+"""The six tools on their edge cases, in real workspaces."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from evalctl.agent.tools import OUTPUT_LIMIT, Toolbox, agent_environment
+from evalctl.workspace import create_workspace, new_run_directory
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    run_dir = new_run_directory(tmp_path / "reports")
+    return create_workspace(run_dir, "task", {"notes.txt": "alpha\nbeta\nalpha again\n",
+                                              "src/app.py": "print('hi')\n"})
+
+
+def use(toolbox: Toolbox, name: str, **arguments):
+    return asyncio.run(toolbox.call(name, arguments))
+
+
+def test_the_workspace_is_seeded_and_state_lives_outside_it(workspace):
+    assert (workspace.root / "notes.txt").read_text().startswith("alpha")
+    assert workspace.root.name == "task" and workspace.root.parent.name.startswith("workspaces-")
+    for outside in (workspace.home, workspace.tmp, workspace.ledger_path, workspace.seed_path):
+        assert not outside.is_relative_to(workspace.root)
+    assert (workspace.seed_path / "src" / "app.py").read_text() == "print('hi')\n"
+
+
+def test_read_file_numbers_lines_and_pages(workspace):
+    box = Toolbox(workspace)
+    out = use(box, "read_file", path="notes.txt", offset=2, limit=1)
+    assert not out.is_error
+    assert out.content == "     2\tbeta\n[more lines follow; continue with offset=3]"
+
+
+def test_read_file_missing_directory_and_binary(workspace):
+    box = Toolbox(workspace)
+    assert "does not exist" in use(box, "read_file", path="nope.txt").content
+    assert "is a directory" in use(box, "read_file", path="src").content
+    (workspace.root / "blob.bin").write_bytes(b"\x00\x01\x02" * 100)
+    out = use(box, "read_file", path="blob.bin")
+    assert out.is_error and "binary file (300 bytes)" in out.content
+
+
+def test_read_file_of_a_huge_file_is_bounded(workspace):
+    (workspace.root / "huge.txt").write_text("x" * 50 + "\n" + ("y" * 10_000 + "\n") * 3000)
+    out = use(Toolbox(workspace), "read_file", path="huge.txt")
+    assert len(out.content) <= OUTPUT_LIMIT + 200
+    assert "characters elided" in out.content
+
+
+def test_write_file_creates_directories(workspace):
+    out = use(Toolbox(workspace), "write_file", path="deep/er/new.txt", content="hello")
+    assert not out.is_error
+    assert (workspace.root / "deep/er/new.txt").read_text() == "hello"
+
+
+def test_edit_file_needs_an_exact_unique_match(workspace):
+    box = Toolbox(workspace)
+    missing = use(box, "edit_file", path="notes.txt", old_text="gamma", new_text="x")
+    assert missing.is_error and "not found" in missing.content
+    ambiguous = use(box, "edit_file", path="notes.txt", old_text="alpha", new_text="x")
+    assert ambiguous.is_error and "appears 2 times" in ambiguous.content
+    assert use(box, "edit_file", path="notes.txt", old_text="beta", new_text="BETA").content \
+        == "replaced 1 occurrence(s) in notes.txt"
+    use(box, "edit_file", path="notes.txt", old_text="alpha", new_text="A", replace_all=True)
+    assert (workspace.root / "notes.txt").read_text() == "A\nBETA\nA again\n"
+
+
+@pytest.mark.parametrize("path", ["../escape.txt", "/etc/passwd", "src/../../escape.txt"])
+def test_paths_outside_the_workspace_are_refused(workspace, path):
+    box = Toolbox(workspace)
+    for name, arguments in (("read_file", {"path": path}),
+                            ("write_file", {"path": path, "content": "x"}),
+                            ("edit_file", {"path": path, "old_text": "a", "new_text": "b"})):
+        out = use(box, name, **arguments)
+        assert out.is_error and "outside the workspace" in out.content, (name, out)
+    assert not (workspace.root.parent / "escape.txt").exists()
+
+
+def test_symlinks_pointing_out_are_refused(workspace, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("secret")
+    (workspace.root / "link.txt").symlink_to(secret)
+    (workspace.root / "linkdir").symlink_to(tmp_path)
+    box = Toolbox(workspace)
+    assert "outside the workspace" in use(box, "read_file", path="link.txt").content
+    assert "outside the workspace" in use(box, "write_file", path="linkdir/x.txt",
+                                          content="x").content
+    assert use(box, "grep", pattern="secret").content == "no matches for secret"
+    assert "link.txt" not in use(box, "glob", pattern="**/*.txt").content
+
+
+def test_a_symlink_inside_the_workspace_is_fine(workspace):
+    (workspace.root / "alias.txt").symlink_to(workspace.root / "notes.txt")
+    assert "beta" in use(Toolbox(workspace), "read_file", path="alias.txt").content
+
+
+def test_glob_and_grep(workspace):
+    box = Toolbox(workspace)
+    assert use(box, "glob", pattern="**/*.py").content == "src/app.py"
+    assert use(box, "glob", pattern="*.md").content == "no files match *.md"
+    assert use(box, "glob", pattern="../*").is_error
+    assert use(box, "grep", pattern="^alpha").content == \
+        "notes.txt:1:alpha\nnotes.txt:3:alpha again"
+    assert use(box, "grep", pattern="print", path="src").content == "src/app.py:1:print('hi')"
+    assert use(box, "grep", pattern="alpha", glob="*.py").content == "no matches for alpha"
+    assert "invalid regular expression" in use(box, "grep", pattern="(").content
+
+
+def test_grep_caps_its_results(workspace):
+    (workspace.root / "many.txt").write_text("hit\n" * 500)
+    out = use(Toolbox(workspace), "grep", pattern="hit", path="many.txt")
+    assert out.content.count("many.txt:") == 200
+    assert "300 more matches not shown" in out.content
+
+
+def test_bash_runs_in_the_workspace_and_reports_the_exit_code(workspace):
+    box = Toolbox(workspace)
+    ok = use(box, "bash", command="pwd; ls")
+    assert ok.content.startswith("exit code 0\n" + str(workspace.root))
+    failed = use(box, "bash", command="echo oops >&2; exit 3")
+    assert failed.is_error and failed.content == "exit code 3\noops"
+
+
+def test_bash_output_keeps_head_and_tail(workspace):
+    out = use(Toolbox(workspace), "bash",
+              command="echo START; head -c 200000 /dev/zero | tr '\\0' x; echo; echo END")
+    assert out.content.startswith("exit code 0\nSTART")
+    assert out.content.rstrip().endswith("END")
+    assert "bytes elided" in out.content
+    assert len(out.content) < OUTPUT_LIMIT + 200
+
+
+def test_bash_timeout_kills_the_whole_process_group(workspace):
+    marker = workspace.root / "survivor"
+    started = time.monotonic()
+    out = use(Toolbox(workspace), "bash", timeout=1,
+              command=f"(sleep 3; touch {marker}) & sleep 30")
+    assert out.is_error and "timed out after 1s" in out.content
+    assert time.monotonic() - started < 10
+    time.sleep(3.5)
+    assert not marker.exists(), "a child outlived the timeout"
+
+
+def test_bash_leaves_nothing_behind_after_a_normal_exit(workspace):
+    marker = workspace.root / "late"
+    out = use(Toolbox(workspace), "bash", command=f"(sleep 2; touch {marker}) & echo started")
+    assert out.content == "exit code 0\nstarted"
+    time.sleep(2.5)
+    assert not marker.exists()
+
+
+def test_bash_environment_has_no_credentials_and_its_own_home(workspace, monkeypatch):
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "GITHUB_TOKEN", "MY_SECRET",
+                 "DB_PASSWORD", "aws_access_key_id"):
+        monkeypatch.setenv(name, "leak")
+    monkeypatch.setenv("HARMLESS", "kept")
+    env = agent_environment(workspace)
+    assert "leak" not in env.values()
+    assert env["HARMLESS"] == "kept" and env["HOME"] == str(workspace.home)
+    out = use(Toolbox(workspace), "bash", command="env")
+    assert "leak" not in out.content
+    assert f"HOME={workspace.home}" in out.content
+
+
+def test_read_only_denies_writes_with_a_reason(workspace):
+    box = Toolbox(workspace, permissions="read-only")
+    for name, arguments in (("write_file", {"path": "x", "content": "y"}),
+                            ("edit_file", {"path": "notes.txt", "old_text": "beta",
+                                           "new_text": "x"}),
+                            ("bash", {"command": "touch x"})):
+        out = use(box, name, **arguments)
+        assert out.denied and out.is_error and "read-only" in out.content
+    assert not (workspace.root / "x").exists()
+    assert not use(box, "read_file", path="notes.txt").is_error
+
+
+def test_unknown_tools_and_bad_arguments_are_tool_errors(workspace):
+    box = Toolbox(workspace)
+    assert "unknown tool 'rm'" in use(box, "rm", path="x").content
+    bad = use(box, "write_file", path="x")
+    assert bad.is_error and "'content' is a required property" in bad.content
+    wrong = asyncio.run(box.call("read_file", ["not", "a", "mapping"]))
+    assert wrong.is_error
+
+
+def test_changed_files_compares_against_the_seed(workspace):
+    (workspace.root / "notes.txt").write_text("changed")
+    (workspace.root / "new.txt").write_text("new")
+    (workspace.root / "src" / "app.py").unlink()
+    (workspace.root / "__pycache__").mkdir()
+    (workspace.root / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    assert workspace.changed_files() == {"new.txt": "created", "notes.txt": "modified",
+                                         "src/app.py": "deleted"}
+
+
+def test_run_directories_are_unique(tmp_path):
+    first = new_run_directory(tmp_path)
+    second = new_run_directory(tmp_path)
+    assert first != second and first.is_dir() and second.is_dir()
+    assert os.path.basename(second).startswith("workspaces-")
