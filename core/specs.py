@@ -44,6 +44,7 @@ class GraderSpec:
     kind: str = "mechanical"
     talk_only: bool = False
     description: str = ""
+    example: str = ""  # a YAML check, as it would appear under `checks:`
 
     def __post_init__(self) -> None:
         _check_name("grader", self.name)

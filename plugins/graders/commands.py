@@ -136,6 +136,8 @@ def evalctl_register_graders(register):
         },
         description="Does a bash command, run in the workspace after the agent finished, "
                     "exit 0?",
+        example="- type: command\n  command: python fizzbuzz.py | tail -n 1 | grep -qx FizzBuzz"
+                "\n  timeout: 30",
     ))
     register(evalctl.GraderSpec(
         name="tests_pass",
@@ -149,7 +151,9 @@ def evalctl_register_graders(register):
                 "timeout": {**TIMEOUT, "description": "Seconds (default 300)."},
             },
         },
-        description="Do the workspace's tests pass? Collecting no tests is a failure.",
+        description="Do the workspace's tests pass? Collecting no tests is a failure. The "
+                    "default command needs pytest installed beside evalctl.",
+        example="- type: tests_pass",
     ))
     register(evalctl.GraderSpec(
         name="python",
@@ -167,4 +171,7 @@ def evalctl_register_graders(register):
         },
         description="Does a Python assertion about the workspace hold? It runs in a "
                     "subprocess, so a crash or a hang fails only this check.",
+        example="- type: python\n  code: |\n    import json\n"
+                "    data = json.loads((workspace / \"people.json\").read_text())\n"
+                "    assert len(data) == 3, data",
     ))

@@ -121,6 +121,7 @@ def evalctl_register_graders(register):
         grade=grade_file_exists,
         params_schema={"type": "object", "properties": {"path": PATH}, "required": ["path"]},
         description="Is there a file at `path` in the workspace?",
+        example="- type: file_exists\n  path: test_slugify.py",
     ))
     register(evalctl.GraderSpec(
         name="file_contains",
@@ -139,6 +140,7 @@ def evalctl_register_graders(register):
         },
         description="Does the file at `path` contain `text` (or match `regex`)? With "
                     "`negate: true`, does it not?",
+        example="- type: file_contains\n  path: config.ini\n  regex: \"^port = 9090$\"",
     ))
     register(evalctl.GraderSpec(
         name="no_placeholders",
@@ -147,4 +149,5 @@ def evalctl_register_graders(register):
         description="Are the files the agent created or changed free of placeholders (TODO, "
                     "FIXME, XXX, '...' bodies, NotImplementedError stubs, 'your code here')? "
                     "Lines that were already in the seeded files are not blamed.",
+        example="- type: no_placeholders",
     ))

@@ -1,0 +1,271 @@
+"""Every built-in grader, passing and failing, on real workspaces."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+
+import evalctl
+from evalctl.runner import grade
+from evalctl.workspace import create_workspace, new_run_directory
+from evalctl.plugins.graders.grounding import extract_paths
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    return create_workspace(new_run_directory(tmp_path), "task", {
+        "seeded.py": "def old():\n    pass  # TODO: seeded, not the agent's\n",
+        "notes.md": "# Notes\nport = 8080\n",
+    })
+
+
+def agent_result(workspace, final_text="Done.", status="completed", **overrides):
+    fields = dict(final_text=final_text, exit_status=status, turns=2, tool_calls=1,
+                  usage=evalctl.TokenUsage(10, 5), cost=0.0, duration=0.1,
+                  files_changed=workspace.changed_files(), ledger_path=workspace.ledger_path,
+                  seed_path=workspace.seed_path)
+    fields.update(overrides)
+    return evalctl.AgentResult(**fields)
+
+
+def check(registry, workspace, spec: dict, result=None):
+    grader = registry.graders[spec["type"]]
+    outcome = asyncio.run(grade(spec, grader, workspace.root,
+                                result or agent_result(workspace)))
+    return outcome
+
+
+def test_succeeded(registry, workspace):
+    assert check(registry, workspace, {"type": "succeeded"}).passed
+    stopped = check(registry, workspace, {"type": "succeeded"},
+                    agent_result(workspace, status="max_turns", error="no final answer"))
+    assert not stopped.passed and "max_turns: no final answer" in stopped.detail
+    confessed = check(registry, workspace, {"type": "succeeded"},
+                      agent_result(workspace, "I was unable to finish the migration."))
+    assert not confessed.passed and "reports failure" in confessed.detail
+
+
+def test_file_exists(registry, workspace):
+    assert check(registry, workspace, {"type": "file_exists", "path": "notes.md"}).passed
+    missing = check(registry, workspace, {"type": "file_exists", "path": "nope.md"})
+    assert not missing.passed and missing.detail == "nope.md does not exist"
+    escape = check(registry, workspace, {"type": "file_exists", "path": "../task/notes.md"})
+    assert escape.passed  # resolves inside
+    outside = check(registry, workspace, {"type": "file_exists", "path": "/etc/hostname"})
+    assert not outside.passed and "outside the workspace" in outside.detail
+
+
+def test_file_contains_text_regex_and_negation(registry, workspace):
+    base = {"type": "file_contains", "path": "notes.md"}
+    assert check(registry, workspace, {**base, "text": "port = 8080"}).passed
+    absent = check(registry, workspace, {**base, "text": "port = 9090"})
+    assert not absent.passed and "does not contain text 'port = 9090'" in absent.detail
+    assert check(registry, workspace, {**base, "regex": r"^port = \d+$"}).passed
+    assert check(registry, workspace, {**base, "text": "secret", "negate": True}).passed
+    present = check(registry, workspace, {**base, "text": "8080", "negate": True})
+    assert not present.passed and "which it must not" in present.detail
+
+
+def test_command(registry, workspace):
+    assert check(registry, workspace, {"type": "command", "command": "grep -q 8080 notes.md"}) \
+        .passed
+    failed = check(registry, workspace, {"type": "command", "command": "echo nope; exit 4"})
+    assert not failed.passed and failed.detail == "exit 4\nnope"
+    slow = check(registry, workspace, {"type": "command", "command": "sleep 10", "timeout": 0.5})
+    assert not slow.passed and "timed out after 0.5s" in slow.detail
+
+
+def test_command_runs_without_credentials(registry, workspace, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-leak")
+    leaked = check(registry, workspace, {"type": "command",
+                                         "command": "env | grep -q sk-leak"})
+    assert not leaked.passed
+
+
+def test_tests_pass(registry, workspace):
+    (workspace.root / "test_ok.py").write_text("def test_ok():\n    assert 1 + 1 == 2\n")
+    passed = check(registry, workspace, {"type": "tests_pass"})
+    assert passed.passed, passed.detail
+    assert passed.detail.startswith("1 passed")
+    (workspace.root / "test_bad.py").write_text("def test_bad():\n    assert 1 == 2\n")
+    failed = check(registry, workspace, {"type": "tests_pass"})
+    assert not failed.passed and "1 failed" in failed.detail
+
+
+def test_tests_pass_with_no_tests_is_a_failure(registry, workspace):
+    nothing = check(registry, workspace, {"type": "tests_pass"})
+    assert not nothing.passed and nothing.detail.startswith("no tests were collected")
+    custom = check(registry, workspace, {"type": "tests_pass", "command": "true"})
+    assert custom.passed
+
+
+def test_python_assertion(registry, workspace):
+    good = {"type": "python", "code": "assert (workspace / 'notes.md').exists()\n"
+                                      "assert result.exit_status == 'completed'\n"
+                                      "assert result.usage.input_tokens == 10"}
+    assert check(registry, workspace, good).passed
+    bad = check(registry, workspace, {"type": "python",
+                                      "code": "x = 2\nassert x == 3, f'x is {x}'"})
+    assert not bad.passed and bad.detail.startswith("assertion failed: x is 2")
+    crash = check(registry, workspace, {"type": "python", "code": "import os\nos._exit(9)"})
+    assert not crash.passed and "exited with 9" in crash.detail
+    hang = check(registry, workspace, {"type": "python", "code": "while True: pass",
+                                       "timeout": 0.5})
+    assert not hang.passed and "timed out" in hang.detail
+    raised = check(registry, workspace, {"type": "python", "code": "{}['missing']"})
+    assert not raised.passed and "KeyError: 'missing'" in raised.detail
+
+
+def test_no_placeholders_blames_only_the_agents_lines(registry, workspace):
+    assert check(registry, workspace, {"type": "no_placeholders"}).detail == \
+        "the agent created or changed no files"
+    (workspace.root / "clean.py").write_text("def add(a, b):\n    return a + b\n")
+    (workspace.root / "seeded.py").write_text(
+        "def old():\n    pass  # TODO: seeded, not the agent's\n\ndef new():\n    return 1\n")
+    clean = check(registry, workspace, {"type": "no_placeholders"},
+                  agent_result(workspace))
+    assert clean.passed, clean.detail
+
+
+@pytest.mark.parametrize("content, label", [
+    ("def f():\n    pass  # TODO implement\n", "TODO"),
+    ("def f():\n    raise NotImplementedError\n", "NotImplementedError"),
+    ("def f():\n    ...\n", "'...' body"),
+    ("def f(): ...\n", "'...' body"),
+    ("# your code here\n", "your code here"),
+    ("Lorem ipsum dolor sit amet.\n", "lorem ipsum"),
+    ("Fix this FIXME later\n", "FIXME"),
+])
+def test_no_placeholders_catches(registry, workspace, content, label):
+    (workspace.root / "made.py").write_text(content)
+    outcome = check(registry, workspace, {"type": "no_placeholders"}, agent_result(workspace))
+    assert not outcome.passed
+    assert "made.py:" in outcome.detail and label.lower() in outcome.detail.lower()
+
+
+def test_ellipsis_in_prose_is_not_a_placeholder(registry, workspace):
+    (workspace.root / "story.md").write_text("And then...\n...\nthe end.\n")
+    assert check(registry, workspace, {"type": "no_placeholders"},
+                 agent_result(workspace)).passed
+
+
+def test_grounding(registry, workspace):
+    (workspace.root / "src").mkdir()
+    (workspace.root / "src" / "util.py").write_text("x = 1\n")
+    ok = check(registry, workspace, {"type": "grounding"},
+               agent_result(workspace, "Updated `src/util.py` and notes.md (see notes.md:2)."))
+    assert ok.passed and ok.detail == "all 2 named file(s) exist: src/util.py, notes.md"
+    bad = check(registry, workspace, {"type": "grounding"},
+                agent_result(workspace, "Added tests in tests/test_util.py and util.py."))
+    assert not bad.passed
+    assert bad.detail.endswith("workspace: tests/test_util.py")  # util.py is src/util.py
+    silent = check(registry, workspace, {"type": "grounding"}, agent_result(workspace, "Done."))
+    assert silent.passed and silent.detail == "the final summary names no files"
+
+
+def test_grounding_accepts_deleted_files(registry, workspace):
+    (workspace.root / "notes.md").unlink()
+    outcome = check(registry, workspace, {"type": "grounding"},
+                    agent_result(workspace, "Removed notes.md as asked."))
+    assert outcome.passed
+
+
+GROUNDING_CASES = [
+    ("Created hello.txt.", ["hello.txt"]),
+    ("Wrote `src/app.py` and `tests/test_app.py`.", ["src/app.py", "tests/test_app.py"]),
+    ('Saved the data to "out/data.json".', ["out/data.json"]),
+    ("See ./scripts/run.sh for details", ["scripts/run.sh"]),
+    ("The bug was in parser.py:42, now fixed.", ["parser.py"]),
+    ("Changed utils.py:10:5 and main.go:3", ["utils.py", "main.go"]),
+    ("Edited (config.yaml), [README.md] and {setup.cfg}.", ["config.yaml", "README.md",
+                                                            "setup.cfg"]),
+    ("Results are in report.csv; the chart is chart.png!", ["report.csv", "chart.png"]),
+    ("Docs at https://example.com/docs/index.html were useful.", []),
+    ("Visit www.example.org or example.com for more.", []),
+    ("Email me at dev@example.com.", []),
+    ("Upgraded to Python 3.11 and Django 4.2.1.", []),
+    ("Bumped the version to v1.2.3.", []),
+    ("Use sensible defaults, e.g. zero, i.e. nothing, etc.", []),
+    ("Called json.dumps and os.path.join.", []),
+    ("It handles input/output and read/write.", []),
+    ("Cleaned the `build/` directory.", ["build/"]),
+    ("Created the docs/ folder.", ["docs/"]),
+    ("Updated `.gitignore` and `.env`.", [".gitignore", ".env"]),
+    ("Added a Makefile target in `Makefile`.", ["Makefile"]),
+    ("Nothing changed.", []),
+    ("Ran pytest: 3 passed in 0.5s.", []),
+    ("Wrote notes.md, then notes.md again.", ["notes.md"]),
+    ("Wrote “quotes.txt” with smart quotes.", ["quotes.txt"]),
+    ("See src/pkg/module.py#L10-L20.", ["src/pkg/module.py"]),
+    ("Fixed a/b/c/d.rs", ["a/b/c/d.rs"]),
+    ("The file is *bold.md*", ["bold.md"]),
+    ("Costs $4.50 per unit, 3.5x faster.", []),
+    ("Pi is 3.14159.", []),
+    ("Saw ... and more...", []),
+    ("Wrote ../outside.txt", []),
+    ("Check http://localhost:8000/api/items.json", []),
+    ("Created data.tar.gz and archive.zip", ["data.tar.gz", "archive.zip"]),
+    ("Created `notes` only.", []),
+    ("Edited Dockerfile and the README", []),
+]
+
+
+@pytest.mark.parametrize("summary, expected", GROUNDING_CASES)
+def test_grounding_path_extraction(summary, expected):
+    assert extract_paths(summary) == expected
+
+
+def test_a_grader_that_raises_is_a_failed_check_and_the_run_goes_on(workspace):
+    def explode(check, workspace, result):
+        raise RuntimeError("bad grader")
+
+    spec = evalctl.GraderSpec(name="explodes", grade=explode)
+    outcome = asyncio.run(grade({"type": "explodes"}, spec, workspace.root,
+                                agent_result(workspace)))
+    assert (outcome.passed, outcome.error) == (False, True)
+    assert outcome.detail == "grader crashed: RuntimeError: bad grader"
+    wrong = evalctl.GraderSpec(name="wrong", grade=lambda c, w, r: True)
+    outcome = asyncio.run(grade({"type": "wrong"}, wrong, workspace.root,
+                                agent_result(workspace)))
+    assert outcome.error and "expected evalctl.CheckResult" in outcome.detail
+
+
+def test_async_graders_are_awaited(workspace):
+    async def later(check, workspace, result):
+        await asyncio.sleep(0)
+        return evalctl.CheckResult(True, "awaited")
+
+    outcome = asyncio.run(grade({"type": "later"}, evalctl.GraderSpec(name="later", grade=later),
+                                workspace.root, agent_result(workspace)))
+    assert outcome.passed and outcome.detail == "awaited"
+
+
+def test_every_builtin_grader_is_documented_from_its_spec(registry):
+    from evalctl.graderdocs import render_grader_docs
+
+    from .conftest import ROOT
+
+    documented = (ROOT / "docs" / "graders.md").read_text()
+    assert documented == render_grader_docs(registry, builtins_only=True), \
+        "docs/graders.md is stale: run python -m evalctl.graderdocs > docs/graders.md"
+
+
+def test_the_graders_module_docs_name_every_builtin(registry):
+    for name, spec in registry.graders.items():
+        assert spec.description, name
+        assert inspect.signature(spec.grade).parameters.keys() >= {"check", "workspace",
+                                                                  "result"}, name
+
+
+def test_every_builtin_example_is_a_valid_check(registry, write_suite):
+    from evalctl.suite import validate_suite
+
+    for name, spec in registry.graders.items():
+        assert spec.example, f"{name} has no example"
+        lines = ["- id: t", "  prompt: p", "  checks:", "    - type: file_exists",
+                 "      path: x"]
+        lines += ["    " + line for line in spec.example.strip().splitlines()]
+        path = write_suite("\n".join(lines) + "\n", name=f"{name}.yaml")
+        assert validate_suite(path) == [], (name, spec.example)
