@@ -161,6 +161,10 @@ async def execute(prepared: PreparedRun, run_dir: Path | None = None,
         if current is not None:
             current.uncancel()
 
+    close = getattr(prepared.provider, "aclose", None)
+    if close is not None:
+        await close()
+
     results = []
     for task, future in zip(prepared.tasks, pending, strict=True):
         if future.done() and not future.cancelled() and future.exception() is None:

@@ -67,6 +67,7 @@ class ProviderSpec:
     `create` runs before any task starts and raises evalctl.UsageError for bad
     configuration (a missing API key, say) so the run stops with exit 2.
     `options` holds `model` and any `--provider-option key=value` pairs.
+    If the provider has `async def aclose()`, it is awaited when the run ends.
     """
 
     name: str

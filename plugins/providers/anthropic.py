@@ -55,6 +55,9 @@ class AnthropicProvider:
         self.max_tokens = max_tokens
         self.extra = dict(extra or {})
 
+    async def aclose(self) -> None:
+        await self.client.close()
+
     async def complete(self, request: evalctl.ModelRequest) -> evalctl.ModelTurn:
         import anthropic
 

@@ -1,0 +1,245 @@
+"""The scripted provider, and the Anthropic provider through the real SDK against a
+loopback server that speaks the Messages API (no network, no mocked HTTP client)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import evalctl
+from evalctl.agent.loop import run_agent
+from evalctl.cli import cli
+from evalctl.errors import UsageError
+from evalctl.model import ExitStatus
+from evalctl.suite import Limits, Task
+from evalctl.workspace import create_workspace, new_run_directory
+from evalctl.plugins.providers import anthropic_prices
+from evalctl.plugins.providers.scripted import CANNED_REPLY
+
+from .messages_server import MessagesServer, error, message, text_block, tool_use
+
+TASK = Task(id="t", prompt="Create a.txt containing hi.",
+            checks=({"type": "file_exists", "path": "a.txt"},))
+
+
+def run_task(provider, tmp_path, task: Task = TASK):
+    workspace = create_workspace(new_run_directory(tmp_path), task.id, dict(task.files))
+    return asyncio.run(run_agent(task, provider, workspace)), workspace
+
+
+# -- scripted ---------------------------------------------------------------------
+
+def scripted(registry, **options):
+    return registry.providers["scripted"].create(options)
+
+
+def test_scripted_serves_the_script_with_deterministic_usage(registry, tmp_path):
+    task = Task(id="s", prompt="p", checks=TASK.checks, script=(
+        {"text": "writing", "tool_calls": [{"tool": "write_file",
+                                             "input": {"path": "a.txt", "content": "hi"}}]},
+        {"text": "Created a.txt.", "usage": {"input_tokens": 7, "output_tokens": 3}},
+    ))
+    first, _ = run_task(scripted(registry), tmp_path / "1", task)
+    second, _ = run_task(scripted(registry), tmp_path / "2", task)
+    assert first.exit_status == ExitStatus.COMPLETED and first.final_text == "Created a.txt."
+    assert first.usage == second.usage
+    assert first.usage.input_tokens > 7 and first.usage.output_tokens > 3  # counted + declared
+    assert first.cost == 0.0
+
+
+def test_scripted_without_a_script_claims_success_and_does_nothing(registry, tmp_path):
+    result, _ = run_task(scripted(registry), tmp_path)
+    assert result.final_text == CANNED_REPLY and result.files_changed == {}
+    assert result.exit_status == ExitStatus.COMPLETED
+
+
+def test_a_script_that_runs_out_is_an_error_for_that_task(registry, tmp_path):
+    task = Task(id="short", prompt="p", checks=TASK.checks, script=(
+        {"tool_calls": [{"tool": "glob", "input": {"pattern": "*"}}]},))
+    result, _ = run_task(scripted(registry), tmp_path, task)
+    assert result.exit_status == ExitStatus.SCRIPT_ERROR
+    assert "has 1 turn(s) and the agent asked for turn 2" in result.error
+
+
+def test_a_script_naming_an_unknown_tool_is_an_error(registry, tmp_path):
+    task = Task(id="bad", prompt="p", checks=TASK.checks, script=(
+        {"tool_calls": [{"tool": "teleport"}]},))
+    result, _ = run_task(scripted(registry), tmp_path, task)
+    assert result.exit_status == ExitStatus.SCRIPT_ERROR
+    assert "unknown tool 'teleport'" in result.error
+
+
+def test_scripted_latency_option(registry):
+    assert scripted(registry, latency="0.25").latency == 0.25
+    with pytest.raises(UsageError):
+        scripted(registry, latency="soon")
+
+
+# -- anthropic --------------------------------------------------------------------
+
+@pytest.fixture
+def server(monkeypatch):
+    with MessagesServer() as running:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", running.url)
+        yield running
+
+
+def anthropic(registry, **options):
+    return registry.providers["anthropic"].create({"max_retries": "2", **options})
+
+
+def test_a_tool_loop_through_the_sdk(registry, server, tmp_path):
+    server.replies += [
+        message([text_block("Writing the file."),
+                 tool_use("toolu_1", "write_file", path="a.txt", content="hi"),
+                 tool_use("toolu_2", "read_file", path="missing.txt")], "tool_use",
+                input_tokens=1000, output_tokens=50, cache_write=900),
+        message([text_block("Created a.txt.")], "end_turn", input_tokens=40,
+                output_tokens=10, cache_read=900),
+    ]
+    result, workspace = run_task(anthropic(registry, model="claude-sonnet-4-6"), tmp_path)
+    assert result.exit_status == ExitStatus.COMPLETED
+    assert (workspace.root / "a.txt").read_text() == "hi"
+    assert result.usage == evalctl.TokenUsage(1040, 60, 900, 900)
+    expected = (1040 * 3 + 60 * 15 + 900 * 3.75 + 900 * 0.30) / 1e6
+    assert result.cost == pytest.approx(expected)
+
+    first, second = server.requests
+    assert first["path"] == "/v1/messages" and first["model"] == "claude-sonnet-4-6"
+    # SDK majors differ in how they send the key; either way it is the one configured.
+    sent = server.headers[0]
+    assert sent.get("x-api-key") == "sk-test-key" or \
+        sent.get("authorization") == "Bearer sk-test-key"
+    assert first["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert [t["name"] for t in first["tools"]] == ["read_file", "write_file", "edit_file",
+                                                   "bash", "glob", "grep"]
+    assert first["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in first["tools"][0]
+    assert first["messages"] == [{"role": "user", "content": TASK.prompt}]
+    # The assistant turn goes back verbatim; tool results follow, one per tool_use.
+    assert second["messages"][1]["role"] == "assistant"
+    assert second["messages"][1]["content"][1] == {
+        "type": "tool_use", "id": "toolu_1", "name": "write_file",
+        "input": {"path": "a.txt", "content": "hi"}}
+    results = second["messages"][2]["content"]
+    assert second["messages"][2]["role"] == "user"
+    assert [(r["type"], r["tool_use_id"], r["is_error"]) for r in results] == [
+        ("tool_result", "toolu_1", False), ("tool_result", "toolu_2", True)]
+    assert "does not exist" in results[1]["content"]
+
+
+def test_a_429_with_retry_after_is_retried(registry, server, tmp_path):
+    server.replies += [error(429, "rate_limit_error", "slow down", **{"retry-after": "0.05"}),
+                       message([text_block("Done.")], "end_turn")]
+    result, _ = run_task(anthropic(registry), tmp_path)
+    assert result.exit_status == ExitStatus.COMPLETED and len(server.requests) == 2
+
+
+def test_a_529_that_never_recovers_is_a_provider_error(registry, server, tmp_path):
+    server.replies += [error(529, "overloaded_error", "Overloaded",
+                             **{"retry-after-ms": "10"})] * 3
+    result, _ = run_task(anthropic(registry), tmp_path)
+    assert result.exit_status == ExitStatus.PROVIDER_ERROR
+    assert "HTTP 529" in result.error and len(server.requests) == 3  # 1 + 2 retries
+
+
+def test_a_400_is_not_retried(registry, server, tmp_path):
+    server.replies += [error(400, "invalid_request_error", "tools.0: bad schema")]
+    result, _ = run_task(anthropic(registry), tmp_path)
+    assert result.exit_status == ExitStatus.PROVIDER_ERROR
+    assert "bad schema" in result.error and len(server.requests) == 1
+
+
+def test_malformed_json_is_a_provider_error(registry, server, tmp_path):
+    server.replies += [(200, {"content-type": "application/json"}, b"{not json")]
+    result, _ = run_task(anthropic(registry), tmp_path)
+    assert result.exit_status == ExitStatus.PROVIDER_ERROR
+
+
+def test_context_overflow_is_recorded(registry, server, tmp_path):
+    server.replies += [error(400, "invalid_request_error",
+                             "prompt is too long: 250000 tokens > 200000 maximum")]
+    result, _ = run_task(anthropic(registry), tmp_path)
+    assert result.exit_status == ExitStatus.CONTEXT_OVERFLOW
+
+
+@pytest.mark.parametrize("stop, status", [("max_tokens", ExitStatus.MAX_TOKENS),
+                                          ("refusal", ExitStatus.REFUSED),
+                                          ("model_context_window_exceeded",
+                                           ExitStatus.CONTEXT_OVERFLOW)])
+def test_stop_reasons_from_the_api(registry, server, tmp_path, stop, status):
+    server.replies += [message([text_block("partial")], stop)]
+    result, _ = run_task(anthropic(registry), tmp_path)
+    assert result.exit_status == status
+
+
+def test_pause_turn_sends_the_content_back_to_continue(registry, server, tmp_path):
+    server.replies += [message([text_block("searching")], "pause_turn"),
+                       message([text_block("Done.")], "end_turn")]
+    result, _ = run_task(anthropic(registry), tmp_path)
+    assert result.exit_status == ExitStatus.COMPLETED
+    assert server.requests[1]["messages"][-1] == {"role": "assistant",
+                                                  "content": [{"type": "text",
+                                                               "text": "searching"}]}
+
+
+def test_an_unknown_model_is_unpriced_not_free(registry, server, tmp_path):
+    server.replies += [message([text_block("Done.")], "end_turn", model="claude-future-9")]
+    result, _ = run_task(anthropic(registry, model="claude-future-9"), tmp_path)
+    assert result.cost is None
+
+
+def test_a_missing_api_key_is_a_clear_usage_error(registry, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(UsageError, match="ANTHROPIC_API_KEY"):
+        registry.providers["anthropic"].create({})
+
+
+def test_the_run_command_with_a_missing_key_exits_2_before_any_task(tmp_path, monkeypatch):
+    from .conftest import SUITES
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["run", str(SUITES / "live.yaml"), "--provider",
+                                      "anthropic"])
+    assert result.exit_code == 2
+    assert "ANTHROPIC_API_KEY" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "eval_reports").exists()
+
+
+def test_a_live_run_end_to_end_against_the_loopback_server(server, tmp_path, monkeypatch):
+    from .conftest import SUITES
+
+    def reply(body):
+        prompt = body["messages"][0]["content"]
+        if len(body["messages"]) == 1 and "motto.txt" in prompt:
+            return message([tool_use("toolu_9", "write_file", path="motto.txt",
+                                     content="measure, then claim\n")], "tool_use")
+        return message([text_block("Wrote motto.txt.")], "end_turn")
+
+    server.replies += [reply, reply]
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["run", str(SUITES / "live.yaml"), "--provider",
+                                      "anthropic", "--model", "claude-haiku-4-5",
+                                      "--only", "create-file", "--report", "out.json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out.json").read_text())
+    assert report["provider"] == "anthropic" and report["model"] == "claude-haiku-4-5"
+    assert report["summary"]["completion_rate"] == 1.0
+    assert report["summary"]["cost"] > 0
+    assert all(r["model"] == "claude-haiku-4-5" for r in server.requests)
+
+
+def test_the_price_table_is_dated_and_well_formed():
+    from datetime import date
+
+    assert date.fromisoformat(anthropic_prices.PRICES_AS_OF)
+    for prefix, price in anthropic_prices.PRICES.items():
+        assert prefix.startswith("claude-")
+        assert price.cache_read < price.input < price.cache_write < price.output
+    assert anthropic_prices.price_for("claude-opus-4-1-20250805").input == 15.00
+    assert anthropic_prices.price_for("claude-opus-4-5-20251101").input == 5.00
+    assert anthropic_prices.price_for("gpt-5") is None
