@@ -21,8 +21,13 @@ class RunView:
     def __enter__(self) -> RunView:
         if self.live:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
-                TimeElapsedColumn
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
 
             self._progress = Progress(
                 TextColumn("[bold]running"), BarColumn(), MofNCompleteColumn(),

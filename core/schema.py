@@ -49,7 +49,8 @@ SCRIPT = {
                 "items": {
                     "type": "object",
                     "properties": {
-                        "tool": {"type": "string", "description": f"One of {', '.join(TOOL_NAMES)}."},
+                        "tool": {"type": "string",
+                                 "description": f"One of {', '.join(TOOL_NAMES)}."},
                         "input": {"type": "object", "description": "The tool's arguments."},
                     },
                     "required": ["tool"],
@@ -87,7 +88,8 @@ def _task_schema() -> dict[str, Any]:
                 "description": "Unique in the suite and usable as a directory name: letters, "
                 "digits, '.', '_' and '-', starting with a letter or digit.",
             },
-            "prompt": {"type": "string", "minLength": 1, "description": "The goal, not the method."},
+            "prompt": {"type": "string", "minLength": 1,
+                       "description": "The goal, not the method."},
             "files": {
                 "type": "object",
                 "description": "Files seeded into the fresh workspace: relative path -> content.",

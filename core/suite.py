@@ -150,7 +150,8 @@ def _parse_and_validate(raw: bytes, label: str, schema: Mapping[str, Any],
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise SuiteError([Problem(label, line, f"not UTF-8: byte 0x{raw[exc.start]:02x} "
-                                               "cannot be decoded; save the file as UTF-8")])
+                                               "cannot be decoded; save the file as UTF-8")]) \
+            from None
     if text.startswith("\ufeff"):
         text = text[1:]
     if not any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines()):

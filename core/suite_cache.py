@@ -6,6 +6,7 @@ set of plugins gives the same result, so it is stored once validated.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -45,7 +46,5 @@ def write(key: str, value: dict[str, Any]) -> None:
         return
     from evalctl.fileio import write_atomically
 
-    try:
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs speed
         write_atomically(cache_dir() / f"{key}.json", json.dumps(value))
-    except OSError:
-        pass  # a cache that cannot be written only costs speed

@@ -2,7 +2,8 @@
 
 A run directory holds one workspace per task, and beside them (never inside) each
 task's ledger (.ledgers/), its private state (HOME, TMPDIR in .state/) and a pristine
-copy of its seed (.seed/), so nothing leaks between tasks or runs. Workspaces are kept after the run for inspection.
+copy of its seed (.seed/), so nothing leaks between tasks or runs. Workspaces are
+kept after the run for inspection.
 """
 
 from __future__ import annotations

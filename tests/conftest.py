@@ -6,10 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import evalctl
-from evalctl.registry import Registry, get_registry, load_registry, PluginSource, set_registry
+import pytest
+from evalctl.registry import PluginSource, Registry, get_registry, load_registry, set_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = ROOT / "suites"

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 
-import pytest
-
 import evalctl
+import pytest
+from evalctl.plugins.graders.grounding import extract_paths
 from evalctl.runner import grade
 from evalctl.workspace import create_workspace, new_run_directory
-from evalctl.plugins.graders.grounding import extract_paths
 
 
 @pytest.fixture

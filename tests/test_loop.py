@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
-
 import evalctl
+import pytest
 from evalctl.agent.ledger import read_events
 from evalctl.agent.loop import run_agent
 from evalctl.model import ExitStatus, StopReason

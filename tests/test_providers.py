@@ -6,18 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 
+import evalctl
 import pytest
 from click.testing import CliRunner
-
-import evalctl
 from evalctl.agent.loop import run_agent
 from evalctl.cli import cli
 from evalctl.errors import UsageError
 from evalctl.model import ExitStatus
-from evalctl.suite import Limits, Task
-from evalctl.workspace import create_workspace, new_run_directory
 from evalctl.plugins.providers import anthropic_prices
 from evalctl.plugins.providers.scripted import CANNED_REPLY
+from evalctl.suite import Task
+from evalctl.workspace import create_workspace, new_run_directory
 
 from .messages_server import MessagesServer, error, message, text_block, tool_use
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import types
 
-import pytest
-
 import evalctl
+import pytest
 from evalctl.errors import PluginError, UsageError
 from evalctl.registry import PluginSource, load_registry
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from pathlib import Path
 
 import pytest
-
 from evalctl.agent.tools import OUTPUT_LIMIT, Toolbox, agent_environment
 from evalctl.workspace import create_workspace, new_run_directory
 

@@ -111,7 +111,8 @@ def grade_no_placeholders(check: dict[str, Any], workspace: Path,
         return evalctl.CheckResult(False, "placeholders in the agent's files:\n" + "\n".join(shown))
     if not changed:
         return evalctl.CheckResult(True, "the agent created or changed no files")
-    return evalctl.CheckResult(True, f"no placeholders in {len(changed)} created or changed file(s)")
+    return evalctl.CheckResult(True, f"no placeholders in {len(changed)} created or changed "
+                                     "file(s)")
 
 
 @evalctl.hookimpl

@@ -13,14 +13,18 @@ from typing import Any
 
 import evalctl
 
-KNOWN_EXTENSIONS = frozenset("""
-py pyi pyx ipynb js mjs cjs ts tsx jsx json jsonl ndjson yaml yml toml ini cfg conf env
-md markdown rst txt text csv tsv xml html htm css scss sass less svg png jpg jpeg gif webp
-pdf sh bash zsh fish ps1 bat c h cc cpp cxx hpp hh rs go java kt kts scala rb php pl pm
-lua r jl swift m mm cs fs vb sql db sqlite lock log out err diff patch tex bib
-dockerfile makefile mk cmake gradle properties proto graphql tf hcl vue svelte astro
-dart ex exs erl hrl clj edn hs elm ml mli nim zig wasm tar gz tgz zip whl
-""".split())
+KNOWN_EXTENSIONS = frozenset([
+    "py", "pyi", "pyx", "ipynb", "js", "mjs", "cjs", "ts", "tsx", "jsx", "json", "jsonl",
+    "ndjson", "yaml", "yml", "toml", "ini", "cfg", "conf", "env", "md", "markdown", "rst",
+    "txt", "text", "csv", "tsv", "xml", "html", "htm", "css", "scss", "sass", "less", "svg",
+    "png", "jpg", "jpeg", "gif", "webp", "pdf", "sh", "bash", "zsh", "fish", "ps1", "bat",
+    "c", "h", "cc", "cpp", "cxx", "hpp", "hh", "rs", "go", "java", "kt", "kts", "scala",
+    "rb", "php", "pl", "pm", "lua", "r", "jl", "swift", "m", "mm", "cs", "fs", "vb", "sql",
+    "db", "sqlite", "lock", "log", "out", "err", "diff", "patch", "tex", "bib",
+    "dockerfile", "makefile", "mk", "cmake", "gradle", "properties", "proto", "graphql",
+    "tf", "hcl", "vue", "svelte", "astro", "dart", "ex", "exs", "erl", "hrl", "clj", "edn",
+    "hs", "elm", "ml", "mli", "nim", "zig", "wasm", "tar", "gz", "tgz", "zip", "whl",
+])
 KNOWN_NAMES = frozenset({"Makefile", "Dockerfile", "README", "LICENSE", "CHANGELOG",
                          "Procfile", "Gemfile", "Rakefile", "Justfile", "Containerfile"})
 
@@ -33,8 +37,11 @@ VERSION = re.compile(r"^v?\d+(?:\.\d+)+(?:[-+.]?[a-z0-9]+)*$", re.IGNORECASE)
 ABBREVIATION = re.compile(r"^(?:[a-zA-Z]\.){2,}$|^(?:etc|vs|approx|incl|cf|no)\.$",
                           re.IGNORECASE)
 SEGMENT = re.compile(r"^[A-Za-z0-9_.@+~-]+$")
-TOP_LEVEL_DOMAINS = frozenset("com org net io dev ai edu gov app co uk de fr info biz us ca "
-                              "eu jp cn ru nl au ch se no es it be at pl br in".split())
+TOP_LEVEL_DOMAINS = frozenset([
+    "com", "org", "net", "io", "dev", "ai", "edu", "gov", "app", "co", "uk", "de", "fr",
+    "info", "biz", "us", "ca", "eu", "jp", "cn", "ru", "nl", "au", "ch", "se", "no", "es",
+    "it", "be", "at", "pl", "br", "in",
+])
 
 
 def _clean(token: str) -> tuple[str, bool]:

@@ -12,8 +12,9 @@ def grade_word_count(check, workspace: Path, result) -> evalctl.CheckResult:
     words = len(target.read_text(encoding="utf-8").split())
     low, high = check.get("min", 0), check.get("max")
     if words < low or (high is not None and words > high):
+        upper = "any" if high is None else high
         return evalctl.CheckResult(False, f"{check['path']} has {words} words; "
-                                          f"expected {low} to {high if high is not None else 'any'}")
+                                          f"expected {low} to {upper}")
     return evalctl.CheckResult(True, f"{check['path']} has {words} words")
 
 

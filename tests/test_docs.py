@@ -1,0 +1,27 @@
+"""The README's commands and example package are the ones that exist and run."""
+
+from __future__ import annotations
+
+import re
+
+from .conftest import ROOT
+
+README = (ROOT / "README.md").read_text()
+WORDCOUNT = ROOT / "tests" / "distributions" / "wordcount"
+
+
+def code_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+def test_the_readme_opens_with_the_two_commands_and_ci_runs_the_test_command():
+    setup_and_run, setup_and_test = code_blocks("sh")[:2]
+    assert "evalctl run suites/harness.yaml" in setup_and_run
+    assert "pytest" in setup_and_test
+    assert setup_and_test.strip() in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_readme_plugin_example_is_the_tested_distribution():
+    assert (WORDCOUNT / "pyproject.toml").read_text() in code_blocks("toml")
+    source = (WORDCOUNT / "src" / "evalctl_wordcount" / "__init__.py").read_text()
+    assert source in code_blocks("python")

@@ -1,0 +1,303 @@
+"""`evalctl run`: the built-in suites, reports, exit codes, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import evalctl
+import pytest
+from click.testing import CliRunner
+from evalctl.cli import cli
+from evalctl.registry import set_registry
+
+from .conftest import ROOT, SUITES, environment_without_evalctl_settings, registry_with
+
+
+def run_cli(tmp_path, *args: str):
+    previous = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        return CliRunner().invoke(cli, ["run", *args])
+    finally:
+        os.chdir(previous)
+
+
+def report_of(tmp_path: Path, suffix: str = "json") -> Path:
+    reports = sorted((tmp_path / "eval_reports").glob(f"report-*.{suffix}"))
+    assert len(reports) == 1, reports
+    return reports[0]
+
+
+@pytest.mark.parametrize("suite, count", [("harness", 5), ("general", 6)])
+def test_scripted_suites_are_fully_green(tmp_path, suite, count):
+    result = run_cli(tmp_path, str(SUITES / f"{suite}.yaml"))
+    assert result.exit_code == 0, result.output
+    report = json.loads(report_of(tmp_path).read_text())
+    summary = report["summary"]
+    assert (summary["passed"], summary["total"], summary["completion_rate"]) == (count, count, 1.0)
+    assert summary["grounding_rate"] == 1.0
+    assert summary["usage"]["input_tokens"] > 0
+    assert all(t["exit_status"] == "completed" for t in report["tasks"])
+    assert report_of(tmp_path, "md").read_text().startswith(f"## evalctl: {suite}")
+
+
+def test_core_under_the_scripted_provider_passes_exactly_one_of_four(tmp_path):
+    result = run_cli(tmp_path, str(SUITES / "core.yaml"), "--scripted")
+    assert result.exit_code == 1, result.output
+    report = json.loads(report_of(tmp_path).read_text())
+    assert report["summary"]["completion_rate"] == 0.25
+    failed = {t["id"]: sorted(c["type"] for c in t["checks"] if not c["passed"])
+              for t in report["tasks"]}
+    assert failed == {
+        "fizzbuzz": [],
+        "add-a-test": ["file_exists", "python", "tests_pass"],
+        "fix-pagination": ["tests_pass"],
+        "parse-duration": ["python"],
+    }
+    # The stand-in reply claims success: only checks of the work catch it.
+    add_a_test = next(t for t in report["tasks"] if t["id"] == "add-a-test")
+    assert next(c for c in add_a_test["checks"] if c["type"] == "succeeded")["passed"]
+
+
+def _stable(report: dict) -> dict:
+    """The report without what may differ between runs: times, durations, paths."""
+    report = json.loads(json.dumps(report))
+    for key in ("started_at", "finished_at", "run_directory"):
+        report.pop(key)
+    for task in report["tasks"]:
+        for key in ("duration", "workspace", "ledger"):
+            task.pop(key)
+    return report
+
+
+def test_two_scripted_runs_give_identical_json_apart_from_times_and_paths(tmp_path):
+    first, second = tmp_path / "one", tmp_path / "two"
+    for where in (first, second):
+        where.mkdir()
+        assert run_cli(where, str(SUITES / "harness.yaml"), "--report", "r.json").exit_code == 0
+    a = json.loads((first / "r.json").read_text())
+    b = json.loads((second / "r.json").read_text())
+    assert _stable(a) == _stable(b)
+    assert list(a) == list(b)  # stable key order
+    text = (first / "r.json").read_text()
+    assert text == json.dumps(a, indent=2) + "\n"
+
+
+def test_junit_output_validates_against_the_junit_schema(tmp_path):
+    import xmlschema
+
+    result = run_cli(tmp_path, str(SUITES / "core.yaml"), "--reporter", "junit")
+    assert result.exit_code == 1
+    xml = report_of(tmp_path, "xml")
+    schema = xmlschema.XMLSchema(str(Path(__file__).parent / "data" / "junit.xsd"))
+    schema.validate(str(xml))
+    root = xml.read_text()
+    assert root.count("<failure ") == 3 and "<error " not in root
+    assert 'tests="4" failures="3" errors="0"' in root
+
+
+def test_junit_marks_infrastructure_errors_as_errors(tmp_path, write_suite):
+    import xmlschema
+
+    suite = write_suite("""\
+- id: runs-out
+  prompt: p
+  checks:
+    - type: file_exists
+      path: x
+  script:
+    - tool_calls:
+        - tool: glob
+          input:
+            pattern: "*"
+""")
+    result = run_cli(tmp_path, str(suite), "--reporter", "junit", "--reporter", "json")
+    assert result.exit_code == 1
+    xml = report_of(tmp_path, "xml")
+    xmlschema.XMLSchema(str(Path(__file__).parent / "data" / "junit.xsd")).validate(str(xml))
+    assert '<error message="the script of task' in xml.read_text()
+    report = json.loads(report_of(tmp_path).read_text())
+    assert report["summary"]["errors"] == 1 and report["summary"]["failed"] == 0
+
+
+def test_only_and_tag_select_tasks(tmp_path, write_suite):
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "edit-file")
+    assert result.exit_code == 0
+    report = json.loads(report_of(tmp_path).read_text())
+    assert [t["id"] for t in report["tasks"]] == ["edit-file"]
+    missing = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "nope")
+    assert missing.exit_code == 2 and "unknown task(s) nope" in missing.output
+    none = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--tag", "nothing-has-this")
+    assert none.exit_code == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--provider", "openai"], "unknown provider 'openai'"),
+    (["--reporter", "html"], "unknown reporter 'html'"),
+    (["--scripted", "--provider", "anthropic"], "alternatives"),
+    (["--provider-option", "novalue"], "KEY=VALUE"),
+])
+def test_usage_errors_exit_2_before_any_task(tmp_path, args, message):
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "eval_reports").exists()
+
+
+def test_team_defaults_from_config_and_flags_override(tmp_path):
+    (tmp_path / "evalctl.toml").write_text('reporters = ["junit"]\nout = "reports"\n')
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file")
+    assert result.exit_code == 0, result.output
+    assert [p.suffix for p in (tmp_path / "reports").glob("report-*")] == [".xml"]
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file",
+                     "--reporter", "markdown", "--out", "elsewhere")
+    assert [p.suffix for p in (tmp_path / "elsewhere").glob("report-*")] == [".md"]
+
+
+def test_pyproject_tool_section_is_read(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.evalctl]\nreporters = ["markdown"]\n')
+    assert run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file").exit_code == 0
+    assert [p.suffix for p in (tmp_path / "eval_reports").glob("report-*")] == [".md"]
+    (tmp_path / "pyproject.toml").write_text('[tool.evalctl]\nreporter = ["markdown"]\n')
+    bad = run_cli(tmp_path, str(SUITES / "harness.yaml"))
+    assert bad.exit_code == 2 and "unknown key 'reporter'" in bad.output
+
+
+def test_a_broken_reporter_does_not_cost_the_other_reports(tmp_path):
+    @evalctl.hookimpl
+    def evalctl_register_reporters(register):
+        def explode(run, path):
+            raise OSError("disk full")
+
+        register(evalctl.ReporterSpec(name="broken", write=explode, extension="txt"))
+
+    plugin = types.ModuleType("broken")
+    plugin.evalctl_register_reporters = evalctl_register_reporters
+    set_registry(registry_with(("broken", plugin)))
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file",
+                     "--reporter", "broken", "--reporter", "json")
+    assert result.exit_code == 1
+    assert "reporter 'broken'" in result.output and "disk full" in result.output
+    assert report_of(tmp_path).exists()
+
+
+def test_the_summary_table_and_progress_lines(tmp_path):
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"))
+    assert "[5/5]" in result.output
+    assert "harness: completion 100%, grounding 100%" in result.output
+    assert "5/5 tasks passed" in result.output
+    for task in ("write-file", "edit-file", "bash-pipeline", "parallel-writes",
+                 "permission-denial-adapts"):
+        assert task in result.output
+
+
+INTERRUPTIBLE = """\
+- id: quick-1
+  prompt: Write a.txt.
+  checks:
+    - type: file_exists
+      path: a.txt
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: a.txt
+            content: a
+    - text: Wrote a.txt.
+- id: slow-1
+  prompt: Wait, then write b.txt.
+  checks:
+    - type: file_exists
+      path: b.txt
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: partial.txt
+            content: started
+        - tool: bash
+          input:
+            command: sleep 60
+    - text: Done.
+- id: slow-2
+  prompt: Wait, then write c.txt.
+  checks:
+    - type: file_exists
+      path: c.txt
+  script:
+    - tool_calls:
+        - tool: bash
+          input:
+            command: sleep 60
+    - text: Done.
+- id: queued
+  prompt: Never starts at concurrency 2.
+  checks:
+    - type: file_exists
+      path: d.txt
+"""
+
+
+def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(tmp_path):
+    suite = tmp_path / "slow.yaml"
+    suite.write_text(INTERRUPTIBLE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "evalctl", "run", str(suite), "--concurrency", "2",
+         "--report", "r.json", "--reporter", "json", "--reporter", "junit"],
+        cwd=tmp_path, env={**environment_without_evalctl_settings(), "EVALCTL_NO_CACHE": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    ledgers = tmp_path / "eval_reports"
+    while time.monotonic() < deadline:
+        ready = [p for p in ledgers.glob("workspaces-*/.ledgers/*.jsonl")]
+        done = [p for p in ready if p.name == "quick-1.jsonl" and "task_end" in p.read_text()]
+        sleeping = [p for p in ready if p.name.startswith("slow") and "sleep 60" in p.read_text()]
+        if done and len(sleeping) == 2:
+            break
+        time.sleep(0.05)
+    else:
+        process.kill()
+        pytest.fail("the run never reached the point to interrupt")
+    time.sleep(0.3)  # let the first grader finish
+    started = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=30)
+    assert time.monotonic() - started < 15
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    status = {t["id"]: (t["status"], t["exit_status"]) for t in report["tasks"]}
+    assert status == {"quick-1": ("passed", "completed"), "slow-1": ("not_run", "aborted"),
+                      "slow-2": ("not_run", "aborted"), "queued": ("not_run", None)}
+    assert report["interrupted"] is True
+    assert report["summary"]["completion_rate"] == 1.0 and report["summary"]["not_run"] == 3
+    slow = next(t for t in report["tasks"] if t["id"] == "slow-1")
+    assert (Path(slow["workspace"]) / "partial.txt").read_text() == "started"
+    assert '"status": "aborted"' in Path(slow["ledger"]).read_text()
+    assert list((tmp_path / "eval_reports").glob("report-*.xml"))
+    leftover = subprocess.run(["pgrep", "-f", "sleep 60"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == "", "a sleeping child outlived the interrupted run"
+
+
+def test_help_and_list_plugins_import_no_sdk():
+    probe = """
+import sys
+from click.testing import CliRunner
+from evalctl.cli import cli
+for args in (["--help"], ["list-plugins"], ["list-plugins", "--json"], ["schema"]):
+    assert CliRunner().invoke(cli, args).exit_code == 0, args
+heavy = sorted(m for m in ("anthropic", "httpx", "httpx2", "jsonschema", "strictyaml")
+               if m in sys.modules)
+print(",".join(heavy))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=environment_without_evalctl_settings(), cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
