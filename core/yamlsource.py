@@ -10,6 +10,8 @@ validate the same values.
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,9 +52,12 @@ def resolve_plain_scalar(text: str) -> Any:
 
 class YamlSyntaxError(Exception):
     def __init__(self, line: int, message: str):
-        super().__init__(message)
+        super().__init__(line, message)  # both in args, so it survives pickling
         self.line = line
         self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass
@@ -81,44 +86,179 @@ def _loader_class(label: str) -> type:
 
 
 def parse(text: str, label: str) -> Located:
-    """Parse one YAML document; raise YamlSyntaxError with the line of the problem."""
+    """Parse one suite document; raise YamlSyntaxError with the line of the problem.
+
+    A large suite is parsed item by item, in parallel where there are cores to spare:
+    the pure-Python YAML parser dominates loading, and top-level task items are
+    independent. Any problem falls back to parsing the whole document, so errors are
+    exactly the whole-document parser's.
+    """
+    split = split_tasks(text)
+    if split is None or len(split.items) < PARALLEL_THRESHOLD:
+        return parse_document(text, label)
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        return _parse_split(split, label)
+    except (YamlSyntaxError, BrokenProcessPool, OSError):
+        return parse_document(text, label)
+
+
+PARALLEL_THRESHOLD = 200
+
+
+@dataclass
+class SplitDocument:
+    """A suite cut into its task items: each item's text (dedented to column 0) and the
+    0-based line it starts at; `header` is the rest, with `tasks:` left empty."""
+
+    items: list[tuple[int, str]]
+    header: str | None  # None for the list form
+    tasks_key_line: int = 0
+
+
+_TOP_LEVEL_KEY = re.compile(r"^[^\s#-][^:]*:(\s|$)")
+
+
+def split_tasks(text: str) -> SplitDocument | None:
+    """Cut a suite at its task items, or None when its shape is not the plain one."""
+    lines = text.splitlines(keepends=True)
+    significant = [i for i, line in enumerate(lines)
+                   if line.strip() and not line.lstrip().startswith("#")]
+    if not significant:
+        return None
+    if any(lines[i].startswith(("---", "...", "%")) for i in significant):
+        return None
+    first = lines[significant[0]]
+    if first.startswith("- ") or first.rstrip() == "-":
+        body_start, body_end, header = 0, len(lines), None
+        indent = 0
+    else:
+        key_lines = [i for i in significant
+                     if not lines[i][:1].isspace() and not lines[i].startswith("-")]
+        if not all(_TOP_LEVEL_KEY.match(lines[i]) for i in key_lines):
+            return None
+        tasks = [i for i in key_lines if lines[i].rstrip() == "tasks:"]
+        if len(tasks) != 1:
+            return None
+        body_start = tasks[0] + 1
+        later = [i for i in key_lines if i > tasks[0]]
+        body_end = later[0] if later else len(lines)
+        body = [i for i in significant if body_start <= i < body_end]
+        if not body:
+            return None
+        indent = len(lines[body[0]]) - len(lines[body[0]].lstrip(" "))
+        # The task lines become blank, so the rest keeps its line numbers.
+        header = "".join(lines[:body_start]) + "\n" * (body_end - body_start) + \
+            "".join(lines[body_end:])
+    starts = []
+    for i in range(body_start, body_end):
+        line = lines[i]
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line[:indent].strip() or line[indent:indent + 1] == " ":
+            continue  # deeper: inside an item
+        if not (line[indent:].startswith("- ") or line[indent:].rstrip() == "-"):
+            return None
+        starts.append(i)
+    if not starts:
+        return None
+    items = []
+    for position, start in enumerate(starts):
+        end = starts[position + 1] if position + 1 < len(starts) else body_end
+        chunk = "".join(_dedent(line, indent) for line in lines[start:end])
+        items.append((start, chunk))
+    return SplitDocument(items, header, body_start - 1)
+
+
+def _dedent(line: str, indent: int) -> str:
+    """`line` without its first `indent` spaces, keeping its line ending (a blank line
+    shorter than the indent is just its ending)."""
+    body = line.rstrip("\r\n")
+    return body[indent:] + line[len(body):] if body[:indent].strip() == "" else line
+
+
+def _parse_items(batch: list[tuple[int, str]], label: str) -> list[Located]:
+    return [parse_document(chunk, label, line_offset=start) for start, chunk in batch]
+
+
+def _parse_split(split: SplitDocument, label: str) -> Located:
+    workers = min(os.cpu_count() or 1, 4)
+    batches = [split.items[i::workers] for i in range(workers)]
+    parsed: list[Located]
+    if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            results = list(pool.map(_parse_items, batches, [label] * workers))
+        parsed = [None] * len(split.items)  # type: ignore[list-item]
+        for offset, batch_result in enumerate(results):
+            parsed[offset::workers] = batch_result
+    else:
+        parsed = _parse_items(split.items, label)
+
+    if split.header is None:
+        located = Located([])
+        located.lines[()] = 1
+        base: Path_ = ()
+    else:
+        located = parse_document(split.header, label)
+        if not isinstance(located.data, dict) or located.data.get("tasks") is not None:
+            raise YamlSyntaxError(1, "unexpected header shape")  # let the full parse decide
+        located.data["tasks"] = []
+        base = ("tasks",)
+    for index, item in enumerate(parsed):
+        if not isinstance(item.data, list) or len(item.data) != 1:
+            raise YamlSyntaxError(1, "unexpected item shape")
+        (located.data["tasks"] if base else located.data).append(item.data[0])
+        for mapping, target in ((item.lines, located.lines), (item.key_lines,
+                                                              located.key_lines)):
+            for path, line in mapping.items():
+                if path and path[0] == 0:
+                    target[(*base, index, *path[1:])] = line
+    return located
+
+
+def parse_document(text: str, label: str, line_offset: int = 0) -> Located:
+    """Parse one YAML document with strictyaml's loader."""
     from strictyaml import ruamel
 
     try:
         document = ruamel.load(text, Loader=_loader_class(label), preserve_quotes=True)
     except ruamel.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        line = mark.line + 1 if mark is not None else 1
+        line = (mark.line + 1 if mark is not None else 1) + line_offset
         problem = getattr(exc, "problem", None) or str(exc)
         context = getattr(exc, "context", None)
         message = f"{problem} ({context})" if context and context != "While scanning" and \
             context != "While parsing" else str(problem)
         raise YamlSyntaxError(line, f"invalid YAML: {message}") from None
     located = Located(None)
-    located.lines[()] = 1
-    located.data = _plain(document, (), located)
+    located.lines[()] = 1 + line_offset
+    located.data = _plain(document, (), located, line_offset)
     return located
 
 
-def _plain(node: Any, path: Path_, located: Located) -> Any:
+def _plain(node: Any, path: Path_, located: Located, offset: int = 0) -> Any:
     from strictyaml.ruamel.comments import CommentedMap, CommentedSeq
 
     if isinstance(node, CommentedMap):
         out: dict[str, Any] = {}
         for key, value in node.items():
-            key_line = node.lc.data[key][0] + 1
+            key_line = node.lc.data[key][0] + 1 + offset
             child = (*path, str(key))
             # A value is reported at its key's line: a block value or an empty one
             # starts on a later line, and the key is what a reader looks for.
             located.key_lines[child] = located.lines[child] = key_line
-            out[str(key)] = _plain(value, child, located)
+            out[str(key)] = _plain(value, child, located, offset)
         return out
     if isinstance(node, CommentedSeq):
         items = []
         for index, value in enumerate(node):
             child = (*path, index)
-            located.lines[child] = node.lc.data[index][0] + 1
-            items.append(_plain(value, child, located))
+            located.lines[child] = node.lc.data[index][0] + 1 + offset
+            items.append(_plain(value, child, located, offset))
         return items
     if type(node) is str:
         return resolve_plain_scalar(node)

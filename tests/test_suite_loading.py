@@ -318,3 +318,36 @@ def test_a_missing_file_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(cli, ["validate", str(tmp_path / "nope.yaml")])
     assert result.exit_code == 2
     assert "cannot read suite" in result.output
+
+
+TRICKY_DOCUMENTS = [
+    MINIMAL * 3,
+    "# a comment first\n\n" + MINIMAL + "# between items\n" + MINIMAL.replace("one", "two"),
+    "name: x\ntasks:\n- id: a\n  prompt: p\n  checks:\n  - type: file_exists\n    path: x\n"
+    "- id: b\n  prompt: |\n    keep\n\n      indented\n    \n  checks:\n  - type: succeeded\n"
+    "defaults:\n  permissions: full\n",
+    "tasks:\n  - id: a\n    prompt: >\n      folded\n      text\n\n    files:\n      a.txt: |\n"
+    "        x   \n\n        y\n    checks:\n      - type: file_exists\n        path: a.txt\n"
+    "  # a comment in the list\n  - id: b\n    prompt: \"quoted\n      across lines\"\n"
+    "    checks:\n      - type: command\n        command: 'true'\n",
+]
+
+
+@pytest.mark.parametrize("text", TRICKY_DOCUMENTS + [p.read_text() for p in
+                                                   sorted(SUITES.glob("*.yaml"))])
+def test_parsing_item_by_item_equals_parsing_the_whole_document(text):
+    from evalctl.yamlsource import _parse_split, parse_document, split_tasks
+
+    split = split_tasks(text)
+    assert split is not None
+    pieces, whole = _parse_split(split, "s.yaml"), parse_document(text, "s.yaml")
+    assert (pieces.data, pieces.lines, pieces.key_lines) == \
+        (whole.data, whole.lines, whole.key_lines)
+
+
+def test_a_large_suite_with_an_error_reports_the_whole_documents_line(write_suite):
+    items = [MINIMAL.replace("id: one", f"id: t{i}") for i in range(250)]
+    items[200] = items[200].replace("  prompt: Make a.txt\n", "  prompt: Make a.txt\n  prompt: x\n")
+    path = write_suite("".join(items))
+    problems = validate_suite(path)
+    assert [(p.line, "Duplicate key 'prompt'" in p.message) for p in problems] == [(1003, True)]

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import evalctl
-from evalctl.agent.tools import run_command, scrubbed_environment
+
+# evalctl.agent.tools (and with it asyncio) is imported when a check runs, not when the
+# plugin loads: list-plugins and --help stay fast.
 
 TAIL = 1_500
 TIMEOUT = {"type": "number", "exclusiveMinimum": 0, "description": "Seconds (default 60)."}
@@ -27,6 +29,8 @@ def _tail(output: str) -> str:
 
 
 async def _run(command: str, workspace: Path, timeout: float) -> tuple[int | None, str, bool]:
+    from evalctl.agent.tools import run_command, scrubbed_environment
+
     with tempfile.TemporaryDirectory(prefix="evalctl-grader-") as scratch:
         env = scrubbed_environment(Path(scratch), Path(scratch))
         return await run_command(command, cwd=workspace, env=env, timeout=timeout)
@@ -87,6 +91,8 @@ async def grade_python(check: dict[str, Any], workspace: Path,
     import asyncio
     import os
     import signal
+
+    from evalctl.agent.tools import scrubbed_environment
 
     timeout = check.get("timeout", 60)
     program = _BOOTSTRAP.replace("__EVALCTL_CODE__", repr(check["code"]))

@@ -8,7 +8,6 @@ success and does nothing: only the graders can tell.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -42,6 +41,8 @@ class ScriptedProvider:
 
     async def complete(self, request: evalctl.ModelRequest) -> evalctl.ModelTurn:
         if self.latency:
+            import asyncio
+
             await asyncio.sleep(self.latency)
         script = request.task.get("script")
         task_id = request.task.get("id", "?")

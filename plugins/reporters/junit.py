@@ -4,7 +4,6 @@ errors <error>, tasks not run <skipped>. Judge checks go to system-out only."""
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import evalctl
@@ -18,6 +17,8 @@ def _text(value: object) -> str:
 
 
 def render(run) -> str:
+    import xml.etree.ElementTree as ET
+
     data = run.to_dict()
     summary = data["summary"]
     tasks = data["tasks"]

@@ -1,0 +1,231 @@
+"""evalctl benchmarks: prints figures and their ratio to the targets.
+
+    python bench/bench.py            # everything (a few minutes)
+    python bench/bench.py startup load run
+
+Medians over several runs; these machines are shared, so read ratios, not digits.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EVALCTL = [sys.executable, "-m", "evalctl"]
+
+
+def wall(command: list[str], env: dict[str, str] | None = None, cwd: Path | None = None,
+         repeat: int = 7) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True, env=env, cwd=cwd)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def report(name: str, value: float, target: float, unit: str = "s") -> None:
+    ratio = value / target
+    verdict = "ok" if ratio <= 1 else "OVER"
+    shown = f"{value * 1000:.0f} ms" if unit == "ms" else f"{value:.3f} {unit}"
+    target_shown = f"{target * 1000:.0f} ms" if unit == "ms" else f"{target:g} {unit}"
+    print(f"{name:<58} {shown:>12}  target {target_shown:>9}  ratio {ratio:5.2f}  {verdict}",
+          flush=True)
+
+
+def task_yaml(index: int) -> str:
+    return f"""\
+- id: task-{index}
+  prompt: Write out-{index}.txt containing the word done.
+  files:
+    seed.txt: |
+      seeded line one
+      seeded line two
+  checks:
+    - type: file_exists
+      path: out-{index}.txt
+    - type: command
+      command: grep -q done out-{index}.txt
+  script:
+    - tool_calls:
+        - tool: bash
+          input:
+            command: echo done > out-{index}.txt
+    - text: Wrote out-{index}.txt.
+"""
+
+
+def latency_task_yaml(index: int) -> str:
+    return f"""\
+- id: wait-{index}
+  prompt: Three turns.
+  checks:
+    - type: file_exists
+      path: x.txt
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: x.txt
+            content: x
+    - tool_calls:
+        - tool: glob
+          input:
+            pattern: "*"
+    - text: Wrote x.txt.
+"""
+
+
+def environment(cache: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EVALCTL_")}
+    env["EVALCTL_CACHE_DIR"] = str(cache)
+    return env
+
+
+def bench_startup(work: Path) -> None:
+    env = environment(work / "cache")
+    report("evalctl --help (wall)", wall([*EVALCTL, "--help"], env), 0.150, "ms")
+    report("evalctl list-plugins (wall)", wall([*EVALCTL, "list-plugins"], env), 0.150, "ms")
+
+
+LOAD_PROBE = """
+import sys, time
+from evalctl.registry import get_registry
+from evalctl.suite import load_suite
+registry = get_registry()
+started = time.perf_counter()
+suite = load_suite(sys.argv[1], registry)
+print(time.perf_counter() - started, len(suite.tasks))
+"""
+
+
+def bench_load(work: Path) -> None:
+    suite = work / "load-1000.yaml"
+    suite.write_text("".join(task_yaml(i) for i in range(1000)))
+    cold, warm = [], []
+    for attempt in range(3):
+        env = environment(work / f"load-cache-{attempt}")
+        out = subprocess.run([sys.executable, "-c", LOAD_PROBE, str(suite)], env=env,
+                             check=True, capture_output=True, text=True).stdout.split()
+        cold.append(float(out[0]))
+        for _ in range(2):
+            out = subprocess.run([sys.executable, "-c", LOAD_PROBE, str(suite)], env=env,
+                                 check=True, capture_output=True, text=True).stdout.split()
+            warm.append(float(out[0]))
+    report("load a 1,000-task suite, cold (in process)", statistics.median(cold), 2.0)
+    report("load a 1,000-task suite, unchanged file (in process)", statistics.median(warm), 0.2)
+    small = work / "load-200.yaml"
+    small.write_text("".join(task_yaml(i) for i in range(200)))
+    probe = ("import strictyaml, sys, time; t = time.perf_counter(); "
+             "strictyaml.load(open(sys.argv[1]).read()); print(time.perf_counter() - t)")
+    plain = float(subprocess.run([sys.executable, "-c", probe, str(small)], check=True,
+                                 capture_output=True, text=True).stdout)
+    print(f"{'  (strictyaml.load alone, 200 tasks: ' + f'{plain:.2f} s; quadratic)':<58}")
+
+
+RUN_PROBE = """
+import asyncio, sys, time
+from pathlib import Path
+from evalctl.registry import get_registry
+from evalctl.runner import RunOptions, execute, prepare_run
+from evalctl.suite import load_suite
+registry = get_registry()
+suite = load_suite(sys.argv[1], registry)
+options = RunOptions(out_dir=Path(sys.argv[2]), concurrency=int(sys.argv[3]) or None,
+                     provider_options={"latency": sys.argv[4]})
+prepared = prepare_run(suite, registry, options)
+started = time.perf_counter()
+result = asyncio.run(execute(prepared))
+elapsed = time.perf_counter() - started
+import resource
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(elapsed, result.count("passed"), len(result.tasks), peak)
+"""
+
+
+def run_in_process(suite: Path, out: Path, env: dict[str, str], concurrency: int = 0,
+                   latency: float = 0.0) -> tuple[float, int, int, float]:
+    done = subprocess.run([sys.executable, "-c", RUN_PROBE, str(suite), str(out),
+                           str(concurrency), str(latency)], env=env, check=True,
+                          capture_output=True, text=True)
+    elapsed, passed, total, peak = done.stdout.split()
+    return float(elapsed), int(passed), int(total), float(peak)
+
+
+def bench_run(work: Path) -> None:
+    env = environment(work / "run-cache")
+    combined = work / "harness-general.yaml"
+    tasks = []
+    for name in ("harness", "general"):
+        text = (ROOT / "suites" / f"{name}.yaml").read_text()
+        tasks.append(text[text.index("tasks:\n") + len("tasks:\n"):])
+    combined.write_text("tasks:\n" + "".join(tasks))
+    subprocess.run([*EVALCTL, "validate", str(combined)], env=env, check=True,
+                   capture_output=True)
+    walls, inner = [], []
+    for attempt in range(5):
+        out = work / f"run-{attempt}"
+        started = time.perf_counter()
+        done = subprocess.run([*EVALCTL, "run", str(combined), "--out", str(out)], env=env,
+                              capture_output=True, text=True, cwd=work)
+        walls.append(time.perf_counter() - started)
+        assert done.returncode == 0, done.stdout + done.stderr
+        inner.append(run_in_process(combined, work / f"inner-{attempt}", env)[0])
+    report("harness + general (11 tasks), one `evalctl run` (wall)", statistics.median(walls),
+           0.5)
+    report("harness + general (11 tasks), in-process run", statistics.median(inner), 0.100,
+           "ms")
+
+
+def bench_overhead(work: Path) -> None:
+    env = environment(work / "overhead-cache")
+    suite = work / "overhead-1000.yaml"
+    suite.write_text("".join(task_yaml(i) for i in range(1000)))
+    elapsed, passed, total, _ = run_in_process(suite, work / "overhead", env)
+    assert passed == total == 1000, (passed, total)
+    report("per-task overhead, 1,000 tasks (bash + file_exists + command)", elapsed / total,
+           0.015, "ms")
+
+
+def bench_concurrency(work: Path) -> None:
+    env = environment(work / "latency-cache")
+    suite = work / "latency-256.yaml"
+    suite.write_text("".join(latency_task_yaml(i) for i in range(256)))
+    elapsed, passed, total, _ = run_in_process(suite, work / "latency", env, concurrency=32,
+                                               latency=0.2)
+    assert passed == total == 256
+    ideal = 256 / 32 * 3 * 0.2
+    report("256 tasks x 3 turns at 200 ms, concurrency 32 (vs 4.8 s)", elapsed / ideal, 1.15,
+           "x")
+
+
+def bench_memory(work: Path) -> None:
+    env = environment(work / "memory-cache")
+    suite = work / "memory-10000.yaml"
+    suite.write_text("".join(latency_task_yaml(i) for i in range(10_000)))
+    elapsed, passed, total, peak = run_in_process(suite, work / "memory", env)
+    assert passed == total == 10_000
+    report(f"10,000-task run, peak RSS ({elapsed:.0f} s)", peak, 300, "MB")
+
+
+BENCHES = {"startup": bench_startup, "load": bench_load, "run": bench_run,
+           "overhead": bench_overhead, "concurrency": bench_concurrency,
+           "memory": bench_memory}
+
+
+def main() -> None:
+    chosen = sys.argv[1:] or list(BENCHES)
+    print(f"evalctl benchmarks on {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    with tempfile.TemporaryDirectory(prefix="evalctl-bench-") as scratch:
+        for name in chosen:
+            BENCHES[name](Path(scratch))
+
+
+if __name__ == "__main__":
+    main()
