@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
+
 from evalctl import hookspecs
 from evalctl.errors import PluginError, UsageError
 from evalctl.specs import GraderSpec, ProviderSpec, ReporterSpec

@@ -60,9 +60,10 @@ class RunView:
                             f"{_rate(run.completion_rate)}, grounding {_rate(run.grounding_rate)}"
                             + (f", judge {_rate(run.judge_rate)}" if run.judge_rate is not None
                                else ""))
-        for column, justify in (("task", "left"), ("status", "left"), ("failed checks", "left"),
-                                ("exit", "left"), ("turns", "right"), ("tokens", "right"),
-                                ("cost", "right"), ("time", "right")):
+        table.add_column("task", no_wrap=True)
+        for column, justify in (("status", "left"), ("failed checks", "left"), ("exit", "left"),
+                                ("turns", "right"), ("tokens", "right"), ("cost", "right"),
+                                ("time", "right")):
             table.add_column(column, justify=justify)
         colors = {"passed": "green", "failed": "red", "error": "yellow", "not_run": "dim"}
         for task in run.tasks:

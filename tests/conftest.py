@@ -6,8 +6,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import evalctl
 import pytest
+
+import evalctl
 from evalctl.registry import PluginSource, Registry, get_registry, load_registry, set_registry
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 
-import evalctl
 import pytest
+
+import evalctl
 from evalctl.plugins.graders.grounding import extract_paths
 from evalctl.runner import grade
 from evalctl.workspace import create_workspace, new_run_directory

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 
-import evalctl
 import pytest
+
+import evalctl
 from evalctl.agent.ledger import read_events
 from evalctl.agent.loop import run_agent
 from evalctl.model import ExitStatus, StopReason

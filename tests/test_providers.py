@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-import evalctl
 import pytest
 from click.testing import CliRunner
+
+import evalctl
 from evalctl.agent.loop import run_agent
 from evalctl.cli import cli
 from evalctl.errors import UsageError

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import types
 
-import evalctl
 import pytest
+
+import evalctl
 from evalctl.errors import PluginError, UsageError
 from evalctl.registry import PluginSource, load_registry
 

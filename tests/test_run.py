@@ -11,9 +11,10 @@ import time
 import types
 from pathlib import Path
 
-import evalctl
 import pytest
 from click.testing import CliRunner
+
+import evalctl
 from evalctl.cli import cli
 from evalctl.registry import set_registry
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
-import evalctl
 import pytest
 from click.testing import CliRunner
+
+import evalctl
 from evalctl.cli import cli
 from evalctl.suite import load_suite, validate_suite
 from evalctl.suite_cache import cache_dir
@@ -218,8 +219,9 @@ def test_the_built_in_suites_are_clean_and_point_editors_at_the_schema(name):
 
 def test_the_schema_accepts_the_built_in_suites_as_an_editor_would_see_them():
     """A generic YAML 1.2 reading (what editors do) validates against the published file."""
-    from evalctl.yamlsource import parse
     from jsonschema import Draft202012Validator
+
+    from evalctl.yamlsource import parse
 
     schema = json.loads((SUITES.parent / "schemas" / "suite.schema.json").read_text())
     for path in SUITES.glob("*.yaml"):

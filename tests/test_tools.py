@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+
 from evalctl.agent.tools import OUTPUT_LIMIT, Toolbox, agent_environment
 from evalctl.workspace import create_workspace, new_run_directory
 

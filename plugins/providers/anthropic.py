@@ -60,6 +60,7 @@ class AnthropicProvider:
 
     async def complete(self, request: evalctl.ModelRequest) -> evalctl.ModelTurn:
         import anthropic
+
         from evalctl.plugins.providers.anthropic_prices import cost_of
 
         try:

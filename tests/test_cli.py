@@ -1,0 +1,97 @@
+"""CliRunner tests of list-plugins and schema (validate and run have their own files)."""
+
+from __future__ import annotations
+
+import json
+import types
+
+from click.testing import CliRunner
+
+import evalctl
+from evalctl.cli import cli
+from evalctl.registry import PluginSource, entry_point_sources, load_registry, set_registry
+from evalctl.schema import build_schema, schema_text
+
+from .conftest import ROOT
+
+
+def _install_broken_plugin() -> None:
+    sources = entry_point_sources() + [PluginSource("broken", lambda: 1 / 0, "broken-dist", "3")]
+    set_registry(load_registry(sources, disabled=()))
+
+
+def test_list_plugins_table():
+    result = CliRunner().invoke(cli, ["list-plugins"])
+    assert result.exit_code == 0
+    for text in ("plugin", "distribution", "version", "status", "provides", "graders:",
+                 "file_exists", "providers: scripted", "reporters: junit", "evalctl", "0.1.0"):
+        assert text in result.output, text
+
+
+def test_list_plugins_json_has_the_same_records():
+    result = CliRunner().invoke(cli, ["list-plugins", "--json"])
+    records = {r["plugin"]: r for r in json.loads(result.output)}
+    assert records["files"] == {
+        "plugin": "files", "distribution": "evalctl", "version": evalctl.__version__,
+        "status": "ok", "error": None, "conflicts": [],
+        "graders": ["file_exists", "file_contains", "no_placeholders"], "providers": [],
+        "reporters": []}
+
+
+def test_list_plugins_shows_failures_and_strict_mode_exits_1():
+    _install_broken_plugin()
+    result = CliRunner().invoke(cli, ["list-plugins"])
+    assert result.exit_code == 0
+    assert "broken-dist" in result.output and "ZeroDivisionError" in result.output
+    strict = CliRunner().invoke(cli, ["--strict-plugins", "list-plugins", "--json"])
+    assert strict.exit_code == 1
+    records = {r["plugin"]: r for r in json.loads(strict.output)}
+    assert records["broken"]["status"] == "failed"
+
+
+def test_strict_mode_stops_validate_with_exit_2(tmp_path):
+    _install_broken_plugin()
+    result = CliRunner().invoke(cli, ["validate", str(ROOT / "suites" / "harness.yaml")],
+                                env={"EVALCTL_STRICT_PLUGINS": "1"})
+    assert result.exit_code == 2
+    assert "strict mode" in result.output and "broken-dist 3" in result.output
+
+
+def test_schema_prints_the_composed_schema_including_third_party_graders():
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="word_count", grade=lambda c, w, r: None,
+                                    params_schema={"type": "object", "properties": {
+                                        "max": {"type": "integer"}}}))
+
+    plugin = types.ModuleType("wc")
+    plugin.evalctl_register_graders = evalctl_register_graders
+    sources = entry_point_sources() + [PluginSource.from_object("wc", plugin, "wc-dist", "1")]
+    set_registry(load_registry(sources, disabled=()))
+    full = json.loads(CliRunner().invoke(cli, ["schema"]).output)
+    assert "check_word_count" in full["$defs"]
+    assert "word_count" in full["$defs"]["check"]["properties"]["type"]["enum"]
+    builtins = json.loads(CliRunner().invoke(cli, ["schema", "--builtins"]).output)
+    assert "check_word_count" not in builtins["$defs"]
+
+
+def test_the_published_schema_is_not_stale(registry):
+    builtins = {name: spec for name, spec in registry.graders.items()
+                if registry.plugin_of("grader", name).distribution == "evalctl"}
+    published = (ROOT / "schemas" / "suite.schema.json").read_text()
+    assert published == schema_text(build_schema(builtins)), \
+        "schemas/suite.schema.json is stale: run evalctl schema --builtins -o " \
+        "schemas/suite.schema.json"
+
+
+def test_schema_writes_a_file(tmp_path):
+    target = tmp_path / "out" / "schema.json"
+    result = CliRunner().invoke(cli, ["schema", "--builtins", "-o", str(target)])
+    assert result.exit_code == 0
+    assert json.loads(target.read_text())["$schema"].endswith("2020-12/schema")
+
+
+def test_help_lists_every_command():
+    result = CliRunner().invoke(cli, ["--help"])
+    for command in ("run", "validate", "schema", "list-plugins"):
+        assert command in result.output
