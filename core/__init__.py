@@ -31,6 +31,16 @@ from evalctl.specs import CheckResult, GraderSpec, ProviderSpec, ReporterSpec
 
 __version__ = "0.1.0"
 
+
+def create_provider(name: str, options: dict | None = None):
+    """A provider from the installed plugins, created as `evalctl run --provider NAME`
+    would create it. For graders that ask a model (judges). Raises UsageError for an
+    unknown name or a bad configuration (a missing API key, say)."""
+    from evalctl.registry import get_registry
+
+    return get_registry().get("provider", name).create(dict(options or {}))
+
+
 __all__ = [
     "AgentResult",
     "AssistantMessage",
@@ -52,6 +62,7 @@ __all__ = [
     "ToolResultsMessage",
     "UsageError",
     "UserMessage",
+    "create_provider",
     "hookimpl",
     "write_atomically",
     "__version__",

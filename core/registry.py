@@ -146,6 +146,11 @@ class Registry:
         disabled = [p.name for p in self.plugins if p.status == "disabled"]
         if disabled:
             message += f"; disabled by {DISABLE_ENV}: {', '.join(disabled)}"
+        if not close:
+            message += (f". If a plugin provides it, install that plugin (by convention the "
+                        f"package evalctl-{name.replace('_', '-')}; in an evalctl checkout: "
+                        f"pip install plugins/{kind}s/evalctl-{name.replace('_', '-')}) and "
+                        "check evalctl list-plugins")
         return message
 
     @staticmethod

@@ -23,10 +23,16 @@ class CheckOutcome:
     passed: bool
     detail: str
     error: bool = False  # the grader itself crashed
+    usage: TokenUsage | None = None  # a judge's model usage, apart from the agent's
+    cost: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, "kind": self.kind, "passed": self.passed,
-                "error": self.error, "detail": self.detail}
+        data: dict[str, Any] = {"type": self.type, "kind": self.kind, "passed": self.passed,
+                                "error": self.error, "detail": self.detail}
+        if self.usage is not None:
+            data["usage"] = self.usage.to_dict()
+            data["cost"] = self.cost
+        return data
 
 
 @dataclass
@@ -133,6 +139,14 @@ class RunResult:
     def cost(self) -> float | None:
         return _sum_costs([t.cost for t in self.ran()])
 
+    def grader_usage(self) -> tuple[TokenUsage, float | None]:
+        """Tokens and cost that graders (judges) spent, kept apart from the agent's."""
+        checks = [c for t in self.tasks for c in t.checks if c.usage is not None]
+        total = TokenUsage()
+        for check in checks:
+            total = total + check.usage
+        return total, _sum_costs([c.cost for c in checks])
+
     @property
     def all_passed(self) -> bool:
         return bool(self.tasks) and all(t.passed for t in self.tasks) and not self.interrupted
@@ -141,6 +155,7 @@ class RunResult:
         grounding, grounding_passed, grounding_total = self.kind_rate(
             lambda c: c.type == "grounding")
         judge, judge_passed, judge_total = self.kind_rate(lambda c: c.kind == "judge")
+        grader_usage, grader_cost = self.grader_usage()
         return {
             "format": "evalctl-run/1",
             "suite": {"path": self.suite_path, "name": self.suite_name,
@@ -166,6 +181,8 @@ class RunResult:
                 "judge_checks": {"passed": judge_passed, "total": judge_total},
                 "usage": self.usage.to_dict(),
                 "cost": self.cost,
+                "grader_usage": grader_usage.to_dict(),
+                "grader_cost": grader_cost,
             },
             "tasks": [t.to_dict() for t in self.tasks],
         }

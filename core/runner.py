@@ -104,7 +104,8 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
     except Exception as exc:
         return CheckOutcome(spec.name, spec.kind, False,
                             f"grader crashed: {type(exc).__name__}: {exc}", error=True)
-    return CheckOutcome(spec.name, spec.kind, bool(answer.passed), str(answer.detail))
+    return CheckOutcome(spec.name, spec.kind, bool(answer.passed), str(answer.detail),
+                        usage=answer.usage, cost=answer.cost)
 
 
 async def run_task(task: Task, prepared: PreparedRun, run_dir: Path) -> TaskResult:

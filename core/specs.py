@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalctl.model import TokenUsage
+
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 GRADER_KINDS = ("mechanical", "judge")
 
@@ -21,10 +23,16 @@ def _check_name(kind: str, name: str) -> None:
 
 @dataclass(frozen=True)
 class CheckResult:
-    """One grader's answer to one question: passed or not, and why."""
+    """One grader's answer to one question: passed or not, and why.
+
+    A grader that asks a model (a judge) reports the model's `usage` and `cost` here;
+    they are accounted apart from the agent's.
+    """
 
     passed: bool
     detail: str = ""
+    usage: TokenUsage | None = None
+    cost: float | None = None
 
 
 @dataclass(frozen=True)

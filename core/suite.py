@@ -77,7 +77,7 @@ def load_suite(path: str | Path, registry: Registry | None = None,
     except OSError as exc:
         raise SuiteError([Problem(label, 1, f"cannot read suite: {exc.strerror or exc}")]) from None
     schema = build_schema(registry.graders)
-    talk_only = sorted(name for name, spec in registry.graders.items() if spec.talk_only)
+    talk_only = sorted(name for name, spec in registry.graders.items() if not _counts(spec))
     sha = hashlib.sha256(raw).hexdigest()
     key = suite_cache.cache_key(raw, schema_digest(schema), talk_only)
     if use_cache:
@@ -309,6 +309,12 @@ def _well_formed_tasks(located: Located, registry: Registry) -> Iterable[tuple[t
             yield (*base, index), task
 
 
+def _counts(spec: Any) -> bool:
+    """Rule 1: only a mechanical check that talk cannot satisfy keeps a task honest.
+    Judges never decide pass or fail, so they cannot be that check."""
+    return spec.kind == "mechanical" and not spec.talk_only
+
+
 def _rule_problems(located: Located, label: str, registry: Registry) -> Iterable[Problem]:
     first_seen: dict[str, int] = {}
     for path, task in _well_formed_tasks(located, registry):
@@ -324,11 +330,11 @@ def _rule_problems(located: Located, label: str, registry: Registry) -> Iterable
             yield Problem(label, id_line, f"task id '{task_id}' differs from another only in "
                                           "case; workspaces would collide on some systems")
         types = [check["type"] for check in task["checks"]]
-        if all(registry.graders[t].talk_only for t in types):
+        if not any(_counts(registry.graders[t]) for t in types):
             yield Problem(label, line, (
-                f"task '{task_id}': every check ({', '.join(types)}) can be satisfied by the "
-                "agent talking; add one that inspects what it left behind, such as "
-                "file_exists, file_contains, command or tests_pass"))
+                f"task '{task_id}': no check ({', '.join(types)}) is a mechanical one the "
+                "agent cannot satisfy by talking; add one that inspects what it left behind, "
+                "such as file_exists, file_contains, command or tests_pass"))
         named = sorted(set(_TOOL_IN_PROMPT.findall(task["prompt"])))
         if named:
             yield Problem(label, located.line_of((*path, "prompt")), (

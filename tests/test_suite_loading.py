@@ -172,7 +172,7 @@ def test_suite_rules_talk_only_is_an_error_and_tool_names_a_warning(write_suite)
 """)
     problems = validate_suite(path)
     assert [(p.line, p.severity) for p in problems] == [(1, "error"), (7, "warning")]
-    assert "can be satisfied by the agent talking" in problems[0].message
+    assert "the agent cannot satisfy by talking" in problems[0].message
     assert "names the agent's tool(s) bash" in problems[1].message
 
 
@@ -279,7 +279,7 @@ MALFORMED: dict[str, tuple[bytes, int, str]] = {
     "mapping-without-tasks": (b"name: x\n", 1, "missing required key 'tasks'"),
     "unknown-top-level-key": (b"name: x\ntask:\n  - id: a\n", 2, "unexpected key 'task'"),
     "only-talk": (b"- id: a\n  prompt: p\n  checks:\n    - type: succeeded\n", 1,
-                  "can be satisfied by the agent talking"),
+                  "the agent cannot satisfy by talking"),
     "duplicate-id": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_exists\n      path: x\n"
                      b"- id: a\n  prompt: p\n  checks:\n    - type: file_exists\n      path: x\n",
                      6, "duplicate task id 'a'"),

@@ -54,11 +54,17 @@ def render(run) -> str:
         elif task["status"] == "not_run":
             ET.SubElement(case, "skipped", message="the run was interrupted")
         out = ET.SubElement(case, "system-out")
-        out.text = _text("\n".join(
-            [f"exit status: {task['exit_status']}", f"turns: {task['turns']}",
-             f"workspace: {task['workspace']}"]
-            + [f"[{'pass' if c['passed'] else 'FAIL'}] {c['kind']} {c['type']}: {c['detail']}"
-               for c in task["checks"]]))
+        mechanical = [c for c in task["checks"] if c["kind"] == "mechanical"]
+        judged = [c for c in task["checks"] if c["kind"] != "mechanical"]
+        lines = [f"exit status: {task['exit_status']}", f"turns: {task['turns']}",
+                 f"workspace: {task['workspace']}"]
+        lines += [f"[{'pass' if c['passed'] else 'FAIL'}] {c['type']}: {c['detail']}"
+                  for c in mechanical]
+        if judged:
+            lines.append("judge verdicts (reported apart, not part of pass/fail):")
+            lines += [f"[{'pass' if c['passed'] else 'fail'}] {c['kind']} {c['type']}: "
+                      f"{c['detail']}" for c in judged]
+        out.text = _text("\n".join(lines))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 

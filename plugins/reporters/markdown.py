@@ -41,8 +41,11 @@ def render(run) -> str:
         "checks)",
     ]
     if summary["judge_checks"]["total"]:
+        judge_usage = summary["grader_usage"]
         lines.append(f"- Judge (reported apart): {_rate(summary['judge_rate'])} "
-                     f"({summary['judge_checks']['passed']}/{summary['judge_checks']['total']})")
+                     f"({summary['judge_checks']['passed']}/{summary['judge_checks']['total']}); "
+                     f"judge tokens {judge_usage['input_tokens']} in, "
+                     f"{judge_usage['output_tokens']} out, cost {_cost(summary['grader_cost'])}")
     usage = summary["usage"]
     lines += [
         f"- Provider: {data['provider']}" + (f" ({data['model']})" if data["model"] else ""),

@@ -1,0 +1,198 @@
+"""The judge grader, with the scripted provider as its model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from evalctl_judge import JudgeError, build_prompt, grade_judge
+
+import evalctl
+from evalctl.cli import cli
+from evalctl.registry import entry_point_sources, get_registry, load_registry
+from evalctl.runner import grade
+from evalctl.suite import validate_suite
+from evalctl.workspace import create_workspace, new_run_directory
+
+
+def verdict_turn(verdict: str, reason: str) -> dict:
+    return {"tool_calls": [{"tool": "record_verdict",
+                            "input": {"verdict": verdict, "reason": reason}}],
+            "usage": {"input_tokens": 500, "output_tokens": 40}}
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    workspace = create_workspace(new_run_directory(tmp_path), "t", {"notes.md": "old\n"})
+    (workspace.root / "notes.md").write_text("new line\n")
+    (workspace.root / "summary.md").write_text("Launch: 14 March.\n")
+    return workspace
+
+
+def agent_result(workspace) -> evalctl.AgentResult:
+    return evalctl.AgentResult(
+        final_text="I wrote summary.md.", exit_status="completed", turns=2, tool_calls=1,
+        usage=evalctl.TokenUsage(10, 5), cost=0.0, duration=0.1,
+        files_changed=workspace.changed_files(), ledger_path=workspace.ledger_path,
+        seed_path=workspace.seed_path)
+
+
+def judge(workspace, **check):
+    check = {"type": "judge", "rubric": "Is the launch date stated?", "provider": "scripted",
+             **check}
+    return asyncio.run(grade(check, get_registry().graders["judge"], workspace.root,
+                             agent_result(workspace)))
+
+
+def test_a_pass_verdict_with_its_tokens(workspace):
+    outcome = judge(workspace, script=[verdict_turn("pass", "summary.md gives 14 March.")])
+    assert (outcome.passed, outcome.kind, outcome.error) == (True, "judge", False)
+    assert outcome.detail == "summary.md gives 14 March."
+    assert outcome.usage == evalctl.TokenUsage(500, 40) and outcome.cost == 0.0
+
+
+def test_a_fail_verdict(workspace):
+    outcome = judge(workspace, script=[verdict_turn("fail", "No date anywhere.")])
+    assert not outcome.passed and not outcome.error and outcome.detail == "No date anywhere."
+
+
+def test_a_verdict_as_json_text(workspace):
+    outcome = judge(workspace, script=[{"text": 'Verdict: {"verdict": "pass", "reason": "ok"}'}])
+    assert outcome.passed and outcome.detail == "ok"
+
+
+@pytest.mark.parametrize("script", [
+    [{"text": "Looks great to me!"}],
+    [{"text": '{"verdict": "maybe", "reason": "?"}'}],
+    [verdict_turn("pass", "x") | {"tool_calls": [{"tool": "record_verdict",
+                                                  "input": {"verdict": "yes"}}]}],
+    None,  # no script: the scripted stand-in reply has no verdict
+])
+def test_an_unparseable_verdict_is_an_error_never_a_pass(workspace, script):
+    outcome = judge(workspace, **({"script": script} if script is not None else {}))
+    assert (outcome.passed, outcome.error) == (False, True)
+    assert "JudgeError" in outcome.detail
+
+
+def test_the_judge_raises_on_an_unreachable_model(workspace, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")  # nothing listens
+    check = {"type": "judge", "rubric": "?", "provider": "anthropic"}
+    with pytest.raises(JudgeError, match="could not be reached"):
+        asyncio.run(_with_no_retries(check, workspace))
+
+
+async def _with_no_retries(check, workspace):
+    original = evalctl.create_provider
+
+    def create(name, options=None):
+        return original(name, {**(options or {}), "max_retries": 0, "timeout": 2})
+
+    evalctl.create_provider = create
+    try:
+        return await grade_judge(check, workspace.root, agent_result(workspace))
+    finally:
+        evalctl.create_provider = original
+
+
+def test_the_prompt_shows_what_the_check_asks_for(workspace):
+    prompt = build_prompt({"rubric": "Q?", "show": ["summary", "files", "diff"],
+                           "files": ["summary.md", "missing.md"]}, workspace.root,
+                          agent_result(workspace))
+    assert prompt.startswith("Question: Q?")
+    assert "I wrote summary.md." in prompt
+    assert "## File summary.md\n\n```\nLaunch: 14 March.\n" in prompt
+    assert "## File missing.md\n\n```\n(does not exist)" in prompt
+    assert "-old\n+new line" in prompt and "+++ b/summary.md" in prompt
+    only_diff = build_prompt({"rubric": "Q?", "show": ["diff"]}, workspace.root,
+                             agent_result(workspace))
+    assert "final summary" not in only_diff
+
+
+SUITE = """\
+- id: judged
+  prompt: Write summary.md with the launch date.
+  checks:
+    - type: file_exists
+      path: summary.md
+    - type: judge
+      rubric: Does summary.md give the launch date?
+      provider: scripted
+      show:
+        - files
+      files:
+        - summary.md
+      script:
+        - tool_calls:
+            - tool: record_verdict
+              input:
+                verdict: fail
+                reason: The date is missing.
+          usage:
+            input_tokens: 700
+            output_tokens: 30
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: summary.md
+            content: Launch soon.
+    - text: Wrote summary.md.
+"""
+
+
+def test_judge_results_are_reported_apart(tmp_path):
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    previous = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(cli, ["run", "suite.yaml", "--reporter", "json",
+                                          "--reporter", "markdown", "--reporter", "junit"])
+    finally:
+        os.chdir(previous)
+    assert result.exit_code == 0, result.output  # the judge's fail does not fail the task
+    reports = tmp_path / "eval_reports"
+    report = json.loads(next(reports.glob("report-*.json")).read_text())
+    summary = report["summary"]
+    assert summary["completion_rate"] == 1.0
+    assert summary["judge_rate"] == 0.0 and summary["judge_checks"] == {"passed": 0, "total": 1}
+    assert summary["grader_usage"]["input_tokens"] == 700
+    assert summary["usage"]["input_tokens"] < 700 * 2  # the agent's own, without the judge's
+    task_usage = report["tasks"][0]["usage"]["input_tokens"]
+    assert summary["usage"]["input_tokens"] == task_usage
+    markdown = next(reports.glob("report-*.md")).read_text()
+    assert "### Judge verdicts (not part of completion)" in markdown
+    assert "| judged | fail | The date is missing. |" in markdown
+    junit = next(reports.glob("report-*.xml")).read_text()
+    assert "judge verdicts (reported apart, not part of pass/fail):" in junit
+    assert "<failure" not in junit
+
+
+def test_a_task_judged_only_by_a_judge_breaks_rule_one(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("- id: t\n  prompt: p\n  checks:\n    - type: judge\n      rubric: ok?\n")
+    problems = validate_suite(path)
+    assert [(p.line, p.severity) for p in problems] == [(1, "error")]
+    assert "mechanical" in problems[0].message
+
+
+def test_list_plugins_shows_the_judge_with_its_own_distribution():
+    result = CliRunner().invoke(cli, ["list-plugins", "--json"])
+    judge_record = next(r for r in json.loads(result.output) if r["plugin"] == "judge")
+    assert judge_record["distribution"] == "evalctl-judge"
+    assert judge_record["version"] == "0.1.0" and judge_record["graders"] == ["judge"]
+
+
+def test_without_the_judge_installed_a_suite_using_it_says_how_to_install_it(tmp_path):
+    without = load_registry([s for s in entry_point_sources() if s.name != "judge"])
+    path = tmp_path / "s.yaml"
+    path.write_text("- id: t\n  prompt: p\n  checks:\n    - type: file_exists\n      path: x\n"
+                    "    - type: judge\n      rubric: ok?\n")
+    problems = validate_suite(path, without)
+    assert len(problems) == 1 and problems[0].line == 6
+    assert "unknown check type 'judge'" in problems[0].message
+    assert "pip install plugins/graders/evalctl-judge" in problems[0].message
