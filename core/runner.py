@@ -113,8 +113,9 @@ async def run_task(task: Task, prepared: PreparedRun, run_dir: Path) -> TaskResu
     agent = await run_agent(task, prepared.provider, workspace)
     checks = [await grade(check, prepared.registry.graders[check["type"]], workspace.root, agent)
               for check in task.checks]
+    # Only mechanical checks decide the task; a judge's error shows in its own section.
     mechanical = [c for c in checks if c.kind == "mechanical"]
-    if agent.exit_status in ExitStatus.ERRORS or any(c.error for c in checks):
+    if agent.exit_status in ExitStatus.ERRORS or any(c.error for c in mechanical):
         status = ERROR
     elif all(c.passed for c in mechanical):
         status = PASSED

@@ -172,6 +172,27 @@ def test_judge_results_are_reported_apart(tmp_path):
     assert "<failure" not in junit
 
 
+def test_a_judge_error_does_not_change_the_task_outcome(tmp_path):
+    broken = SUITE.replace("              input:\n                verdict: fail\n"
+                           "                reason: The date is missing.\n",
+                           "              input:\n                verdict: unsure\n"
+                           "                reason: The date is missing.\n")
+    assert broken != SUITE
+    (tmp_path / "suite.yaml").write_text(broken)
+    previous = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(cli, ["run", "suite.yaml", "--report", "r.json"])
+    finally:
+        os.chdir(previous)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    task = report["tasks"][0]
+    assert task["status"] == "passed" and report["summary"]["errors"] == 0
+    judged = task["checks"][1]
+    assert (judged["kind"], judged["passed"], judged["error"]) == ("judge", False, True)
+
+
 def test_a_task_judged_only_by_a_judge_breaks_rule_one(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("- id: t\n  prompt: p\n  checks:\n    - type: judge\n      rubric: ok?\n")
