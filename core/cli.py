@@ -160,14 +160,28 @@ def _parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
               help="Report format (repeatable; default json and markdown).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Directory for workspaces and reports (default eval_reports).")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run each task K times, each in its own workspace (pass@k, pass^k).")
+@click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path),
+              help="A JSON report to gate against: exit 1 only on a regression.")
+@click.option("--max-drop", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="With --baseline: the completion drop tolerated (0.05 = 5 points).")
+@click.option("--fail-on-flip/--allow-flips", default=True, show_default=True,
+              help="With --baseline: whether a task that passed and now fails is a "
+                   "regression by itself.")
 @click.pass_context
 def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str, ...],
         scripted: bool, provider: str | None, model: str | None,
         provider_options: tuple[str, ...], concurrency: int | None, report: Path | None,
-        reporters: tuple[str, ...], out: Path | None) -> None:
-    """Run a suite and grade it. Exit 0 all passed, 1 a task failed, 2 bad input."""
+        reporters: tuple[str, ...], out: Path | None, repeat: int, baseline: Path | None,
+        max_drop: float, fail_on_flip: bool) -> None:
+    """Run a suite and grade it. Exit 0 all passed, 1 a task failed, 2 bad input.
+
+    With --baseline, the exit code says whether the run regressed against it instead.
+    """
     import asyncio
 
+    from evalctl.compare import compare_reports, gate, load_report
     from evalctl.config import load_config
     from evalctl.errors import UsageError
     from evalctl.reporting import write_reports
@@ -177,6 +191,7 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
 
     if scripted and provider and provider != "scripted":
         raise UsageError("--scripted and --provider are alternatives; give one")
+    baseline_report = load_report(baseline) if baseline else None
     config = load_config()
     registry = _registry(ctx)
     loaded = load_suite(suite, registry)
@@ -189,14 +204,14 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
             provider_options)},
         concurrency=concurrency or config.get("concurrency"),
         out_dir=out or Path(config.get("out", "eval_reports")),
-        only=only, tags=tags,
+        only=only, tags=tags, repeat=repeat,
     )
     reporter_names = reporters or tuple(config.get("reporters", DEFAULT_REPORTERS))
     for name in dict.fromkeys(reporter_names):
         registry.get("reporter", name)
     prepared = prepare_run(loaded, registry, options)
 
-    view = RunView(len(prepared.tasks))
+    view = RunView(len(prepared.tasks) * repeat)
     with view:
         result = asyncio.run(execute(prepared, progress=view.update))
     view.print_summary(result)
@@ -208,7 +223,44 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     if result.interrupted:
         click.echo("interrupted: reports cover the tasks that finished", err=True)
         ctx.exit(EXIT_INTERRUPTED)
+    if baseline_report is not None:
+        comparison = compare_reports(baseline_report, result.to_dict())
+        click.echo(comparison.to_markdown())
+        reasons = gate(comparison, max_drop, fail_on_flip)
+        for reason in reasons:
+            click.echo(f"regression against {baseline}: {reason}", err=True)
+        ctx.exit(EXIT_FAILED if reasons or failures else EXIT_OK)
     ctx.exit(EXIT_OK if result.all_passed and not failures else EXIT_FAILED)
+
+
+@cli.command()
+@click.argument("baseline", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("current", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of Markdown.")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=0.05, show_default=True, help="Significance level of the test.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the comparison to this file.")
+@click.pass_context
+def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, alpha: float,
+            output: Path | None) -> None:
+    """Compare two JSON reports: flips, rate and cost changes, and significance.
+
+    Exit 0 when there is no regression (no significant drop in completion), 1 when
+    there is one, 2 when a report is unusable.
+    """
+    import json
+
+    from evalctl.compare import compare_reports, load_report
+    from evalctl.fileio import write_atomically
+
+    comparison = compare_reports(load_report(baseline), load_report(current), alpha)
+    text = json.dumps(comparison.to_dict(), indent=2) + "\n" if as_json else \
+        comparison.to_markdown()
+    click.echo(text, nl=False)
+    if output:
+        write_atomically(output, text)
+    ctx.exit(EXIT_FAILED if comparison.regression else EXIT_OK)
 
 
 def main() -> None:

@@ -50,6 +50,7 @@ class TaskResult:
     workspace: str | None = None
     ledger: str | None = None
     tags: tuple[str, ...] = ()
+    attempt: int = 1
 
     @property
     def passed(self) -> bool:
@@ -64,6 +65,7 @@ class TaskResult:
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.task_id,
+            "attempt": self.attempt,
             "status": self.status,
             "passed": self.passed,
             "exit_status": self.exit_status,
@@ -78,6 +80,31 @@ class TaskResult:
             "workspace": self.workspace,
             "ledger": self.ledger,
         }
+
+
+def aggregate_attempts(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per task, over its attempts (report dicts): pass@k (at least one attempt passed),
+    pass^k (every attempt passed) and whether it is flaky (mixed outcomes). Attempts not
+    run are left out; a task none of whose attempts ran is left out."""
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for task in tasks:
+        by_id.setdefault(task["id"], []).append(task)
+    out = []
+    for task_id, attempts in by_id.items():
+        ran = [a for a in attempts if a["status"] != NOT_RUN]
+        if not ran:
+            continue
+        outcomes = [a["status"] == PASSED for a in ran]
+        out.append({
+            "id": task_id,
+            "attempts": [a["status"] for a in sorted(attempts, key=lambda a: a["attempt"])],
+            "passed": sum(outcomes),
+            "ran": len(ran),
+            "pass_at_k": any(outcomes),
+            "pass_hat_k": all(outcomes),
+            "flaky": any(outcomes) and not all(outcomes),
+        })
+    return out
 
 
 def _rate(passed: int, total: int) -> float | None:
@@ -104,6 +131,7 @@ class RunResult:
     tasks: list[TaskResult]
     interrupted: bool = False
     run_directory: str = ""
+    repeat: int = 1
 
     def ran(self) -> list[TaskResult]:
         return [t for t in self.tasks if t.status != NOT_RUN]
@@ -156,6 +184,8 @@ class RunResult:
             lambda c: c.type == "grounding")
         judge, judge_passed, judge_total = self.kind_rate(lambda c: c.kind == "judge")
         grader_usage, grader_cost = self.grader_usage()
+        task_dicts = [t.to_dict() for t in self.tasks]
+        per_task = aggregate_attempts(task_dicts)
         return {
             "format": "evalctl-run/1",
             "suite": {"path": self.suite_path, "name": self.suite_name,
@@ -168,8 +198,12 @@ class RunResult:
             "finished_at": self.finished_at,
             "interrupted": self.interrupted,
             "run_directory": self.run_directory,
+            "repeat": self.repeat,
             "summary": {
                 "completion_rate": self.completion_rate,
+                "pass_at_k": _rate(sum(t["pass_at_k"] for t in per_task), len(per_task)),
+                "pass_hat_k": _rate(sum(t["pass_hat_k"] for t in per_task), len(per_task)),
+                "flaky": [t["id"] for t in per_task if t["flaky"]],
                 "passed": self.count(PASSED),
                 "failed": self.count(FAILED),
                 "errors": self.count(ERROR),
@@ -184,5 +218,6 @@ class RunResult:
                 "grader_usage": grader_usage.to_dict(),
                 "grader_cost": grader_cost,
             },
-            "tasks": [t.to_dict() for t in self.tasks],
+            "by_task": per_task,
+            "tasks": task_dicts,
         }

@@ -44,6 +44,7 @@ class RunOptions:
     out_dir: Path = Path("eval_reports")
     only: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
+    repeat: int = 1
 
 
 ProgressCallback = Callable[[str, Task, TaskResult | None], None]
@@ -87,6 +88,8 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
     concurrency = options.concurrency or spec.default_concurrency
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
+    if options.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
     return PreparedRun(suite, tasks, provider, concurrency, options, registry)
 
 
@@ -108,8 +111,15 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
                         usage=answer.usage, cost=answer.cost)
 
 
-async def run_task(task: Task, prepared: PreparedRun, run_dir: Path) -> TaskResult:
-    workspace = create_workspace(run_dir, task.id, task.files)
+def attempt_name(task: Task, attempt: int, repeat: int) -> str:
+    """The workspace (and ledger) name of one attempt: the task id, or id@attempt."""
+    return task.id if repeat == 1 else f"{task.id}@{attempt}"
+
+
+async def run_task(task: Task, prepared: PreparedRun, run_dir: Path,
+                   attempt: int = 1) -> TaskResult:
+    name = attempt_name(task, attempt, prepared.options.repeat)
+    workspace = create_workspace(run_dir, name, task.files)
     agent = await run_agent(task, prepared.provider, workspace)
     checks = [await grade(check, prepared.registry.graders[check["type"]], workspace.root, agent)
               for check in task.checks]
@@ -125,7 +135,7 @@ async def run_task(task: Task, prepared: PreparedRun, run_dir: Path) -> TaskResu
         task_id=task.id, status=status, checks=checks, exit_status=agent.exit_status,
         error=agent.error, turns=agent.turns, tool_calls=agent.tool_calls, usage=agent.usage,
         cost=agent.cost, duration=agent.duration, workspace=str(workspace.root),
-        ledger=str(workspace.ledger_path), tags=task.tags,
+        ledger=str(workspace.ledger_path), tags=task.tags, attempt=attempt,
     )
 
 
@@ -141,16 +151,18 @@ async def execute(prepared: PreparedRun, run_dir: Path | None = None,
     gate = asyncio.Semaphore(prepared.concurrency)
     notify = progress or (lambda *_: None)
 
-    async def guarded(task: Task) -> TaskResult:
+    async def guarded(task: Task, attempt: int) -> TaskResult:
         async with gate:
             notify("start", task, None)
             begun = time.monotonic()
-            result = await run_task(task, prepared, run_dir)
+            result = await run_task(task, prepared, run_dir, attempt)
             result.duration = round(time.monotonic() - begun, 4)
             notify("finish", task, result)
             return result
 
-    pending = [asyncio.ensure_future(guarded(task)) for task in prepared.tasks]
+    repeat = prepared.options.repeat
+    attempts = [(task, attempt) for task in prepared.tasks for attempt in range(1, repeat + 1)]
+    pending = [asyncio.ensure_future(guarded(task, attempt)) for task, attempt in attempts]
     interrupted = False
     try:
         await asyncio.gather(*pending)
@@ -168,18 +180,19 @@ async def execute(prepared: PreparedRun, run_dir: Path | None = None,
         await close()
 
     results = []
-    for task, future in zip(prepared.tasks, pending, strict=True):
+    for (task, attempt), future in zip(attempts, pending, strict=True):
         if future.done() and not future.cancelled() and future.exception() is None:
             results.append(future.result())
         elif future.done() and not future.cancelled():
             raise future.exception()  # a bug in evalctl itself: surface it
         else:
-            started = (run_dir / task.id).is_dir()
+            name = attempt_name(task, attempt, repeat)
+            started = (run_dir / name).is_dir()
             results.append(TaskResult(
                 task.id, NOT_RUN, exit_status=ExitStatus.ABORTED if started else None,
-                error="the run was interrupted", tags=task.tags,
-                workspace=str(run_dir / task.id) if started else None,
-                ledger=str(run_dir / ".ledgers" / f"{task.id}.jsonl") if started else None))
+                error="the run was interrupted", tags=task.tags, attempt=attempt,
+                workspace=str(run_dir / name) if started else None,
+                ledger=str(run_dir / ".ledgers" / f"{name}.jsonl") if started else None))
     registry = prepared.registry
     return RunResult(
         suite_path=str(prepared.suite.path),
@@ -194,5 +207,6 @@ async def execute(prepared: PreparedRun, run_dir: Path | None = None,
         tasks=results,
         interrupted=interrupted,
         run_directory=str(run_dir),
+        repeat=repeat,
     )
 

@@ -38,8 +38,9 @@ def render(run) -> str:
         ET.SubElement(properties, "property", name=name,
                       value=_text("" if value is None else value))
     for task in tasks:
+        name = task["id"] if data.get("repeat", 1) == 1 else f"{task['id']} #{task['attempt']}"
         case = ET.SubElement(suite, "testcase", classname=_text(data["suite"]["name"]),
-                             name=_text(task["id"]), time=f"{task['duration']:.3f}")
+                             name=_text(name), time=f"{task['duration']:.3f}")
         failed = [c for c in task["checks"] if not c["passed"] and c["kind"] == "mechanical"]
         if task["status"] == "error":
             element = ET.SubElement(case, "error", message=_text(

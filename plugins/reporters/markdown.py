@@ -46,6 +46,12 @@ def render(run) -> str:
                      f"({summary['judge_checks']['passed']}/{summary['judge_checks']['total']}); "
                      f"judge tokens {judge_usage['input_tokens']} in, "
                      f"{judge_usage['output_tokens']} out, cost {_cost(summary['grader_cost'])}")
+    if data.get("repeat", 1) > 1:
+        lines.append(f"- Repeats: {data['repeat']} per task; pass@k {_rate(summary['pass_at_k'])}, "
+                     f"pass^k {_rate(summary['pass_hat_k'])}; completion is the per-attempt "
+                     "mean")
+        if summary["flaky"]:
+            lines.append(f"- Flaky (mixed outcomes): {', '.join(summary['flaky'])}")
     usage = summary["usage"]
     lines += [
         f"- Provider: {data['provider']}" + (f" ({data['model']})" if data["model"] else ""),
@@ -66,8 +72,9 @@ def render(run) -> str:
                   if not c["passed"] and c["kind"] == "mechanical"]
         if task["error"] and task["status"] == "error":
             failed.insert(0, task["error"])
+        label = task["id"] if data.get("repeat", 1) == 1 else f"{task['id']} #{task['attempt']}"
         lines.append(
-            f"| {_cell(task['id'], 60)} | {STATUS_MARK.get(task['status'], task['status'])} | "
+            f"| {_cell(label, 60)} | {STATUS_MARK.get(task['status'], task['status'])} | "
             f"{_cell('; '.join(failed)) or '—'} | {task['exit_status'] or '—'} | "
             f"{task['turns']} | {task['usage']['input_tokens']}/{task['usage']['output_tokens']} | "
             f"{_cost(task['cost'])} | {task['duration']:.1f}s |")

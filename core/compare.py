@@ -1,0 +1,211 @@
+"""Comparing two runs: flips, rate and cost deltas, and whether the change in
+completion is more than noise."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalctl.errors import UsageError
+from evalctl.results import aggregate_attempts
+from evalctl.stats import bootstrap_interval, mcnemar_exact
+
+REPORT_FORMAT = "evalctl-run/1"
+USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
+def load_report(path: str | Path) -> dict[str, Any]:
+    """A JSON report written by `evalctl run`, or a UsageError saying why not."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
+        raise UsageError(f"{path}: not an evalctl JSON report (expected \"format\": "
+                         f"\"{REPORT_FORMAT}\"; write one with evalctl run --report)")
+    try:
+        for task in data["tasks"]:
+            task["id"], task["status"], task.setdefault("attempt", 1)
+        data["summary"]["completion_rate"]
+    except (KeyError, TypeError):
+        raise UsageError(f"{path}: an evalctl report with missing fields") from None
+    return data
+
+
+def _delta(before: float | None, after: float | None) -> float | None:
+    return None if before is None or after is None else round(after - before, 6)
+
+
+@dataclass
+class Comparison:
+    baseline: dict[str, Any]
+    current: dict[str, Any]
+    alpha: float
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    newly_failing: list[str] = field(default_factory=list)
+    newly_passing: list[str] = field(default_factory=list)
+    common: int = 0
+    common_completion: tuple[float | None, float | None] = (None, None)
+    test: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def completion_drop(self) -> float:
+        before, after = self.common_completion
+        if before is None or after is None:
+            return 0.0
+        return max(0.0, round(before - after, 6))
+
+    @property
+    def regression(self) -> bool:
+        """A drop in completion over the common tasks that is more than noise."""
+        return self.completion_drop > 0 and bool(self.test.get("significant"))
+
+    def rates(self) -> dict[str, dict[str, float | None]]:
+        out = {}
+        for name in ("completion_rate", "grounding_rate", "judge_rate", "pass_at_k",
+                     "pass_hat_k"):
+            before = self.baseline["summary"].get(name)
+            after = self.current["summary"].get(name)
+            out[name] = {"baseline": before, "current": after, "delta": _delta(before, after)}
+        return out
+
+    def spend(self) -> dict[str, dict[str, float | None]]:
+        out = {}
+        for key in USAGE_KEYS:
+            before = self.baseline["summary"].get("usage", {}).get(key, 0)
+            after = self.current["summary"].get("usage", {}).get(key, 0)
+            out[key] = {"baseline": before, "current": after, "delta": after - before}
+        before, after = self.baseline["summary"].get("cost"), self.current["summary"].get("cost")
+        out["cost"] = {"baseline": before, "current": after, "delta": _delta(before, after)}
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "evalctl-compare/1",
+            "baseline": {"suite": self.baseline.get("suite"),
+                         "provider": self.baseline.get("provider"),
+                         "model": self.baseline.get("model")},
+            "current": {"suite": self.current.get("suite"),
+                        "provider": self.current.get("provider"),
+                        "model": self.current.get("model")},
+            "regression": self.regression,
+            "rates": self.rates(),
+            "common_tasks": self.common,
+            "common_completion": {"baseline": self.common_completion[0],
+                                  "current": self.common_completion[1]},
+            "newly_failing": self.newly_failing,
+            "newly_passing": self.newly_passing,
+            "added": self.added,
+            "removed": self.removed,
+            "significance": self.test,
+            "spend": self.spend(),
+        }
+
+    def to_markdown(self) -> str:
+        def pct(value: float | None) -> str:
+            return "n/a" if value is None else f"{value:.1%}"
+
+        def points(value: float | None) -> str:
+            return "n/a" if value is None else f"{value * 100:+.1f} pts"
+
+        lines = ["## evalctl compare", "",
+                 f"**{'Regression' if self.regression else 'No regression'}.** "
+                 f"{self.test.get('statement', '')}", "",
+                 "| | baseline | current | change |", "|---|---:|---:|---:|"]
+        labels = {"completion_rate": "completion", "grounding_rate": "grounding",
+                  "judge_rate": "judge (apart)", "pass_at_k": "pass@k", "pass_hat_k": "pass^k"}
+        for name, row in self.rates().items():
+            if row["baseline"] is None and row["current"] is None:
+                continue
+            lines.append(f"| {labels[name]} | {pct(row['baseline'])} | {pct(row['current'])} | "
+                         f"{points(row['delta'])} |")
+        for key, row in self.spend().items():
+            if key == "cost":
+                def money(v: float | None) -> str:
+                    return "unpriced" if v is None else f"${v:.4f}"
+                delta = row["delta"]
+                lines.append(f"| cost | {money(row['baseline'])} | {money(row['current'])} | "
+                             f"{'n/a' if delta is None else f'{delta:+.4f}'} |")
+            else:
+                lines.append(f"| {key.replace('_', ' ')} | {row['baseline']} | "
+                             f"{row['current']} | {row['delta']:+d} |")
+        for title, ids in (("Newly failing", self.newly_failing),
+                           ("Newly passing", self.newly_passing),
+                           ("Added tasks (not compared)", self.added),
+                           ("Removed tasks (not compared)", self.removed)):
+            if ids:
+                lines += ["", f"### {title} ({len(ids)})", ""] + [f"- `{i}`" for i in ids]
+        return "\n".join(lines) + "\n"
+
+
+def compare_reports(baseline: dict[str, Any], current: dict[str, Any],
+                    alpha: float = 0.05) -> Comparison:
+    before = {t["id"]: t for t in aggregate_attempts(baseline["tasks"])}
+    after = {t["id"]: t for t in aggregate_attempts(current["tasks"])}
+    common = [i for i in before if i in after]
+    result = Comparison(baseline, current, alpha)
+    result.added = [i for i in after if i not in before]
+    result.removed = [i for i in before if i not in after]
+    result.common = len(common)
+    result.newly_failing = [i for i in common if before[i]["pass_hat_k"] and
+                            not after[i]["pass_hat_k"]]
+    result.newly_passing = [i for i in common if not before[i]["pass_hat_k"] and
+                            after[i]["pass_hat_k"]]
+    if common:
+        result.common_completion = (
+            round(sum(before[i]["passed"] for i in common) /
+                  sum(before[i]["ran"] for i in common), 6),
+            round(sum(after[i]["passed"] for i in common) /
+                  sum(after[i]["ran"] for i in common), 6))
+    result.test = _significance(result, before, after, common, alpha)
+    return result
+
+
+def _significance(result: Comparison, before: dict[str, Any], after: dict[str, Any],
+                  common: list[str], alpha: float) -> dict[str, Any]:
+    was, now = result.common_completion
+    if not common or was is None or now is None:
+        return {"method": None, "significant": False,
+                "statement": "No task is in both runs; nothing to compare."}
+    direction = "rose" if now > was else "fell" if now < was else "did not change"
+    head = (f"Completion over the {len(common)} tasks in both runs {direction}"
+            + (f" from {was:.1%} to {now:.1%}" if now != was else f" ({now:.1%})"))
+    repeated = any(before[i]["ran"] > 1 or after[i]["ran"] > 1 for i in common)
+    if not repeated:
+        p = mcnemar_exact(len(result.newly_failing), len(result.newly_passing))
+        significant = p < alpha and now != was
+        verdict = "significant" if significant else "not significant: consistent with noise"
+        return {"method": "exact McNemar test over per-task outcomes", "p_value": round(p, 6),
+                "alpha": alpha, "significant": significant,
+                "statement": f"{head}; {len(result.newly_failing)} newly failing, "
+                             f"{len(result.newly_passing)} newly passing; exact McNemar "
+                             f"p = {p:.3g} ({verdict} at {alpha:g})."}
+    differences = [after[i]["passed"] / after[i]["ran"] - before[i]["passed"] / before[i]["ran"]
+                   for i in common]
+    low, high = bootstrap_interval(differences, confidence=1 - alpha)
+    significant = low > 0 or high < 0
+    verdict = "significant" if significant else "not significant: the interval includes 0"
+    return {"method": "bootstrap over tasks of the per-task pass-rate change",
+            "interval": [round(low, 6), round(high, 6)], "alpha": alpha,
+            "significant": significant,
+            "statement": f"{head}; mean per-task change {sum(differences) / len(differences):+.3f}"
+                         f", {1 - alpha:.0%} bootstrap interval [{low:+.3f}, {high:+.3f}] "
+                         f"({verdict})."}
+
+
+def gate(comparison: Comparison, max_drop: float, fail_on_flip: bool) -> list[str]:
+    """Why a run fails against its baseline (empty: it does not)."""
+    reasons = []
+    if comparison.completion_drop > max_drop + 1e-9:
+        reasons.append(f"completion over the common tasks dropped by "
+                       f"{comparison.completion_drop:.1%}, more than the {max_drop:.1%} allowed")
+    if fail_on_flip and comparison.newly_failing:
+        reasons.append("tasks that passed in the baseline now fail: "
+                       + ", ".join(comparison.newly_failing))
+    return reasons

@@ -1,0 +1,248 @@
+"""Repeats, `evalctl compare` and `run --baseline`: crafted reports and real runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import evalctl
+from evalctl.cli import cli
+from evalctl.compare import compare_reports, gate
+from evalctl.registry import set_registry
+from evalctl.stats import bootstrap_interval, mcnemar_exact
+
+from .conftest import SUITES, registry_with
+
+
+def make_report(outcomes: dict[str, list[str]], **summary) -> dict:
+    """A report in the run's JSON format: task id -> statuses of its attempts."""
+    tasks = [{"id": task_id, "attempt": n, "status": status}
+             for task_id, statuses in outcomes.items() for n, status in enumerate(statuses, 1)]
+    ran = [t for t in tasks if t["status"] != "not_run"]
+    passed = sum(t["status"] == "passed" for t in ran)
+    return {"format": "evalctl-run/1", "suite": {"name": "s"}, "provider": "scripted",
+            "model": None, "tasks": tasks,
+            "summary": {"completion_rate": passed / len(ran) if ran else None,
+                        "grounding_rate": summary.get("grounding_rate"),
+                        "judge_rate": summary.get("judge_rate"),
+                        "usage": summary.get("usage", {"input_tokens": 100,
+                                                       "output_tokens": 10}),
+                        "cost": summary.get("cost", 0.0)}}
+
+
+def write(tmp_path: Path, name: str, report: dict) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(report))
+    return path
+
+
+@pytest.mark.parametrize("b, c, expected", [(0, 0, 1.0), (1, 0, 1.0), (5, 0, 0.0625),
+                                            (6, 0, 0.03125), (10, 2, 0.03857)])
+def test_exact_mcnemar(b, c, expected):
+    assert mcnemar_exact(b, c) == pytest.approx(expected, abs=1e-5)
+    assert mcnemar_exact(c, b) == mcnemar_exact(b, c)
+
+
+def test_bootstrap_is_deterministic_and_centred():
+    assert bootstrap_interval([0.0] * 30) == (0.0, 0.0)
+    drop = [-1.0] * 10 + [0.0] * 10
+    low, high = bootstrap_interval(drop)
+    assert high < 0 and low >= -1 and bootstrap_interval(drop) == (low, high)
+
+
+def test_a_one_task_wiggle_is_not_a_regression(tmp_path):
+    ids = [f"t{i}" for i in range(20)]
+    base = make_report({i: ["passed"] for i in ids})
+    now = make_report({i: ["failed" if i == "t3" else "passed"] for i in ids})
+    comparison = compare_reports(base, now)
+    assert comparison.newly_failing == ["t3"] and not comparison.regression
+    assert comparison.test["p_value"] == 1.0
+    result = CliRunner().invoke(cli, ["compare", str(write(tmp_path, "a.json", base)),
+                                      str(write(tmp_path, "b.json", now))])
+    assert result.exit_code == 0, result.output
+    assert "**No regression.**" in result.output and "- `t3`" in result.output
+    assert "not significant" in result.output
+    assert "| completion | 100.0% | 95.0% | -5.0 pts |" in result.output
+
+
+def test_a_real_drop_is_a_regression(tmp_path):
+    ids = [f"t{i}" for i in range(20)]
+    base = make_report({i: ["passed"] for i in ids})
+    now = make_report({i: ["failed" if int(i[1:]) < 8 else "passed"] for i in ids})
+    result = CliRunner().invoke(cli, ["compare", str(write(tmp_path, "a.json", base)),
+                                      str(write(tmp_path, "b.json", now)), "--json"])
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    assert data["regression"] is True and len(data["newly_failing"]) == 8
+    assert data["significance"]["p_value"] < 0.01
+    assert data["rates"]["completion_rate"]["delta"] == pytest.approx(-0.4)
+
+
+def test_improvements_flips_deltas_and_spend(tmp_path):
+    base = make_report({"a": ["failed"], "b": ["passed"]}, grounding_rate=0.5, cost=0.10,
+                       usage={"input_tokens": 1000, "output_tokens": 100})
+    now = make_report({"a": ["passed"], "b": ["passed"]}, grounding_rate=1.0, cost=None,
+                      usage={"input_tokens": 800, "output_tokens": 150})
+    data = compare_reports(base, now).to_dict()
+    assert data["newly_passing"] == ["a"] and data["regression"] is False
+    assert data["rates"]["grounding_rate"]["delta"] == 0.5
+    assert data["spend"]["input_tokens"]["delta"] == -200
+    assert data["spend"]["cost"] == {"baseline": 0.10, "current": None, "delta": None}
+
+
+def test_added_and_removed_tasks_are_named_not_silently_compared():
+    base = make_report({"a": ["passed"], "old": ["passed"]})
+    now = make_report({"a": ["passed"], "new": ["failed"]})
+    comparison = compare_reports(base, now)
+    assert (comparison.added, comparison.removed, comparison.common) == (["new"], ["old"], 1)
+    assert comparison.common_completion == (1.0, 1.0) and not comparison.regression
+    markdown = comparison.to_markdown()
+    assert "### Added tasks (not compared) (1)" in markdown and "- `old`" in markdown
+
+
+def test_with_repeats_the_test_is_a_bootstrap():
+    base = make_report({f"t{i}": ["passed"] * 3 for i in range(12)})
+    now = make_report({f"t{i}": ["failed", "failed", "passed"] for i in range(12)})
+    comparison = compare_reports(base, now)
+    assert comparison.test["method"].startswith("bootstrap")
+    assert comparison.regression
+    assert comparison.test["interval"][1] < 0
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read"),
+    ("not json", "not JSON"),
+    ('{"format": "something-else"}', "not an evalctl JSON report"),
+    ('{"format": "evalctl-run/1", "tasks": [{}]}', "missing fields"),
+])
+def test_unusable_input_exits_2(tmp_path, content, message):
+    good = write(tmp_path, "good.json", make_report({"a": ["passed"]}))
+    bad = tmp_path / "bad.json"
+    if content is not None:
+        bad.write_text(content)
+    result = CliRunner().invoke(cli, ["compare", str(good), str(bad)])
+    assert result.exit_code == 2 and message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_gate_reasons():
+    base = make_report({"a": ["passed"], "b": ["passed"], "c": ["passed"], "d": ["passed"]})
+    now = make_report({"a": ["failed"], "b": ["passed"], "c": ["passed"], "d": ["passed"]})
+    comparison = compare_reports(base, now)
+    assert len(gate(comparison, max_drop=0.0, fail_on_flip=True)) == 2
+    assert gate(comparison, max_drop=0.25, fail_on_flip=False) == []
+    assert len(gate(comparison, max_drop=0.25, fail_on_flip=True)) == 1
+
+
+# -- real scripted runs -------------------------------------------------------------
+
+def run_cli(where: Path, *args: str):
+    previous = Path.cwd()
+    os.chdir(where)
+    try:
+        return CliRunner().invoke(cli, ["run", *args])
+    finally:
+        os.chdir(previous)
+
+
+def test_repeat_runs_each_attempt_in_its_own_workspace(tmp_path):
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file",
+                     "--repeat", "3", "--report", "r.json", "--reporter", "markdown")
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["repeat"] == 3
+    assert [(t["id"], t["attempt"]) for t in report["tasks"]] == [
+        ("write-file", 1), ("write-file", 2), ("write-file", 3)]
+    workspaces = {Path(t["workspace"]).name for t in report["tasks"]}
+    assert workspaces == {"write-file@1", "write-file@2", "write-file@3"}
+    summary = report["summary"]
+    assert (summary["pass_at_k"], summary["pass_hat_k"], summary["flaky"]) == (1.0, 1.0, [])
+    assert report["by_task"] == [{"id": "write-file", "attempts": ["passed"] * 3, "passed": 3,
+                                  "ran": 3, "pass_at_k": True, "pass_hat_k": True,
+                                  "flaky": False}]
+    markdown = next((tmp_path / "eval_reports").glob("*.md")).read_text()
+    assert "| write-file #2 |" in markdown and "pass^k 100.0%" in markdown
+
+
+class Alternating:
+    """Does the work in every other conversation: a flaky agent."""
+
+    def __init__(self):
+        self.conversations = 0
+
+    async def complete(self, request):
+        if request.turn_index == 0:
+            self.conversations += 1
+            if self.conversations % 2:
+                return evalctl.ModelTurn(
+                    tool_calls=[evalctl.ToolCall("c", "write_file",
+                                                 {"path": "greeting.txt",
+                                                  "content": "hello, evalctl\n"})],
+                    stop_reason="tool_use")
+        return evalctl.ModelTurn(text="Created `greeting.txt`.")
+
+
+def _use_alternating_provider():
+    @evalctl.hookimpl
+    def evalctl_register_providers(register):
+        register(evalctl.ProviderSpec(name="alternating", create=lambda options: Alternating()))
+
+    plugin = types.ModuleType("alternating")
+    plugin.evalctl_register_providers = evalctl_register_providers
+    set_registry(registry_with(("alternating", plugin)))
+
+
+def test_flaky_tasks_are_listed_and_pass_at_k_differs_from_pass_hat_k(tmp_path):
+    _use_alternating_provider()
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file",
+                     "--repeat", "4", "--concurrency", "1", "--provider", "alternating",
+                     "--report", "r.json")
+    assert result.exit_code == 1
+    summary = json.loads((tmp_path / "r.json").read_text())["summary"]
+    assert summary["completion_rate"] == 0.5
+    assert (summary["pass_at_k"], summary["pass_hat_k"]) == (1.0, 0.0)
+    assert summary["flaky"] == ["write-file"]
+
+
+def test_run_against_its_own_baseline_passes_even_with_known_failures(tmp_path):
+    assert run_cli(tmp_path, str(SUITES / "core.yaml"), "--report", "base.json").exit_code == 1
+    again = run_cli(tmp_path, str(SUITES / "core.yaml"), "--baseline", "base.json")
+    assert again.exit_code == 0, again.output
+    assert "**No regression.**" in again.output
+
+
+def test_run_against_a_baseline_fails_on_a_flip_and_prints_it(tmp_path, write_suite):
+    assert run_cli(tmp_path, str(SUITES / "harness.yaml"), "--report",
+                   "base.json").exit_code == 0
+    broken = (SUITES / "harness.yaml").read_text().replace(
+        'content: "hello, evalctl\\n"', 'content: "goodbye\\n"')
+    suite = write_suite(broken, name="harness.yaml")
+    result = run_cli(tmp_path, str(suite), "--baseline", "base.json")
+    assert result.exit_code == 1
+    assert "### Newly failing (1)" in result.output and "- `write-file`" in result.output
+    assert "tasks that passed in the baseline now fail: write-file" in result.output
+    tolerant = run_cli(tmp_path, str(suite), "--baseline", "base.json", "--allow-flips",
+                       "--max-drop", "0.25")
+    assert tolerant.exit_code == 0, tolerant.output
+
+
+def test_run_against_a_baseline_of_another_suite_names_the_differences(tmp_path):
+    assert run_cli(tmp_path, str(SUITES / "harness.yaml"), "--report",
+                   "base.json").exit_code == 0
+    result = run_cli(tmp_path, str(SUITES / "general.yaml"), "--baseline", "base.json")
+    assert result.exit_code == 0
+    assert "### Added tasks (not compared) (6)" in result.output
+    assert "### Removed tasks (not compared) (5)" in result.output
+    assert "No task is in both runs" in result.output
+
+
+def test_an_unusable_baseline_stops_the_run_before_any_task(tmp_path):
+    (tmp_path / "base.json").write_text("{}")
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--baseline", "base.json")
+    assert result.exit_code == 2 and "not an evalctl JSON report" in result.output
+    assert not (tmp_path / "eval_reports").exists()
