@@ -18,6 +18,7 @@ from typing import Any
 
 import evalctl
 from evalctl.agent.loop import run_agent
+from evalctl.agent.tools import tool_validators
 from evalctl.errors import UsageError
 from evalctl.model import AgentResult, ExitStatus
 from evalctl.registry import Registry
@@ -85,6 +86,7 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
     if options.model:
         provider_options["model"] = options.model
     provider = spec.create(provider_options)
+    tool_validators()  # one-time setup belongs before the first task, not inside it
     concurrency = options.concurrency or spec.default_concurrency
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")

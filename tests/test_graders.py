@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import time
 
 import pytest
 
@@ -101,7 +103,15 @@ def test_tests_pass_with_no_tests_is_a_failure(registry, workspace):
     assert custom.passed
 
 
-def test_python_assertion(registry, workspace):
+@pytest.fixture(params=["fork", "spawn"])
+def python_mode(request, monkeypatch):
+    """The python grader forks where it can, and spawns an interpreter elsewhere."""
+    if request.param == "spawn":
+        monkeypatch.setattr("evalctl.processes.can_fork", lambda: False)
+    return request.param
+
+
+def test_python_assertion(registry, workspace, python_mode):
     good = {"type": "python", "code": "assert (workspace / 'notes.md').exists()\n"
                                       "assert result.exit_status == 'completed'\n"
                                       "assert result.usage.input_tokens == 10"}
@@ -116,6 +126,27 @@ def test_python_assertion(registry, workspace):
     assert not hang.passed and "timed out" in hang.detail
     raised = check(registry, workspace, {"type": "python", "code": "{}['missing']"})
     assert not raised.passed and "KeyError: 'missing'" in raised.detail
+    printed = check(registry, workspace, {"type": "python", "code": "print('hello')"})
+    assert printed.passed and printed.detail == "the assertion held\nhello"
+
+
+def test_python_checks_run_isolated(registry, workspace, python_mode, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-leak")
+    (workspace.root / "helper.py").write_text("VALUE = 41\n")
+    isolated = {"type": "python", "code": (
+        "import os, helper\n"
+        "assert os.getcwd() == str(workspace), os.getcwd()\n"
+        "assert 'ANTHROPIC_API_KEY' not in os.environ\n"
+        f"assert os.getsid(0) != {os.getsid(0)}\n"  # a session of its own
+        "assert helper.VALUE + 1 == 42")}
+    outcome = check(registry, workspace, isolated)
+    assert outcome.passed, outcome.detail
+    leftover = {"type": "python", "code": (
+        "import subprocess\n"
+        f"subprocess.Popen(['bash', '-c', 'sleep 2; touch {workspace.root}/late'])")}
+    assert check(registry, workspace, leftover).passed
+    time.sleep(2.5)
+    assert not (workspace.root / "late").exists(), "a child of the check outlived it"
 
 
 def test_no_placeholders_blames_only_the_agents_lines(registry, workspace):

@@ -7,12 +7,10 @@ on; nothing a model asks for raises out of here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import os
 import re
-import signal
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +18,9 @@ from typing import Any
 
 from evalctl.agent.ledger import truncate_middle
 from evalctl.agent.tooldefs import TOOL_DEFINITIONS, WRITING_TOOLS
+from evalctl.processes import OUTPUT_LIMIT, run_command
 from evalctl.workspace import IGNORED_DIRS, ConfinementError, Workspace
 
-OUTPUT_LIMIT = 30_000
 READ_DEFAULT_LINES = 2_000
 LINE_LIMIT = 2_000
 GREP_MAX_MATCHES = 200
@@ -77,17 +75,23 @@ def _looks_binary(path: Path) -> bool:
         return b"\x00" in handle.read(8192)
 
 
+@functools.cache
+def tool_validators() -> dict[str, Any]:
+    """A JSON Schema validator per tool, built once per process."""
+    from jsonschema import Draft202012Validator
+
+    return {t.name: Draft202012Validator(t.input_schema) for t in TOOL_DEFINITIONS}
+
+
 class Toolbox:
     """The six tools bound to one workspace and one permission level."""
 
     def __init__(self, workspace: Workspace, permissions: str = "full",
                  env: Mapping[str, str] | None = None):
-        from jsonschema import Draft202012Validator
-
         self.workspace = workspace
         self.permissions = permissions
         self.env = dict(env) if env is not None else agent_environment(workspace)
-        self._validators = {t.name: Draft202012Validator(t.input_schema) for t in TOOL_DEFINITIONS}
+        self._validators = tool_validators()
 
     async def call(self, name: str, arguments: Any) -> ToolOutcome:
         validator = self._validators.get(name)
@@ -245,116 +249,3 @@ class Toolbox:
                           f"killed\n{output}".rstrip())
         header = f"exit code {code}"
         return ToolOutcome(f"{header}\n{output}".rstrip(), is_error=code != 0)
-
-
-async def run_command(command: str, cwd: Path, env: Mapping[str, str], timeout: float,
-                      limit: int = OUTPUT_LIMIT) -> tuple[int | None, str, bool]:
-    """Run `command` with bash in its own process group.
-
-    Returns (exit code, head+tail of combined output, timed out). The whole group is
-    killed when the command ends or times out, so no child outlives it.
-    """
-    # The output pipe is ours, not the transport's: asyncio's wait() would otherwise
-    # also wait for every holder of the pipe, and a backgrounded child holds it.
-    read_fd, write_fd = os.pipe()
-    try:
-        process = await asyncio.create_subprocess_exec(
-            "bash", "-c", command, cwd=str(cwd), env=dict(env),
-            stdin=asyncio.subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
-            start_new_session=True,
-        )
-    except BaseException:
-        os.close(read_fd)
-        raise
-    finally:
-        os.close(write_fd)
-    stream = asyncio.StreamReader()
-    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", buffering=0))
-    collector = _HeadTail(limit)
-    reader = asyncio.create_task(collector.drain(stream))
-    timed_out = False
-    try:
-        await asyncio.wait_for(process.wait(), timeout)
-    except TimeoutError:
-        timed_out = True
-    finally:
-        _kill_group(process.pid)
-        if process.returncode is None:
-            await process.wait()
-        try:
-            await asyncio.wait_for(reader, 5)
-        except TimeoutError:
-            reader.cancel()
-        transport.close()
-    return (None if timed_out else process.returncode), collector.text(), timed_out
-
-
-def _kill_group(pgid: int) -> None:
-    """SIGKILL every process in the group, including any forked while we kill.
-
-    killpg alone is not enough: some kernels (sandboxes among them) stop delivering to
-    a group once its leader is reaped, so live members found in /proc are killed one
-    by one, until none is left.
-    """
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-    for _ in range(50):
-        members = _live_group_members(pgid)
-        if not members:
-            return
-        for pid in members:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.002)
-
-
-def _live_group_members(pgid: int) -> list[int]:
-    members = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return members
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
-            members.append(int(entry))
-    return members
-
-
-class _HeadTail:
-    """Keeps the first and last `limit/2` characters of a stream of any size."""
-
-    def __init__(self, limit: int):
-        self.half = limit // 2
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    async def drain(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(65536):
-            self.total += len(chunk)
-            room = self.half - len(self.head)
-            if room > 0:
-                self.head += chunk[:room]
-                chunk = chunk[room:]
-            if chunk:
-                self.tail += chunk
-                if len(self.tail) > self.half:
-                    del self.tail[: len(self.tail) - self.half]
-
-    def text(self) -> str:
-        head = self.head.decode("utf-8", errors="replace")
-        tail = self.tail.decode("utf-8", errors="replace")
-        elided = self.total - len(self.head) - len(self.tail)
-        if elided > 0:
-            return f"{head}\n[... {elided} bytes elided ...]\n{tail}"
-        return head + tail

@@ -29,7 +29,8 @@ def _tail(output: str) -> str:
 
 
 async def _run(command: str, workspace: Path, timeout: float) -> tuple[int | None, str, bool]:
-    from evalctl.agent.tools import run_command, scrubbed_environment
+    from evalctl.agent.tools import scrubbed_environment
+    from evalctl.processes import run_command
 
     with tempfile.TemporaryDirectory(prefix="evalctl-grader-") as scratch:
         env = scrubbed_environment(Path(scratch), Path(scratch))
@@ -72,7 +73,7 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-# Runs in a child interpreter: `workspace` and `result` in scope, then the suite's code.
+# The spawned form: a fresh interpreter, `workspace` and `result` in scope, then the code.
 _BOOTSTRAP = """\
 import json, sys, types
 from pathlib import Path
@@ -86,34 +87,46 @@ exec(compile(__EVALCTL_CODE__, "<check>", "exec"))
 """
 
 
+def _check_body(code: str, workspace: Path, data: dict[str, Any]) -> Any:
+    """What runs in the forked child: the check's code with `workspace` and `result`."""
+    import types
+
+    def body() -> None:
+        sys.path.insert(0, str(workspace))  # as `python -c` in the workspace would have it
+        result = types.SimpleNamespace(**data)
+        result.usage = types.SimpleNamespace(**data["usage"])
+        namespace = {"__name__": "__check__", "workspace": workspace, "result": result}
+        exec(compile(code, "<check>", "exec"), namespace)
+
+    return body
+
+
 async def grade_python(check: dict[str, Any], workspace: Path,
                        result: evalctl.AgentResult) -> evalctl.CheckResult:
-    import asyncio
-    import os
-    import signal
-
     from evalctl.agent.tools import scrubbed_environment
+    from evalctl.processes import can_fork, run_command, run_forked
 
     timeout = check.get("timeout", 60)
-    program = _BOOTSTRAP.replace("__EVALCTL_CODE__", repr(check["code"]))
-    payload = json.dumps({"workspace": str(workspace), "result": result.to_dict()})
     with tempfile.TemporaryDirectory(prefix="evalctl-grader-") as scratch:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", program, cwd=str(workspace),
-            env=scrubbed_environment(Path(scratch), Path(scratch)),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
-        try:
-            output, _ = await asyncio.wait_for(process.communicate(payload.encode()), timeout)
-        except TimeoutError:
-            os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
-            return evalctl.CheckResult(False, f"the assertion timed out after {timeout:g}s")
-    text = output.decode("utf-8", errors="replace")
-    if process.returncode == 0:
-        return evalctl.CheckResult(True, "the assertion held" + (f"\n{_tail(text)}" if
-                                                                  text.strip() else ""))
-    return evalctl.CheckResult(False, _explain_failure(text, process.returncode))
+        env = scrubbed_environment(Path(scratch), Path(scratch))
+        if can_fork():
+            # A fork of this process starts in about a millisecond; a new interpreter
+            # costs 20 ms or more, and suites are full of these checks.
+            code, output, timed_out = await run_forked(
+                _check_body(check["code"], workspace, result.to_dict()), workspace, env,
+                timeout)
+        else:
+            program = _BOOTSTRAP.replace("__EVALCTL_CODE__", repr(check["code"]))
+            payload = json.dumps({"workspace": str(workspace), "result": result.to_dict()})
+            command = f"{_quote(sys.executable)} -c {_quote(program)} <<'EVALCTL_PAYLOAD'\n" \
+                      f"{payload}\nEVALCTL_PAYLOAD"
+            code, output, timed_out = await run_command(command, workspace, env, timeout)
+    if timed_out:
+        return evalctl.CheckResult(False, f"the assertion timed out after {timeout:g}s")
+    if code == 0:
+        return evalctl.CheckResult(True, "the assertion held" + (f"\n{_tail(output)}" if
+                                                                  output.strip() else ""))
+    return evalctl.CheckResult(False, _explain_failure(output, code))
 
 
 def _explain_failure(output: str, code: int | None) -> str:
@@ -169,8 +182,9 @@ def evalctl_register_graders(register):
             "properties": {
                 "code": {"type": "string", "minLength": 1,
                          "description": "Python statements, usually asserts, with `workspace` "
-                                        "(a pathlib.Path) and `result` (the agent's result) "
-                                        "in scope. Passes when it raises nothing."},
+                                        "(a pathlib.Path, also first on sys.path and the "
+                                        "current directory) and `result` (the agent's "
+                                        "result) in scope. Passes when it raises nothing."},
                 "timeout": TIMEOUT,
             },
             "required": ["code"],
