@@ -96,19 +96,12 @@ def schema(ctx: click.Context, builtins: bool, output: Path | None) -> None:
     from evalctl.schema import build_schema, schema_text
 
     registry = _registry(ctx)
-    graders = registry.graders
-    if builtins:
-        graders = {name: spec for name, spec in graders.items()
-                   if (registry.plugin_of("grader", name) or _NoPlugin).distribution == "evalctl"}
+    graders = registry.from_distribution("grader", "evalctl") if builtins else registry.graders
     text = schema_text(build_schema(graders))
     if output:
         write_atomically(output, text)
     else:
         click.echo(text, nl=False)
-
-
-class _NoPlugin:
-    distribution = None
 
 
 @cli.command()

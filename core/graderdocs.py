@@ -29,11 +29,11 @@ def render_grader_docs(registry: Registry, builtins_only: bool = False) -> str:
         "at least one check that is not.",
         "",
     ]
-    for name in sorted(registry.graders):
+    graders = registry.from_distribution("grader", "evalctl") if builtins_only else \
+        registry.graders
+    for name in sorted(graders):
         owner = registry.plugin_of("grader", name)
-        if builtins_only and (owner is None or owner.distribution != "evalctl"):
-            continue
-        spec = registry.graders[name]
+        spec = graders[name]
         schema = dict(spec.params_schema)
         lines += [f"## `{name}`", "", spec.description, ""]
         facts = [f"kind: {spec.kind}", "talk-only" if spec.talk_only else "not talk-only"]

@@ -160,9 +160,6 @@ class AgentResult:
     error: str | None = None
     seed_path: Path | None = None  # a pristine copy of the seeded files
 
-    def is_new_or_changed(self, relative: str) -> bool:
-        return self.files_changed.get(relative) in ("created", "modified")
-
     @property
     def completed(self) -> bool:
         return self.exit_status == ExitStatus.COMPLETED

@@ -123,6 +123,12 @@ class Registry:
             raise UsageError(self.explain_missing(kind, name))
         return spec
 
+    def from_distribution(self, kind: str, distribution: str) -> dict[str, Any]:
+        """The specs of one kind that a distribution provides ("evalctl": the built-ins)."""
+        return {name: spec for name, spec in self.specs[kind].items()
+                if (owner := self.plugin_of(kind, name)) is not None
+                and owner.distribution == distribution}
+
     def plugin_of(self, kind: str, name: str) -> PluginRecord | None:
         records = self.owners.get((kind, name))
         return records[0] if records and len(records) == 1 else None

@@ -56,9 +56,6 @@ class TaskResult:
     def passed(self) -> bool:
         return self.status == PASSED
 
-    def checks_of(self, kind: str) -> list[CheckOutcome]:
-        return [c for c in self.checks if c.kind == kind]
-
     def failed_checks(self) -> list[CheckOutcome]:
         return [c for c in self.checks if not c.passed]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -341,6 +340,3 @@ def _rule_problems(located: Located, label: str, registry: Registry) -> Iterable
                 f"task '{task_id}': the prompt names the agent's tool(s) {', '.join(named)}; "
                 "state the goal, not the method"), severity="warning")
 
-
-def content_hash(data: Any) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

@@ -89,5 +89,19 @@ def final_turn(text: str = "done", **kwargs: Any) -> evalctl.ModelTurn:
                              **kwargs)
 
 
+def run_cli(where: Path, *args: str):
+    """`evalctl run ARGS` through CliRunner, from the directory `where`."""
+    from click.testing import CliRunner
+
+    from evalctl.cli import cli
+
+    previous = Path.cwd()
+    os.chdir(where)
+    try:
+        return CliRunner().invoke(cli, ["run", *args])
+    finally:
+        os.chdir(previous)
+
+
 def environment_without_evalctl_settings() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("EVALCTL_")}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import types
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from evalctl.compare import compare_reports, gate
 from evalctl.registry import set_registry
 from evalctl.stats import bootstrap_interval, mcnemar_exact
 
-from .conftest import SUITES, registry_with
+from .conftest import SUITES, registry_with, run_cli
 
 
 def make_report(outcomes: dict[str, list[str]], **summary) -> dict:
@@ -140,15 +139,6 @@ def test_gate_reasons():
 
 
 # -- real scripted runs -------------------------------------------------------------
-
-def run_cli(where: Path, *args: str):
-    previous = Path.cwd()
-    os.chdir(where)
-    try:
-        return CliRunner().invoke(cli, ["run", *args])
-    finally:
-        os.chdir(previous)
-
 
 def test_repeat_runs_each_attempt_in_its_own_workspace(tmp_path):
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file",

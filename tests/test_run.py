@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,22 +11,11 @@ import types
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import evalctl
-from evalctl.cli import cli
 from evalctl.registry import set_registry
 
-from .conftest import ROOT, SUITES, environment_without_evalctl_settings, registry_with
-
-
-def run_cli(tmp_path, *args: str):
-    previous = Path.cwd()
-    os.chdir(tmp_path)
-    try:
-        return CliRunner().invoke(cli, ["run", *args])
-    finally:
-        os.chdir(previous)
+from .conftest import ROOT, SUITES, environment_without_evalctl_settings, registry_with, run_cli
 
 
 def report_of(tmp_path: Path, suffix: str = "json") -> Path:
