@@ -8,6 +8,7 @@ workspaces and ledgers kept.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import Callable, Mapping
@@ -167,7 +168,7 @@ async def execute(prepared: PreparedRun, run_dir: Path | None = None,
     pending = [asyncio.ensure_future(guarded(task, attempt)) for task, attempt in attempts]
     interrupted = False
     try:
-        await asyncio.gather(*pending)
+        await asyncio.gather(*pending, return_exceptions=True)
     except asyncio.CancelledError:
         interrupted = True
         for future in pending:
@@ -179,14 +180,20 @@ async def execute(prepared: PreparedRun, run_dir: Path | None = None,
 
     close = getattr(prepared.provider, "aclose", None)
     if close is not None:
-        await close()
+        with contextlib.suppress(Exception):
+            await close()
 
     results = []
     for (task, attempt), future in zip(attempts, pending, strict=True):
         if future.done() and not future.cancelled() and future.exception() is None:
             results.append(future.result())
         elif future.done() and not future.cancelled():
-            raise future.exception()  # a bug in evalctl itself: surface it
+            # A bug in evalctl or a plugin: recorded as this task's error, so the run
+            # still reports everything else.
+            exc = future.exception()
+            results.append(TaskResult(
+                task.id, ERROR, exit_status=ExitStatus.INTERNAL_ERROR, tags=task.tags,
+                attempt=attempt, error=f"internal error: {type(exc).__name__}: {exc}"))
         else:
             name = attempt_name(task, attempt, repeat)
             started = (run_dir / name).is_dir()

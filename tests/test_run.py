@@ -290,3 +290,36 @@ print(",".join(heavy))
                           env=environment_without_evalctl_settings(), cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
+
+
+def test_a_broken_provider_plugin_is_an_error_and_the_reports_are_written(tmp_path):
+    class Broken:
+        async def complete(self, request):
+            raise RuntimeError("bug in the plugin")
+
+    class NotATurn:
+        async def complete(self, request):
+            return "not a ModelTurn"
+
+    @evalctl.hookimpl
+    def evalctl_register_providers(register):
+        register(evalctl.ProviderSpec(name="broken", create=lambda options: Broken()))
+        register(evalctl.ProviderSpec(name="wrong", create=lambda options: NotATurn()))
+
+    plugin = types.ModuleType("broken")
+    plugin.evalctl_register_providers = evalctl_register_providers
+    set_registry(registry_with(("broken", plugin)))
+    for name in ("broken", "wrong"):
+        where = tmp_path / name
+        where.mkdir()
+        result = run_cli(where, str(SUITES / "harness.yaml"), "--provider", name,
+                         "--only", "write-file", "--report", "r.json")
+        assert result.exit_code == 1, result.output
+        task = json.loads((where / "r.json").read_text())["tasks"][0]
+        assert task["status"] == "error"
+        if name == "broken":
+            assert task["exit_status"] == "provider_error"
+            assert task["error"] == "the provider raised RuntimeError: bug in the plugin"
+        else:
+            assert task["exit_status"] == "internal_error"
+            assert task["error"].startswith("internal error: AttributeError")

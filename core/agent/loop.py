@@ -52,7 +52,8 @@ class _Progress:
 
 async def run_agent(task: Task, provider: Any, workspace: Workspace,
                     system_prompt: str = SYSTEM_PROMPT) -> AgentResult:
-    """Run one task to its end. Cancellation records 'aborted' and re-raises."""
+    """Run one task to its end. Cancellation records 'aborted' and re-raises; an
+    unexpected exception is recorded as 'internal_error' and re-raised."""
     started = time.monotonic()
     ledger = Ledger(workspace.ledger_path)
     ledger.append("task_start", task_id=task.id, prompt=task.prompt,
@@ -70,6 +71,11 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace,
         ledger.append("limit", limit="seconds", value=task.limits.seconds)
     except asyncio.CancelledError:
         ledger.append("task_end", status=ExitStatus.ABORTED, error="cancelled")
+        ledger.close()
+        raise
+    except Exception as exc:  # a bug: the ledger still ends honestly; the runner records it
+        ledger.append("task_end", status=ExitStatus.INTERNAL_ERROR,
+                      error=f"{type(exc).__name__}: {exc}")
         ledger.close()
         raise
     ledger.append("task_end", status=status, error=error)
@@ -103,6 +109,10 @@ async def _converse(task: Task, provider: Any, toolbox: Toolbox, ledger: Ledger,
             status = getattr(exc, "status", None) or ExitStatus.PROVIDER_ERROR
             ledger.append("provider_error", error=str(exc), status=status)
             return status, str(exc)
+        except Exception as exc:  # a broken provider plugin must not take the run down
+            error = f"the provider raised {type(exc).__name__}: {exc}"
+            ledger.append("provider_error", error=error, status=ExitStatus.PROVIDER_ERROR)
+            return ExitStatus.PROVIDER_ERROR, error
         ledger.append(
             "model_turn", turn=turn_index + 1, model=turn.model, stop_reason=turn.stop_reason,
             text=truncate_middle(turn.text, LEDGER_TEXT_LIMIT),
