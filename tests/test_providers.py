@@ -147,6 +147,20 @@ def test_a_529_that_never_recovers_is_a_provider_error(registry, server, tmp_pat
     assert "HTTP 529" in result.error and len(server.requests) == 3  # 1 + 2 retries
 
 
+def test_a_timeout_is_retried_then_a_provider_error(registry, server, tmp_path):
+    import time
+
+    def slow(body):
+        time.sleep(1.5)
+        return message([text_block("too late")], "end_turn")
+
+    server.replies += [slow, slow]
+    result, _ = run_task(anthropic(registry, timeout="0.3", max_retries="1"), tmp_path)
+    assert result.exit_status == ExitStatus.PROVIDER_ERROR
+    assert "cannot reach the API" in result.error
+    assert len(server.requests) == 2  # the first try and one retry
+
+
 def test_a_400_is_not_retried(registry, server, tmp_path):
     server.replies += [error(400, "invalid_request_error", "tools.0: bad schema")]
     result, _ = run_task(anthropic(registry), tmp_path)

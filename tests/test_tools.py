@@ -113,6 +113,13 @@ def test_glob_and_grep(workspace):
     assert "invalid regular expression" in use(box, "grep", pattern="(").content
 
 
+def test_grep_says_which_files_it_did_not_search(workspace):
+    (workspace.root / "blob.bin").write_bytes(b"alpha\x00" * 10)
+    out = use(Toolbox(workspace), "grep", pattern="alpha")
+    assert out.content.startswith("notes.txt:1:alpha")
+    assert out.content.endswith("[not searched, binary or over 5 MB: blob.bin]")
+
+
 def test_grep_caps_its_results(workspace):
     (workspace.root / "many.txt").write_text("hit\n" * 500)
     out = use(Toolbox(workspace), "grep", pattern="hit", path="many.txt")

@@ -216,14 +216,16 @@ class Toolbox:
             candidates = _walk_files(root)
         matches: list[str] = []
         total = 0
+        skipped: list[str] = []
         for candidate in candidates:
             try:
                 candidate = self.workspace.resolve(str(candidate))
             except ConfinementError:
                 continue
-            if not candidate.is_file() or candidate.stat().st_size > SEARCH_MAX_FILE_BYTES:
+            if not candidate.is_file():
                 continue
-            if _looks_binary(candidate):
+            if candidate.stat().st_size > SEARCH_MAX_FILE_BYTES or _looks_binary(candidate):
+                skipped.append(candidate.relative_to(root.resolve()).as_posix())
                 continue
             relative = candidate.relative_to(root.resolve()).as_posix()
             with open(candidate, encoding="utf-8", errors="replace") as handle:
@@ -232,12 +234,15 @@ class Toolbox:
                         total += 1
                         if len(matches) < GREP_MAX_MATCHES:
                             matches.append(f"{relative}:{number}:{line.rstrip()[:500]}")
+        note = (f"\n[not searched, binary or over {SEARCH_MAX_FILE_BYTES // 1_000_000} MB: "
+                f"{', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}]"
+                if skipped else "")
         if not matches:
-            return ToolOutcome(f"no matches for {pattern}")
+            return ToolOutcome(f"no matches for {pattern}{note}")
         text = "\n".join(matches)
         if total > len(matches):
             text += f"\n[{total - len(matches)} more matches not shown; narrow the search]"
-        return ToolOutcome(text)
+        return ToolOutcome(text + note)
 
     # -- bash ---------------------------------------------------------------------
 
