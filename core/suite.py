@@ -76,14 +76,16 @@ def load_suite(path: str | Path, registry: Registry | None = None,
     except OSError as exc:
         raise SuiteError([Problem(label, 1, f"cannot read suite: {exc.strerror or exc}")]) from None
     schema = build_schema(registry.graders)
-    talk_only = sorted(name for name, spec in registry.graders.items() if not _counts(spec))
+    # Rule 1 depends on which graders count, so that is part of the key too.
+    not_counting = sorted(name for name, spec in registry.graders.items() if not _counts(spec))
     sha = hashlib.sha256(raw).hexdigest()
-    key = suite_cache.cache_key(raw, schema_digest(schema), talk_only)
+    key = suite_cache.cache_key(raw, schema_digest(schema), not_counting)
     if use_cache:
         cached = suite_cache.read(key)
         if cached is not None:
-            return _build(path, cached["data"], cached["task_lines"], sha,
-                          [Problem(**w) for w in cached["warnings"]])
+            warnings = [Problem(label, w["line"], w["message"], w["severity"])
+                        for w in cached["warnings"]]
+            return _build(path, cached["data"], cached["task_lines"], sha, warnings)
 
     located, problems = _parse_and_validate(raw, label, schema, registry)
     errors = [p for p in problems if p.severity == "error"]
@@ -95,7 +97,8 @@ def load_suite(path: str | Path, registry: Registry | None = None,
         suite_cache.write(key, {
             "data": located.data,
             "task_lines": task_lines,
-            "warnings": [p.__dict__ for p in problems],
+            "warnings": [{"line": p.line, "message": p.message, "severity": p.severity}
+                         for p in problems],
         })
     return _build(path, located.data, task_lines, sha, problems)
 

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-FORMAT = "1"
+FORMAT = "2"
 
 
 def cache_dir() -> Path:
@@ -24,11 +24,11 @@ def cache_dir() -> Path:
     return Path(base) / "evalctl" / "suites"
 
 
-def cache_key(raw: bytes, schema_digest: str, talk_only: list[str]) -> str:
+def cache_key(raw: bytes, schema_digest: str, rule_inputs: list[str]) -> str:
     digest = hashlib.sha256(raw)
     from evalctl import __version__
 
-    digest.update(f"\0{FORMAT}\0{__version__}\0{schema_digest}\0{','.join(talk_only)}".encode())
+    digest.update(f"\0{FORMAT}\0{__version__}\0{schema_digest}\0{','.join(rule_inputs)}".encode())
     return digest.hexdigest()
 
 

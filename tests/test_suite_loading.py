@@ -353,3 +353,12 @@ def test_a_large_suite_with_an_error_reports_the_whole_documents_line(write_suit
     path = write_suite("".join(items))
     problems = validate_suite(path)
     assert [(p.line, "Duplicate key 'prompt'" in p.message) for p in problems] == [(1003, True)]
+
+
+def test_cached_warnings_name_the_file_they_were_loaded_from(tmp_path):
+    text = MINIMAL.replace("Make a.txt", "Use bash to make a.txt")
+    first, second = tmp_path / "one.yaml", tmp_path / "two.yaml"
+    first.write_text(text)
+    second.write_text(text)
+    assert load_suite(first).warnings[0].file == str(first)
+    assert load_suite(second).warnings[0].file == str(second)  # same bytes, from the cache
