@@ -85,6 +85,9 @@ def _loader_class(label: str) -> type:
                 {"label": label, "allow_flow_style": False})
 
 
+PARALLEL_THRESHOLD = 200  # task items; below this, worker start-up costs more than it saves
+
+
 def parse(text: str, label: str) -> Located:
     """Parse one suite document; raise YamlSyntaxError with the line of the problem.
 
@@ -104,9 +107,6 @@ def parse(text: str, label: str) -> Located:
         return parse_document(text, label)
 
 
-PARALLEL_THRESHOLD = 200
-
-
 @dataclass
 class SplitDocument:
     """A suite cut into its task items: each item's text (dedented to column 0) and the
@@ -114,7 +114,6 @@ class SplitDocument:
 
     items: list[tuple[int, str]]
     header: str | None  # None for the list form
-    tasks_key_line: int = 0
 
 
 _TOP_LEVEL_KEY = re.compile(r"^[^\s#-][^:]*:(\s|$)")
@@ -168,7 +167,7 @@ def split_tasks(text: str) -> SplitDocument | None:
         end = starts[position + 1] if position + 1 < len(starts) else body_end
         chunk = "".join(_dedent(line, indent) for line in lines[start:end])
         items.append((start, chunk))
-    return SplitDocument(items, header, body_start - 1)
+    return SplitDocument(items, header)
 
 
 def _dedent(line: str, indent: int) -> str:
