@@ -75,6 +75,7 @@ class PreparedRun:
     concurrency: int
     options: RunOptions
     registry: Registry
+    run_dir: Path
 
 
 def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> PreparedRun:
@@ -93,7 +94,12 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
         raise UsageError("--concurrency must be at least 1")
     if options.repeat < 1:
         raise UsageError("--repeat must be at least 1")
-    return PreparedRun(suite, tasks, provider, concurrency, options, registry)
+    try:
+        run_dir = new_run_directory(options.out_dir)
+    except OSError as exc:
+        raise UsageError(f"cannot create a run directory under {options.out_dir}: "
+                         f"{exc.strerror or exc}") from None
+    return PreparedRun(suite, tasks, provider, concurrency, options, registry, run_dir)
 
 
 async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
@@ -146,10 +152,9 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-async def execute(prepared: PreparedRun, run_dir: Path | None = None,
-                  progress: ProgressCallback | None = None) -> RunResult:
+async def execute(prepared: PreparedRun, progress: ProgressCallback | None = None) -> RunResult:
     """Run the prepared tasks. Cancellation ends the run early with what finished."""
-    run_dir = run_dir or new_run_directory(prepared.options.out_dir)
+    run_dir = prepared.run_dir
     started_at = _now()
     gate = asyncio.Semaphore(prepared.concurrency)
     notify = progress or (lambda *_: None)

@@ -323,3 +323,10 @@ def test_a_broken_provider_plugin_is_an_error_and_the_reports_are_written(tmp_pa
         else:
             assert task["exit_status"] == "internal_error"
             assert task["error"].startswith("internal error: AttributeError")
+
+
+def test_an_output_directory_that_cannot_be_created_is_a_usage_error(tmp_path):
+    (tmp_path / "afile").write_text("")
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--out", "afile/sub")
+    assert result.exit_code == 2
+    assert "cannot create a run directory under afile/sub" in result.output
