@@ -11,6 +11,7 @@ import json
 import re
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ async def grade_command(check: dict[str, Any], workspace: Path,
     return evalctl.CheckResult(False, f"exit {code}\n{_tail(output)}".strip())
 
 
+RUNNER_DURATION = re.compile(r" in \d+(?:\.\d+)?s\b")
 NO_TESTS = re.compile(r"\bno tests ran\b|\bcollected 0 items\b|\bRan 0 tests\b")
 
 
@@ -57,6 +59,9 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
     command = check.get("command", default)
     timeout = check.get("timeout", 300)
     code, output, timed_out = await _run(command, workspace, timeout)
+    # Test runners print their duration; without it, the detail of a scripted run is the
+    # same every time and the JSON report diffs cleanly.
+    output = RUNNER_DURATION.sub("", output)
     if timed_out:
         return evalctl.CheckResult(False, f"tests timed out after {timeout:g}s\n{_tail(output)}")
     if code == 5 or NO_TESTS.search(output):
@@ -96,7 +101,15 @@ def _check_body(code: str, workspace: Path, data: dict[str, Any]) -> Any:
         result = types.SimpleNamespace(**data)
         result.usage = types.SimpleNamespace(**data["usage"])
         namespace = {"__name__": "__check__", "workspace": workspace, "result": result}
-        exec(compile(code, "<check>", "exec"), namespace)
+        try:
+            exec(compile(code, "<check>", "exec"), namespace)
+        except Exception:
+            # Show the check's own frames, not evalctl's.
+            kind, error, frames = sys.exc_info()
+            while frames is not None and frames.tb_frame.f_code.co_filename != "<check>":
+                frames = frames.tb_next
+            traceback.print_exception(kind, error, frames)
+            raise SystemExit(1) from None
 
     return body
 
