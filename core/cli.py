@@ -257,4 +257,8 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
 
 
 def main() -> None:
-    cli(prog_name="evalctl")
+    try:
+        cli(prog_name="evalctl")
+    except KeyboardInterrupt:  # a second Ctrl-C, while the first is being wound down
+        click.echo("interrupted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
