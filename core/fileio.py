@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 
 def write_atomically(path: str | os.PathLike[str], text: str) -> Path:
     """Write `text` to `path` through a temporary file and a rename."""
+    import tempfile  # here, not at import: `import evalctl` stays cheap for --help
+
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")

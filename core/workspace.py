@@ -8,7 +8,6 @@ kept after the run for inspection.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Mapping
@@ -97,6 +96,8 @@ def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str]) -> W
 
 def snapshot(root: Path) -> dict[str, str]:
     """Relative path -> content hash of every file (symlinks by their target)."""
+    import hashlib  # here: plugins import this module, and list-plugins should stay quick
+
     found: dict[str, str] = {}
     for directory, subdirs, names in os.walk(root):
         subdirs[:] = sorted(d for d in subdirs if d not in IGNORED_DIRS)

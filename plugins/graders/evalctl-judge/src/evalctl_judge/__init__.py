@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from pathlib import Path
@@ -41,6 +40,8 @@ class JudgeError(Exception):
 
 
 def _workspace_diff(workspace: Path, result: evalctl.AgentResult) -> str:
+    import difflib
+
     seed = result.seed_path
     chunks = []
     for relative, change in sorted(result.files_changed.items()):
