@@ -54,6 +54,20 @@ def test_read_file_of_a_huge_file_is_bounded(workspace):
     assert "characters elided" in out.content
 
 
+def test_read_file_of_one_enormous_line_is_bounded(workspace):
+    (workspace.root / "oneline.txt").write_text("z" * 3_000_000 + "\nsecond\n")
+    out = use(Toolbox(workspace), "read_file", path="oneline.txt")
+    first, second = out.content.splitlines()
+    assert first.endswith("[... line cut at 2000 characters]") and len(first) < 2100
+    assert second == "     2\tsecond"
+
+
+def test_edit_file_refuses_huge_files_with_a_way_out(workspace):
+    (workspace.root / "big.txt").write_text("a" * 11_000_000)
+    out = use(Toolbox(workspace), "edit_file", path="big.txt", old_text="a", new_text="b")
+    assert out.is_error and "over 10 MB" in out.content and "sed" in out.content
+
+
 def test_write_file_creates_directories(workspace):
     out = use(Toolbox(workspace), "write_file", path="deep/er/new.txt", content="hello")
     assert not out.is_error

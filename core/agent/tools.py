@@ -26,6 +26,7 @@ LINE_LIMIT = 2_000
 GREP_MAX_MATCHES = 200
 GLOB_MAX_RESULTS = 500
 SEARCH_MAX_FILE_BYTES = 5_000_000
+EDIT_MAX_FILE_BYTES = 10_000_000
 BASH_DEFAULT_TIMEOUT = 60.0
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 
@@ -68,6 +69,23 @@ def _walk_files(base: Path) -> list[Path]:
         subdirs[:] = sorted(d for d in subdirs if d not in IGNORED_DIRS)
         found.extend(Path(directory, name) for name in sorted(names))
     return found
+
+
+def _bounded_lines(handle: Any) -> Any:
+    """The file's lines without their endings, each cut at LINE_LIMIT characters, reading
+    at most that much at a time: a file that is one enormous line cannot flood memory."""
+    while True:
+        piece = handle.readline(LINE_LIMIT + 1)
+        if not piece:
+            return
+        if piece.endswith("\n") or len(piece) <= LINE_LIMIT:
+            yield piece.rstrip("\n")
+            continue
+        while True:  # skip the rest of an over-long line
+            rest = handle.readline(1 << 16)
+            if not rest or rest.endswith("\n"):
+                break
+        yield piece[:LINE_LIMIT] + f" [... line cut at {LINE_LIMIT} characters]"
 
 
 def _looks_binary(path: Path) -> bool:
@@ -129,15 +147,12 @@ class Toolbox:
         lines: list[str] = []
         more = False
         with open(target, encoding="utf-8", errors="replace") as handle:
-            for number, line in enumerate(handle, start=1):
+            for number, line in enumerate(_bounded_lines(handle), start=1):
                 if number < offset:
                     continue
                 if len(lines) >= limit:
                     more = True
                     break
-                line = line.rstrip("\n")
-                if len(line) > LINE_LIMIT:
-                    line = line[:LINE_LIMIT] + f" [... line cut at {LINE_LIMIT} characters]"
                 lines.append(f"{number:>6}\t{line}")
         if not lines:
             return ToolOutcome(f"{path} is empty" if size == 0 else
@@ -160,6 +175,9 @@ class Toolbox:
         target = self.workspace.resolve(path)
         if not target.is_file():
             return _error(f"edit_file: {path} does not exist")
+        if target.stat().st_size > EDIT_MAX_FILE_BYTES:
+            return _error(f"edit_file: {path} is over {EDIT_MAX_FILE_BYTES // 1_000_000} MB; "
+                          "edit it with a bash command (sed, say) instead")
         if _looks_binary(target):
             return _error(f"edit_file: {path} is a binary file")
         text = target.read_text(encoding="utf-8", errors="surrogateescape")
