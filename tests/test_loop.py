@@ -197,3 +197,24 @@ def test_cancelling_a_task_records_aborted_and_keeps_partial_work(tmp_path):
     assert (workspace.root / "partial.txt").read_text() == "half"
     assert read_events(workspace.ledger_path)[-1] == {
         **read_events(workspace.ledger_path)[-1], "event": "task_end", "status": "aborted"}
+
+
+def test_the_ledger_cuts_long_tool_arguments_too(tmp_path):
+    content = "x" * 50_000
+    model = FakeModel([tool_turn(call("write_file", path="big.txt", content=content)),
+                       final_turn("Wrote big.txt.")])
+    result, workspace = run(make_task(), model, tmp_path)
+    assert (workspace.root / "big.txt").read_text() == content  # the tool got it whole
+    carrying = [e for e in read_events(workspace.ledger_path)
+                if e["event"] == "tool_call" or e["event"] == "model_turn" and e["tool_calls"]]
+    assert len(carrying) == 2
+    for event in carrying:
+        text = json.dumps(event)
+        assert len(text) < 9_000 and "characters elided" in text
+
+
+def test_the_final_text_is_what_the_last_turn_said(tmp_path):
+    model = FakeModel([tool_turn(call("glob", pattern="*"), text="Looking around."),
+                       final_turn("")])
+    result, _ = run(make_task(), model, tmp_path)
+    assert result.exit_status == ExitStatus.COMPLETED and result.final_text == ""

@@ -116,12 +116,11 @@ async def _converse(task: Task, provider: Any, toolbox: Toolbox, ledger: Ledger,
         ledger.append(
             "model_turn", turn=turn_index + 1, model=turn.model, stop_reason=turn.stop_reason,
             text=truncate_middle(turn.text, LEDGER_TEXT_LIMIT),
-            tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments}
+            tool_calls=[{"id": c.id, "name": c.name, "arguments": _clip(c.arguments)}
                         for c in turn.tool_calls],
             usage=turn.usage.to_dict(), cost=turn.cost)
         messages.append(AssistantMessage(turn))
-        if turn.text:
-            progress.final_text = turn.text
+        progress.final_text = turn.text  # the summary is what the last turn says
         cost = None if cost is None or turn.cost is None else cost + turn.cost
 
         if turn.tool_calls:
@@ -148,8 +147,18 @@ async def _converse(task: Task, provider: Any, toolbox: Toolbox, ledger: Ledger,
     return ExitStatus.MAX_TURNS, f"no final answer after {task.limits.turns} turns"
 
 
+def _clip(arguments: Any) -> Any:
+    """Tool arguments for the ledger: long strings (a file's content, say) cut the way
+    tool output is, so one write cannot bloat the ledger."""
+    if isinstance(arguments, dict):
+        return {key: _clip(value) for key, value in arguments.items()}
+    if isinstance(arguments, str):
+        return truncate_middle(arguments, LEDGER_TEXT_LIMIT)
+    return arguments
+
+
 async def _call_tool(toolbox: Toolbox, ledger: Ledger, call: ToolCall) -> ToolResult:
-    ledger.append("tool_call", id=call.id, name=call.name, arguments=call.arguments)
+    ledger.append("tool_call", id=call.id, name=call.name, arguments=_clip(call.arguments))
     outcome: ToolOutcome = await toolbox.call(call.name, call.arguments)
     if outcome.denied:
         ledger.append("denial", id=call.id, name=call.name, reason=outcome.content)
