@@ -6,6 +6,12 @@ import os
 from pathlib import Path
 
 
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
 def write_atomically(path: str | os.PathLike[str], text: str) -> Path:
     """Write `text` to `path` through a temporary file and a rename."""
     import tempfile  # here, not at import: `import evalctl` stays cheap for --help
@@ -14,6 +20,7 @@ def write_atomically(path: str | os.PathLike[str], text: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide reports from CI users
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
         os.replace(tmp, target)
