@@ -7,11 +7,13 @@ down.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +31,19 @@ def _tail(output: str) -> str:
     return output if len(output) <= TAIL else "..." + output[-TAIL:]
 
 
-async def _run(command: str, workspace: Path, timeout: float) -> tuple[int | None, str, bool]:
+@contextlib.contextmanager
+def _grader_environment() -> Iterator[tuple[Path, dict[str, str]]]:
+    """A scratch directory (HOME and TMPDIR) and an environment without credentials."""
     from evalctl.agent.tools import scrubbed_environment
-    from evalctl.processes import run_command
 
     with tempfile.TemporaryDirectory(prefix="evalctl-grader-") as scratch:
-        env = scrubbed_environment(Path(scratch), Path(scratch))
+        yield Path(scratch), scrubbed_environment(Path(scratch), Path(scratch))
+
+
+async def _run(command: str, workspace: Path, timeout: float) -> tuple[int | None, str, bool]:
+    from evalctl.processes import run_command
+
+    with _grader_environment() as (_, env):
         return await run_command(command, cwd=workspace, env=env, timeout=timeout)
 
 
@@ -78,22 +87,9 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-# The spawned form: a fresh interpreter, `workspace` and `result` in scope, then the code.
-_BOOTSTRAP = """\
-import json, sys, types
-from pathlib import Path
-payload = json.loads(sys.stdin.read())
-workspace = Path(payload["workspace"])
-data = payload["result"]
-result = types.SimpleNamespace(**data)
-result.usage = types.SimpleNamespace(**data["usage"])
-del json, sys, types, payload, data
-exec(compile(__EVALCTL_CODE__, "<check>", "exec"))
-"""
-
-
-def _check_body(code: str, workspace: Path, data: dict[str, Any]) -> Any:
-    """What runs in the forked child: the check's code with `workspace` and `result`."""
+def _check_body(code: str, workspace: Path, data: dict[str, Any]) -> Callable[[], None]:
+    """The check's code with `workspace` and `result` in scope, as a function to run in a
+    forked child or a fresh interpreter; an exception shows only the check's frames."""
     import types
 
     def body() -> None:
@@ -104,7 +100,6 @@ def _check_body(code: str, workspace: Path, data: dict[str, Any]) -> Any:
         try:
             exec(compile(code, "<check>", "exec"), namespace)
         except Exception:
-            # Show the check's own frames, not evalctl's.
             kind, error, frames = sys.exc_info()
             while frames is not None and frames.tb_frame.f_code.co_filename != "<check>":
                 frames = frames.tb_next
@@ -114,14 +109,18 @@ def _check_body(code: str, workspace: Path, data: dict[str, Any]) -> Any:
     return body
 
 
+def run_check_file(path: str) -> None:
+    """Entry for the spawned form: run the check described by a JSON file."""
+    payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    _check_body(payload["code"], Path(payload["workspace"]), payload["result"])()
+
+
 async def grade_python(check: dict[str, Any], workspace: Path,
                        result: evalctl.AgentResult) -> evalctl.CheckResult:
-    from evalctl.agent.tools import scrubbed_environment
     from evalctl.processes import can_fork, run_command, run_forked
 
     timeout = check.get("timeout", 60)
-    with tempfile.TemporaryDirectory(prefix="evalctl-grader-") as scratch:
-        env = scrubbed_environment(Path(scratch), Path(scratch))
+    with _grader_environment() as (scratch, env):
         if can_fork():
             # A fork of this process starts in about a millisecond; a new interpreter
             # costs 20 ms or more, and suites are full of these checks.
@@ -129,10 +128,12 @@ async def grade_python(check: dict[str, Any], workspace: Path,
                 _check_body(check["code"], workspace, result.to_dict()), workspace, env,
                 timeout)
         else:
-            program = _BOOTSTRAP.replace("__EVALCTL_CODE__", repr(check["code"]))
-            payload = json.dumps({"workspace": str(workspace), "result": result.to_dict()})
-            command = f"{_quote(sys.executable)} -c {_quote(program)} <<'EVALCTL_PAYLOAD'\n" \
-                      f"{payload}\nEVALCTL_PAYLOAD"
+            payload = scratch / "check.json"
+            payload.write_text(json.dumps({"code": check["code"], "workspace": str(workspace),
+                                           "result": result.to_dict()}), encoding="utf-8")
+            program = (f"from {__name__} import run_check_file; "
+                       f"run_check_file({str(payload)!r})")
+            command = f"{_quote(sys.executable)} -c {_quote(program)}"
             code, output, timed_out = await run_command(command, workspace, env, timeout)
     if timed_out:
         return evalctl.CheckResult(False, f"the assertion timed out after {timeout:g}s")
