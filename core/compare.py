@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from evalctl.errors import UsageError
+from evalctl.formatting import money, percent
 from evalctl.results import aggregate_attempts
 from evalctl.stats import bootstrap_interval, mcnemar_exact
 
@@ -108,9 +109,6 @@ class Comparison:
         }
 
     def to_markdown(self) -> str:
-        def pct(value: float | None) -> str:
-            return "n/a" if value is None else f"{value:.1%}"
-
         def points(value: float | None) -> str:
             return "n/a" if value is None else f"{value * 100:+.1f} pts"
 
@@ -123,12 +121,10 @@ class Comparison:
         for name, row in self.rates().items():
             if row["baseline"] is None and row["current"] is None:
                 continue
-            lines.append(f"| {labels[name]} | {pct(row['baseline'])} | {pct(row['current'])} | "
-                         f"{points(row['delta'])} |")
+            lines.append(f"| {labels[name]} | {percent(row['baseline'])} | "
+                         f"{percent(row['current'])} | {points(row['delta'])} |")
         for key, row in self.spend().items():
             if key == "cost":
-                def money(v: float | None) -> str:
-                    return "unpriced" if v is None else f"${v:.4f}"
                 delta = row["delta"]
                 lines.append(f"| cost | {money(row['baseline'])} | {money(row['current'])} | "
                              f"{'n/a' if delta is None else f'{delta:+.4f}'} |")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from evalctl.formatting import money, percent
 from evalctl.results import RunResult, TaskResult
 
 
@@ -56,10 +57,11 @@ class RunView:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(title=f"{run.suite_name}: completion "
-                            f"{_rate(run.completion_rate)}, grounding {_rate(run.grounding_rate)}"
-                            + (f", judge {_rate(run.judge_rate)}" if run.judge_rate is not None
-                               else ""))
+        title = f"{run.suite_name}: completion {percent(run.completion_rate, 0)}, " \
+                f"grounding {percent(run.grounding_rate, 0)}"
+        if run.judge_rate is not None:
+            title += f", judge {percent(run.judge_rate, 0)}"
+        table = Table(title=title)
         table.add_column("task", no_wrap=True)
         for column, justify in (("status", "left"), ("failed checks", "left"), ("exit", "left"),
                                 ("turns", "right"), ("tokens", "right"), ("cost", "right"),
@@ -69,16 +71,11 @@ class RunView:
         for task in run.tasks:
             failed = ", ".join(c.type for c in task.failed_checks() if c.kind == "mechanical")
             tokens = task.usage.input_tokens + task.usage.output_tokens
-            cost = "unpriced" if task.cost is None else f"${task.cost:.4f}"
             table.add_row(task.task_id, f"[{colors[task.status]}]{task.status}[/]",
                           failed or "-", task.exit_status or "-", str(task.turns), str(tokens),
-                          cost, f"{task.duration:.1f}s")
+                          money(task.cost), f"{task.duration:.1f}s")
         terminal = sys.stdout.isatty()
         console = Console(file=sys.stdout, width=None if terminal else 120)
         console.print(table)
         passed = sum(1 for t in run.tasks if t.passed)
         console.print(f"{passed}/{len(run.ran())} tasks passed", highlight=False)
-
-
-def _rate(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0%}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import evalctl
+from evalctl.formatting import money, percent
 
 STATUS_MARK = {"passed": "✅ passed", "failed": "❌ failed", "error": "⚠️ error",
                "not_run": "⏸ not run"}
@@ -17,39 +18,32 @@ def _cell(text: str, limit: int = 120) -> str:
     return text.replace("|", "\\|")
 
 
-def _rate(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1%}"
-
-
-def _cost(value: float | None) -> str:
-    return "unpriced" if value is None else f"${value:.4f}"
-
-
 def render(run) -> str:
     data = run.to_dict()
     summary = data["summary"]
     lines = [
         f"## evalctl: {data['suite']['name']}",
         "",
-        f"**Completion: {_rate(summary['completion_rate'])}** "
+        f"**Completion: {percent(summary['completion_rate'])}** "
         f"({summary['passed']}/{summary['total'] - summary['not_run']} tasks passed"
         + (f", {summary['errors']} errors" if summary["errors"] else "")
         + (f", {summary['not_run']} not run" if summary["not_run"] else "") + ")",
         "",
-        f"- Grounding: {_rate(summary['grounding_rate'])} "
+        f"- Grounding: {percent(summary['grounding_rate'])} "
         f"({summary['grounding_checks']['passed']}/{summary['grounding_checks']['total']} "
         "checks)",
     ]
     if summary["judge_checks"]["total"]:
         judge_usage = summary["grader_usage"]
-        lines.append(f"- Judge (reported apart): {_rate(summary['judge_rate'])} "
+        lines.append(f"- Judge (reported apart): {percent(summary['judge_rate'])} "
                      f"({summary['judge_checks']['passed']}/{summary['judge_checks']['total']}); "
                      f"judge tokens {judge_usage['input_tokens']} in, "
-                     f"{judge_usage['output_tokens']} out, cost {_cost(summary['grader_cost'])}")
+                     f"{judge_usage['output_tokens']} out, cost {money(summary['grader_cost'])}")
     if data.get("repeat", 1) > 1:
-        lines.append(f"- Repeats: {data['repeat']} per task; pass@k {_rate(summary['pass_at_k'])}, "
-                     f"pass^k {_rate(summary['pass_hat_k'])}; completion is the per-attempt "
-                     "mean")
+        lines.append(f"- Repeats: {data['repeat']} per task; "
+                     f"pass@k {percent(summary['pass_at_k'])}, "
+                     f"pass^k {percent(summary['pass_hat_k'])}; "
+                     "completion is the per-attempt mean")
         if summary["flaky"]:
             lines.append(f"- Flaky (mixed outcomes): {', '.join(summary['flaky'])}")
     usage = summary["usage"]
@@ -57,7 +51,7 @@ def render(run) -> str:
         f"- Provider: {data['provider']}" + (f" ({data['model']})" if data["model"] else ""),
         f"- Tokens: {usage['input_tokens']} in, {usage['output_tokens']} out, "
         f"{usage['cache_read_tokens']} cache read, {usage['cache_write_tokens']} cache write; "
-        f"cost {_cost(summary['cost'])}",
+        f"cost {money(summary['cost'])}",
         f"- Suite: `{data['suite']['path']}` (sha256 {data['suite']['sha256'][:12]})",
     ]
     if data["interrupted"]:
@@ -77,7 +71,7 @@ def render(run) -> str:
             f"| {_cell(label, 60)} | {STATUS_MARK.get(task['status'], task['status'])} | "
             f"{_cell('; '.join(failed)) or '—'} | {task['exit_status'] or '—'} | "
             f"{task['turns']} | {task['usage']['input_tokens']}/{task['usage']['output_tokens']} | "
-            f"{_cost(task['cost'])} | {task['duration']:.1f}s |")
+            f"{money(task['cost'])} | {task['duration']:.1f}s |")
     judged = [(t["id"], c) for t in data["tasks"] for c in t["checks"] if c["kind"] == "judge"]
     if judged:
         lines += ["", "### Judge verdicts (not part of completion)", "",
