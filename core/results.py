@@ -104,6 +104,14 @@ def aggregate_attempts(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _is_grounding(check: CheckOutcome) -> bool:
+    return check.type == "grounding"
+
+
+def _is_judge(check: CheckOutcome) -> bool:
+    return check.kind == "judge"
+
+
 def _rate(passed: int, total: int) -> float | None:
     return round(passed / total, 4) if total else None
 
@@ -147,18 +155,15 @@ class RunResult:
 
     @property
     def grounding_rate(self) -> float | None:
-        return self.kind_rate(lambda c: c.type == "grounding")[0]
+        return self.kind_rate(_is_grounding)[0]
 
     @property
     def judge_rate(self) -> float | None:
-        return self.kind_rate(lambda c: c.kind == "judge")[0]
+        return self.kind_rate(_is_judge)[0]
 
     @property
     def usage(self) -> TokenUsage:
-        total = TokenUsage()
-        for task in self.tasks:
-            total = total + task.usage
-        return total
+        return sum((task.usage for task in self.tasks), TokenUsage())
 
     @property
     def cost(self) -> float | None:
@@ -167,19 +172,15 @@ class RunResult:
     def grader_usage(self) -> tuple[TokenUsage, float | None]:
         """Tokens and cost that graders (judges) spent, kept apart from the agent's."""
         checks = [c for t in self.tasks for c in t.checks if c.usage is not None]
-        total = TokenUsage()
-        for check in checks:
-            total = total + check.usage
-        return total, _sum_costs([c.cost for c in checks])
+        return sum((c.usage for c in checks), TokenUsage()), _sum_costs([c.cost for c in checks])
 
     @property
     def all_passed(self) -> bool:
         return bool(self.tasks) and all(t.passed for t in self.tasks) and not self.interrupted
 
     def to_dict(self) -> dict[str, Any]:
-        grounding, grounding_passed, grounding_total = self.kind_rate(
-            lambda c: c.type == "grounding")
-        judge, judge_passed, judge_total = self.kind_rate(lambda c: c.kind == "judge")
+        grounding, grounding_passed, grounding_total = self.kind_rate(_is_grounding)
+        judge, judge_passed, judge_total = self.kind_rate(_is_judge)
         grader_usage, grader_cost = self.grader_usage()
         task_dicts = [t.to_dict() for t in self.tasks]
         per_task = aggregate_attempts(task_dicts)
