@@ -34,7 +34,7 @@ from evalctl.results import (
 )
 from evalctl.specs import CheckResult, GraderSpec
 from evalctl.suite import Suite, Task
-from evalctl.workspace import create_workspace, new_run_directory
+from evalctl.workspace import create_workspace, ledger_path, new_run_directory
 
 
 @dataclass
@@ -125,10 +125,9 @@ def attempt_name(task: Task, attempt: int, repeat: int) -> str:
     return task.id if repeat == 1 else f"{task.id}@{attempt}"
 
 
-async def run_task(task: Task, prepared: PreparedRun, run_dir: Path,
-                   attempt: int = 1) -> TaskResult:
+async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskResult:
     name = attempt_name(task, attempt, prepared.options.repeat)
-    workspace = create_workspace(run_dir, name, task.files)
+    workspace = create_workspace(prepared.run_dir, name, task.files)
     agent = await run_agent(task, prepared.provider, workspace)
     checks = [await grade(check, prepared.registry.graders[check["type"]], workspace.root, agent)
               for check in task.checks]
@@ -163,7 +162,7 @@ async def execute(prepared: PreparedRun, progress: ProgressCallback | None = Non
         async with gate:
             notify("start", task, None)
             begun = time.monotonic()
-            result = await run_task(task, prepared, run_dir, attempt)
+            result = await run_task(task, prepared, attempt)
             result.duration = round(time.monotonic() - begun, 4)
             notify("finish", task, result)
             return result
@@ -206,7 +205,7 @@ async def execute(prepared: PreparedRun, progress: ProgressCallback | None = Non
                 task.id, NOT_RUN, exit_status=ExitStatus.ABORTED if started else None,
                 error="the run was interrupted", tags=task.tags, attempt=attempt,
                 workspace=str(run_dir / name) if started else None,
-                ledger=str(run_dir / ".ledgers" / f"{name}.jsonl") if started else None))
+                ledger=str(ledger_path(run_dir, name)) if started else None))
     registry = prepared.registry
     return RunResult(
         suite_path=str(prepared.suite.path),

@@ -75,15 +75,20 @@ def resolve_inside(root: Path, user_path: str) -> Path:
     return resolved
 
 
+def ledger_path(run_dir: Path, task_id: str) -> Path:
+    """Where a task's ledger lives: beside the workspaces, never inside one."""
+    return run_dir / ".ledgers" / f"{task_id}.jsonl"
+
+
 def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str]) -> Workspace:
     root = run_dir / task_id
     state = run_dir / ".state" / task_id
-    ledgers = run_dir / ".ledgers"
+    ledger = ledger_path(run_dir, task_id)
     seed = run_dir / ".seed" / task_id
-    for directory in (root, state / "home", state / "tmp", ledgers, seed):
+    for directory in (root, state / "home", state / "tmp", ledger.parent, seed):
         directory.mkdir(parents=True, exist_ok=True)
     workspace = Workspace(task_id, root.resolve(), (state / "home").resolve(),
-                          (state / "tmp").resolve(), (ledgers / f"{task_id}.jsonl").resolve(),
+                          (state / "tmp").resolve(), ledger.resolve(),
                           seed.resolve())
     for base in (workspace.root, workspace.seed_path):
         for relative, content in files.items():
