@@ -183,34 +183,35 @@ def bench_run(work: Path) -> None:
            "ms")
 
 
+def run_generated(work: Path, name: str, make_task, count: int, concurrency: int = 0,
+                  latency: float = 0.0) -> tuple[float, float]:
+    """Write a suite of `count` generated tasks, run it in process, check that every task
+    passed, and return (seconds, peak RSS in MB)."""
+    suite = work / f"{name}-{count}.yaml"
+    suite.write_text("".join(make_task(i) for i in range(count)))
+    elapsed, passed, total, peak = run_in_process(suite, work / name,
+                                                  environment(work / f"{name}-cache"),
+                                                  concurrency, latency)
+    assert passed == total == count, (passed, total)
+    return elapsed, peak
+
+
 def bench_overhead(work: Path) -> None:
-    env = environment(work / "overhead-cache")
-    suite = work / "overhead-1000.yaml"
-    suite.write_text("".join(task_yaml(i) for i in range(1000)))
-    elapsed, passed, total, _ = run_in_process(suite, work / "overhead", env)
-    assert passed == total == 1000, (passed, total)
-    report("per-task overhead, 1,000 tasks (bash + file_exists + command)", elapsed / total,
+    elapsed, _ = run_generated(work, "overhead", task_yaml, 1000)
+    report("per-task overhead, 1,000 tasks (bash + file_exists + command)", elapsed / 1000,
            0.015, "ms")
 
 
 def bench_concurrency(work: Path) -> None:
-    env = environment(work / "latency-cache")
-    suite = work / "latency-256.yaml"
-    suite.write_text("".join(latency_task_yaml(i) for i in range(256)))
-    elapsed, passed, total, _ = run_in_process(suite, work / "latency", env, concurrency=32,
-                                               latency=0.2)
-    assert passed == total == 256
+    elapsed, _ = run_generated(work, "latency", latency_task_yaml, 256, concurrency=32,
+                               latency=0.2)
     ideal = 256 / 32 * 3 * 0.2
     report("256 tasks x 3 turns at 200 ms, concurrency 32 (vs 4.8 s)", elapsed / ideal, 1.15,
            "x")
 
 
 def bench_memory(work: Path) -> None:
-    env = environment(work / "memory-cache")
-    suite = work / "memory-10000.yaml"
-    suite.write_text("".join(latency_task_yaml(i) for i in range(10_000)))
-    elapsed, passed, total, peak = run_in_process(suite, work / "memory", env)
-    assert passed == total == 10_000
+    elapsed, peak = run_generated(work, "memory", latency_task_yaml, 10_000)
     report(f"10,000-task run, peak RSS ({elapsed:.0f} s)", peak, 300, "MB")
 
 
