@@ -96,8 +96,8 @@ def bench_startup(work: Path) -> None:
 
 LOAD_PROBE = """
 import sys, time
-from evalctl.registry import get_registry
-from evalctl.suite import load_suite
+from evalctl._plugin.registry import get_registry
+from evalctl._suite.loader import load_suite
 registry = get_registry()
 started = time.perf_counter()
 suite = load_suite(sys.argv[1], registry)
@@ -132,9 +132,9 @@ def bench_load(work: Path) -> None:
 RUN_PROBE = """
 import asyncio, sys, time
 from pathlib import Path
-from evalctl.registry import get_registry
-from evalctl.runner import RunOptions, execute, prepare_run
-from evalctl.suite import load_suite
+from evalctl._plugin.registry import get_registry
+from evalctl._run.runner import RunOptions, execute, prepare_run
+from evalctl._suite.loader import load_suite
 registry = get_registry()
 suite = load_suite(sys.argv[1], registry)
 options = RunOptions(out_dir=Path(sys.argv[2]), concurrency=int(sys.argv[3]) or None,

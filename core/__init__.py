@@ -9,10 +9,10 @@ This module is the public plugin API (semver). A plugin needs nothing else:
         register(evalctl.GraderSpec(name="word_count", grade=..., params_schema={...}))
 """
 
-from evalctl.errors import EvalctlError, ProviderError, UsageError
-from evalctl.fileio import write_atomically
-from evalctl.hookspecs import hookimpl
-from evalctl.model import (
+from evalctl._errors import EvalctlError, ProviderError, UsageError
+from evalctl._files import write_atomically
+from evalctl._plugin.hookspecs import hookimpl
+from evalctl._plugin.types import (
     AgentResult,
     AssistantMessage,
     ExitStatus,
@@ -27,7 +27,7 @@ from evalctl.model import (
     ToolResultsMessage,
     UserMessage,
 )
-from evalctl.specs import CheckResult, GraderSpec, ProviderSpec, ReporterSpec
+from evalctl._plugin.specs import CheckResult, GraderSpec, ProviderSpec, ReporterSpec
 
 __version__ = "0.1.0"
 
@@ -36,7 +36,7 @@ def create_provider(name: str, options: dict | None = None):
     """A provider from the installed plugins, created as `evalctl run --provider NAME`
     would create it. For graders that ask a model (judges). Raises UsageError for an
     unknown name or a bad configuration (a missing API key, say)."""
-    from evalctl.registry import get_registry
+    from evalctl._plugin.registry import get_registry
 
     return get_registry().get("provider", name).create(dict(options or {}))
 

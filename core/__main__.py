@@ -1,3 +1,3 @@
-from evalctl.cli import main
+from evalctl._cli import main
 
 main()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import evalctl
-from evalctl.registry import PluginSource, Registry, get_registry, load_registry, set_registry
+from evalctl._plugin.registry import PluginSource, Registry, get_registry, load_registry, set_registry
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = ROOT / "suites"
@@ -34,7 +34,7 @@ def registry() -> Registry:
 
 def registry_with(*plugins: tuple[str, Any]) -> Registry:
     """The installed plugins plus extra plugin objects, in a fresh plugin manager."""
-    from evalctl.registry import entry_point_sources
+    from evalctl._plugin.registry import entry_point_sources
 
     sources = entry_point_sources() + [PluginSource.from_object(name, obj, "test-dist", "1.0")
                                        for name, obj in plugins]
@@ -93,7 +93,7 @@ def run_cli(where: Path, *args: str):
     """`evalctl run ARGS` through CliRunner, from the directory `where`."""
     from click.testing import CliRunner
 
-    from evalctl.cli import cli
+    from evalctl._cli import cli
 
     previous = Path.cwd()
     os.chdir(where)

@@ -8,9 +8,9 @@ import types
 from click.testing import CliRunner
 
 import evalctl
-from evalctl.cli import cli
-from evalctl.registry import PluginSource, entry_point_sources, load_registry, set_registry
-from evalctl.schema import build_schema, schema_text
+from evalctl._cli import cli
+from evalctl._plugin.registry import PluginSource, entry_point_sources, load_registry, set_registry
+from evalctl._suite.schema import build_schema, schema_text
 
 from .conftest import ROOT
 

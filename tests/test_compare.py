@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 import evalctl
-from evalctl.cli import cli
-from evalctl.compare import compare_reports, gate
-from evalctl.registry import set_registry
-from evalctl.stats import bootstrap_interval, mcnemar_exact
+from evalctl._cli import cli
+from evalctl._report.compare import compare_reports, gate
+from evalctl._plugin.registry import set_registry
+from evalctl._report.stats import bootstrap_interval, mcnemar_exact
 
 from .conftest import SUITES, registry_with, run_cli
 

@@ -11,8 +11,8 @@ import pytest
 
 import evalctl
 from evalctl.plugins.graders.grounding import extract_paths
-from evalctl.runner import grade
-from evalctl.workspace import create_workspace, new_run_directory
+from evalctl._run.runner import grade
+from evalctl._workspace import create_workspace, new_run_directory
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ def test_tests_pass_with_no_tests_is_a_failure(registry, workspace):
 def python_mode(request, monkeypatch):
     """The python grader forks where it can, and spawns an interpreter elsewhere."""
     if request.param == "spawn":
-        monkeypatch.setattr("evalctl.processes.can_fork", lambda: False)
+        monkeypatch.setattr("evalctl._process.can_fork", lambda: False)
     return request.param
 
 
@@ -274,13 +274,13 @@ def test_async_graders_are_awaited(workspace):
 
 
 def test_every_builtin_grader_is_documented_from_its_spec(registry):
-    from evalctl.graderdocs import render_grader_docs
+    from evalctl._plugin.docs import render_grader_docs
 
     from .conftest import ROOT
 
     documented = (ROOT / "docs" / "graders.md").read_text()
     assert documented == render_grader_docs(registry, builtins_only=True), \
-        "docs/graders.md is stale: run python -m evalctl.graderdocs > docs/graders.md"
+        "docs/graders.md is stale: run python -m evalctl._plugin.docs > docs/graders.md"
 
 
 def test_the_graders_module_docs_name_every_builtin(registry):
@@ -291,7 +291,7 @@ def test_the_graders_module_docs_name_every_builtin(registry):
 
 
 def test_every_builtin_example_is_a_valid_check(registry, write_suite):
-    from evalctl.suite import validate_suite
+    from evalctl._suite.loader import validate_suite
 
     for name, spec in registry.graders.items():
         assert spec.example, f"{name} has no example"

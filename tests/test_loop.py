@@ -8,11 +8,11 @@ import json
 import pytest
 
 import evalctl
-from evalctl.agent.ledger import read_events
-from evalctl.agent.loop import run_agent
-from evalctl.model import ExitStatus, StopReason
-from evalctl.suite import Limits, Task
-from evalctl.workspace import create_workspace, new_run_directory
+from evalctl._agent.ledger import read_events
+from evalctl._agent.loop import run_agent
+from evalctl._plugin.types import ExitStatus, StopReason
+from evalctl._suite.loader import Limits, Task
+from evalctl._workspace import create_workspace, new_run_directory
 
 from .conftest import FakeModel, call, final_turn, tool_turn
 

@@ -10,14 +10,14 @@ import pytest
 from click.testing import CliRunner
 
 import evalctl
-from evalctl.agent.loop import run_agent
-from evalctl.cli import cli
-from evalctl.errors import UsageError
-from evalctl.model import ExitStatus
+from evalctl._agent.loop import run_agent
+from evalctl._cli import cli
+from evalctl._errors import UsageError
+from evalctl._plugin.types import ExitStatus
 from evalctl.plugins.providers import anthropic_prices
 from evalctl.plugins.providers.scripted import CANNED_REPLY
-from evalctl.suite import Task
-from evalctl.workspace import create_workspace, new_run_directory
+from evalctl._suite.loader import Task
+from evalctl._workspace import create_workspace, new_run_directory
 
 from .messages_server import MessagesServer, error, message, text_block, tool_use
 

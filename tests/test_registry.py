@@ -7,8 +7,8 @@ import types
 import pytest
 
 import evalctl
-from evalctl.errors import PluginError, UsageError
-from evalctl.registry import PluginSource, load_registry
+from evalctl._errors import PluginError, UsageError
+from evalctl._plugin.registry import PluginSource, load_registry
 
 from .conftest import registry_with
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import evalctl
-from evalctl.registry import set_registry
+from evalctl._plugin.registry import set_registry
 
 from .conftest import ROOT, SUITES, environment_without_evalctl_settings, registry_with, run_cli
 
@@ -281,7 +281,7 @@ def test_help_and_list_plugins_import_no_sdk():
     probe = """
 import sys
 from click.testing import CliRunner
-from evalctl.cli import cli
+from evalctl._cli import cli
 for args in (["--help"], ["list-plugins"], ["list-plugins", "--json"], ["schema"]):
     assert CliRunner().invoke(cli, args).exit_code == 0, args
 heavy = sorted(m for m in ("anthropic", "httpx", "httpx2", "jsonschema", "strictyaml")

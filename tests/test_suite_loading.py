@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 import evalctl
-from evalctl.cli import cli
-from evalctl.suite import load_suite, validate_suite
-from evalctl.suite_cache import cache_dir
+from evalctl._cli import cli
+from evalctl._suite.loader import load_suite, validate_suite
+from evalctl._suite.cache import cache_dir
 
 from .conftest import SUITES, registry_with
 
@@ -221,7 +221,7 @@ def test_the_schema_accepts_the_built_in_suites_as_an_editor_would_see_them():
     """A generic YAML 1.2 reading (what editors do) validates against the published file."""
     from jsonschema import Draft202012Validator
 
-    from evalctl.yamlsource import parse
+    from evalctl._suite.yamlsource import parse
 
     schema = json.loads((SUITES.parent / "schemas" / "suite.schema.json").read_text())
     for path in SUITES.glob("*.yaml"):
@@ -338,7 +338,7 @@ TRICKY_DOCUMENTS = [
 @pytest.mark.parametrize("text", TRICKY_DOCUMENTS + [p.read_text() for p in
                                                    sorted(SUITES.glob("*.yaml"))])
 def test_parsing_item_by_item_equals_parsing_the_whole_document(text):
-    from evalctl.yamlsource import _parse_split, parse_document, split_tasks
+    from evalctl._suite.yamlsource import _parse_split, parse_document, split_tasks
 
     split = split_tasks(text)
     assert split is not None

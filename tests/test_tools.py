@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from evalctl.agent.tools import OUTPUT_LIMIT, Toolbox, agent_environment
-from evalctl.workspace import create_workspace, new_run_directory
+from evalctl._agent.tools import OUTPUT_LIMIT, Toolbox, agent_environment
+from evalctl._workspace import create_workspace, new_run_directory
 
 
 @pytest.fixture

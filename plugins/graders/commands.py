@@ -19,7 +19,7 @@ from typing import Any
 
 import evalctl
 
-# evalctl.agent.tools (and with it asyncio) is imported when a check runs, not when the
+# evalctl._agent.tools (and with it asyncio) is imported when a check runs, not when the
 # plugin loads: list-plugins and --help stay fast.
 
 TAIL = 1_500
@@ -34,14 +34,14 @@ def _tail(output: str) -> str:
 @contextlib.contextmanager
 def _grader_environment() -> Iterator[tuple[Path, dict[str, str]]]:
     """A scratch directory (HOME and TMPDIR) and an environment without credentials."""
-    from evalctl.agent.tools import scrubbed_environment
+    from evalctl._agent.tools import scrubbed_environment
 
     with tempfile.TemporaryDirectory(prefix="evalctl-grader-") as scratch:
         yield Path(scratch), scrubbed_environment(Path(scratch), Path(scratch))
 
 
 async def _run(command: str, workspace: Path, timeout: float) -> tuple[int | None, str, bool]:
-    from evalctl.processes import run_command
+    from evalctl._process import run_command
 
     with _grader_environment() as (_, env):
         return await run_command(command, cwd=workspace, env=env, timeout=timeout)
@@ -117,7 +117,7 @@ def run_check_file(path: str) -> None:
 
 async def grade_python(check: dict[str, Any], workspace: Path,
                        result: evalctl.AgentResult) -> evalctl.CheckResult:
-    from evalctl.processes import can_fork, run_command, run_forked
+    from evalctl._process import can_fork, run_command, run_forked
 
     timeout = check.get("timeout", 60)
     with _grader_environment() as (scratch, env):

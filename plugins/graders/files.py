@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import evalctl
-from evalctl.workspace import ConfinementError, resolve_inside
+from evalctl._workspace import ConfinementError, resolve_inside
 
 PATH = {"type": "string", "minLength": 1, "description": "Path relative to the workspace."}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from evalctl.model import TokenUsage
+from evalctl._plugin.types import TokenUsage
 
 PRICES_AS_OF = "2026-11-29"
 

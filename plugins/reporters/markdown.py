@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import evalctl
-from evalctl.formatting import money, percent
+from evalctl._text import money, percent
 
 STATUS_MARK = {"passed": "✅ passed", "failed": "❌ failed", "error": "⚠️ error",
                "not_run": "⏸ not run"}

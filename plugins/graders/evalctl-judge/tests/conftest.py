@@ -1,6 +1,6 @@
 import pytest
 
-from evalctl.registry import set_registry
+from evalctl._plugin.registry import set_registry
 
 
 @pytest.fixture(autouse=True)

@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from evalctl_judge import JudgeError, build_prompt, grade_judge
 
 import evalctl
-from evalctl.cli import cli
-from evalctl.registry import entry_point_sources, get_registry, load_registry
-from evalctl.runner import grade
-from evalctl.suite import validate_suite
-from evalctl.workspace import create_workspace, new_run_directory
+from evalctl._cli import cli
+from evalctl._plugin.registry import entry_point_sources, get_registry, load_registry
+from evalctl._run.runner import grade
+from evalctl._suite.loader import validate_suite
+from evalctl._workspace import create_workspace, new_run_directory
 
 
 def verdict_turn(verdict: str, reason: str) -> dict:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from evalctl.formatting import money, percent
-from evalctl.results import RunResult, TaskResult
+from evalctl._text import money, percent
+from evalctl._report.results import RunResult, TaskResult
 
 
 class RunView:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalctl.model import TokenUsage
+from evalctl._plugin.types import TokenUsage
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 GRADER_KINDS = ("mechanical", "judge")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalctl.registry import Registry
-from evalctl.results import RunResult
+from evalctl._plugin.registry import Registry
+from evalctl._report.results import RunResult
 
 
 def report_stem(run: RunResult) -> str:

@@ -3,7 +3,7 @@ the names to warn about prompts that dictate the method."""
 
 from __future__ import annotations
 
-from evalctl.model import ToolDefinition
+from evalctl._plugin.types import ToolDefinition
 
 READ_FILE = ToolDefinition(
     "read_file",

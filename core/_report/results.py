@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalctl.model import TokenUsage
+from evalctl._plugin.types import TokenUsage
 
 PASSED, FAILED, ERROR, NOT_RUN = "passed", "failed", "error", "not_run"
 

@@ -16,7 +16,7 @@ class _Group(click.Group):
     """Turns evalctl's own errors into a message and an exit code, never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from evalctl.errors import EvalctlError
+        from evalctl._errors import EvalctlError
 
         try:
             return super().invoke(ctx)
@@ -42,7 +42,7 @@ def cli(ctx: click.Context, strict_plugins: bool) -> None:
 
 
 def _registry(ctx: click.Context, strict: bool | None = None):
-    from evalctl.registry import get_registry
+    from evalctl._plugin.registry import get_registry
 
     return get_registry(strict=ctx.obj["strict"] if strict is None else strict)
 
@@ -92,8 +92,8 @@ def list_plugins(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def schema(ctx: click.Context, builtins: bool, output: Path | None) -> None:
     """Print the suite JSON Schema for the installed graders."""
-    from evalctl.fileio import write_atomically
-    from evalctl.schema import build_schema, schema_text
+    from evalctl._files import write_atomically
+    from evalctl._suite.schema import build_schema, schema_text
 
     registry = _registry(ctx)
     graders = registry.from_distribution("grader", "evalctl") if builtins else registry.graders
@@ -109,7 +109,7 @@ def schema(ctx: click.Context, builtins: bool, output: Path | None) -> None:
 @click.pass_context
 def validate(ctx: click.Context, suites: tuple[Path, ...]) -> None:
     """Check suites against the schema and the suite rules; report every problem."""
-    from evalctl.suite import validate_suite
+    from evalctl._suite.loader import validate_suite
 
     registry = _registry(ctx)
     errors = warnings = 0
@@ -125,7 +125,7 @@ def validate(ctx: click.Context, suites: tuple[Path, ...]) -> None:
 
 
 def _parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
-    from evalctl.errors import UsageError
+    from evalctl._errors import UsageError
 
     options = {}
     for pair in pairs:
@@ -174,13 +174,13 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     """
     import asyncio
 
-    from evalctl.compare import compare_reports, gate, load_report
-    from evalctl.config import load_config
-    from evalctl.errors import UsageError
-    from evalctl.reporting import write_reports
-    from evalctl.runner import RunOptions, execute, prepare_run
-    from evalctl.runview import RunView
-    from evalctl.suite import load_suite
+    from evalctl._report.compare import compare_reports, gate, load_report
+    from evalctl._run.config import load_config
+    from evalctl._errors import UsageError
+    from evalctl._report.writing import write_reports
+    from evalctl._run.runner import RunOptions, execute, prepare_run
+    from evalctl._report.console import RunView
+    from evalctl._suite.loader import load_suite
 
     if scripted and provider and provider != "scripted":
         raise UsageError("--scripted and --provider are alternatives; give one")
@@ -244,8 +244,8 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
     """
     import json
 
-    from evalctl.compare import compare_reports, load_report
-    from evalctl.fileio import write_atomically
+    from evalctl._report.compare import compare_reports, load_report
+    from evalctl._files import write_atomically
 
     comparison = compare_reports(load_report(baseline), load_report(current), alpha)
     text = json.dumps(comparison.to_dict(), indent=2) + "\n" if as_json else \

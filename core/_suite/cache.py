@@ -44,7 +44,7 @@ def read(key: str) -> dict[str, Any] | None:
 def write(key: str, value: dict[str, Any]) -> None:
     if os.environ.get("EVALCTL_NO_CACHE"):
         return
-    from evalctl.fileio import write_atomically
+    from evalctl._files import write_atomically
 
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs speed
         write_atomically(cache_dir() / f"{key}.json", json.dumps(value))

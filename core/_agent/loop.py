@@ -8,11 +8,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from evalctl.agent.ledger import LEDGER_TEXT_LIMIT, Ledger, ledger_totals, truncate_middle
-from evalctl.agent.tooldefs import TOOL_DEFINITIONS
-from evalctl.agent.tools import Toolbox, ToolOutcome
-from evalctl.errors import ProviderError
-from evalctl.model import (
+from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger, ledger_totals, truncate_middle
+from evalctl._plugin.tooldefs import TOOL_DEFINITIONS
+from evalctl._agent.tools import Toolbox, ToolOutcome
+from evalctl._errors import ProviderError
+from evalctl._plugin.types import (
     AgentResult,
     AssistantMessage,
     ExitStatus,
@@ -25,8 +25,8 @@ from evalctl.model import (
     ToolResultsMessage,
     UserMessage,
 )
-from evalctl.suite import Task
-from evalctl.workspace import Workspace
+from evalctl._suite.loader import Task
+from evalctl._workspace import Workspace
 
 SYSTEM_PROMPT = """\
 You are an autonomous agent working in a directory that is your workspace. Use the \

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evalctl.model import TokenUsage
+from evalctl._plugin.types import TokenUsage
 
 LEDGER_TEXT_LIMIT = 8_000
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pluggy
 
-from evalctl import hookspecs
-from evalctl.errors import PluginError, UsageError
-from evalctl.specs import GraderSpec, ProviderSpec, ReporterSpec
+from evalctl._plugin import hookspecs
+from evalctl._errors import PluginError, UsageError
+from evalctl._plugin.specs import GraderSpec, ProviderSpec, ReporterSpec
 
 ENTRY_POINT_GROUP = "evalctl"
 DISABLE_ENV = "EVALCTL_DISABLE_PLUGINS"

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import evalctl
-from evalctl.agent.loop import run_agent
-from evalctl.agent.tools import tool_validators
-from evalctl.errors import UsageError
-from evalctl.model import AgentResult, ExitStatus
-from evalctl.registry import Registry
-from evalctl.results import (
+from evalctl._agent.loop import run_agent
+from evalctl._agent.tools import tool_validators
+from evalctl._errors import UsageError
+from evalctl._plugin.types import AgentResult, ExitStatus
+from evalctl._plugin.registry import Registry
+from evalctl._report.results import (
     ERROR,
     FAILED,
     NOT_RUN,
@@ -32,9 +32,9 @@ from evalctl.results import (
     RunResult,
     TaskResult,
 )
-from evalctl.specs import CheckResult, GraderSpec
-from evalctl.suite import Suite, Task
-from evalctl.workspace import create_workspace, ledger_path, new_run_directory
+from evalctl._plugin.specs import CheckResult, GraderSpec
+from evalctl._suite.loader import Suite, Task
+from evalctl._workspace import create_workspace, ledger_path, new_run_directory
 
 
 @dataclass

@@ -12,8 +12,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from evalctl.agent.tooldefs import TOOL_NAMES
-from evalctl.specs import GraderSpec
+from evalctl._plugin.tooldefs import TOOL_NAMES
+from evalctl._plugin.specs import GraderSpec
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"

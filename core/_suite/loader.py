@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalctl import suite_cache
-from evalctl.agent.tooldefs import TOOL_NAMES
-from evalctl.errors import Problem, SuiteError
-from evalctl.registry import Registry, get_registry
-from evalctl.schema import build_schema, schema_digest
-from evalctl.yamlsource import Located, YamlSyntaxError, parse
+from evalctl._suite import cache as suite_cache
+from evalctl._plugin.tooldefs import TOOL_NAMES
+from evalctl._errors import Problem, SuiteError
+from evalctl._plugin.registry import Registry, get_registry
+from evalctl._suite.schema import build_schema, schema_digest
+from evalctl._suite.yamlsource import Located, YamlSyntaxError, parse
 
 DEFAULT_TURNS = 30
 DEFAULT_SECONDS = 600.0

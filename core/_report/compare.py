@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalctl.errors import UsageError
-from evalctl.formatting import money, percent
-from evalctl.results import aggregate_attempts
-from evalctl.stats import bootstrap_interval, mcnemar_exact
+from evalctl._errors import UsageError
+from evalctl._text import money, percent
+from evalctl._report.results import aggregate_attempts
+from evalctl._report.stats import bootstrap_interval, mcnemar_exact
 
 REPORT_FORMAT = "evalctl-run/1"
 USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalctl.agent.ledger import truncate_middle
-from evalctl.agent.tooldefs import TOOL_DEFINITIONS, WRITING_TOOLS
-from evalctl.processes import OUTPUT_LIMIT, run_command
-from evalctl.workspace import IGNORED_DIRS, ConfinementError, Workspace
+from evalctl._agent.ledger import truncate_middle
+from evalctl._plugin.tooldefs import TOOL_DEFINITIONS, WRITING_TOOLS
+from evalctl._process import OUTPUT_LIMIT, run_command
+from evalctl._workspace import IGNORED_DIRS, ConfinementError, Workspace
 
 READ_DEFAULT_LINES = 2_000
 LINE_LIMIT = 2_000

@@ -1,13 +1,13 @@
 """Grader reference docs rendered from the registered specs, so docs and code agree.
 
-    python -m evalctl.graderdocs > docs/graders.md
+    python -m evalctl._plugin.docs > docs/graders.md
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from evalctl.registry import Registry, get_registry
+from evalctl._plugin.registry import Registry, get_registry
 
 
 def _type_of(schema: dict[str, Any]) -> str:
@@ -21,7 +21,7 @@ def render_grader_docs(registry: Registry, builtins_only: bool = False) -> str:
     lines = [
         "# Graders",
         "",
-        "Generated from the registered grader specs by `python -m evalctl.graderdocs`; a test",
+        "Generated from the registered grader specs by `python -m evalctl._plugin.docs`; a test",
         "fails when this file is stale. Each grader asks one question with a yes/no answer;",
         "its `detail` says why it failed. A task passes only if every mechanical check passes.",
         "",

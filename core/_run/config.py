@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalctl.errors import UsageError
+from evalctl._errors import UsageError
 
 KEYS = {"reporters": list, "provider": str, "model": str, "concurrency": int, "out": str,
         "provider_options": dict}
