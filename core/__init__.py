@@ -1,6 +1,9 @@
 """evalctl: run AI agents on task suites in real workspaces and grade what they left.
 
-This module is the public plugin API (semver). A plugin needs nothing else:
+This module is the public plugin API (semver): every name in `__all__`, and nothing
+else. The `evalctl._*` modules are private and change without notice; the built-in
+plugins use only what is here, exactly as a third party does. `evalctl.testing` helps
+plugin authors test what they write.
 
     import evalctl
 
@@ -9,9 +12,17 @@ This module is the public plugin API (semver). A plugin needs nothing else:
         register(evalctl.GraderSpec(name="word_count", grade=..., params_schema={...}))
 """
 
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
 from evalctl._errors import EvalctlError, ProviderError, UsageError
-from evalctl._files import write_atomically
+from evalctl._files import ConfinementError, write_atomically
+from evalctl._files import resolve_inside as resolve_in_workspace
 from evalctl._plugin.hookspecs import hookimpl
+from evalctl._plugin.specs import CheckResult, GraderSpec, ProviderSpec, ReporterSpec
+from evalctl._plugin.tooldefs import tool_definitions
 from evalctl._plugin.types import (
     AgentResult,
     AssistantMessage,
@@ -27,24 +38,37 @@ from evalctl._plugin.types import (
     ToolResultsMessage,
     UserMessage,
 )
-from evalctl._plugin.specs import CheckResult, GraderSpec, ProviderSpec, ReporterSpec
+from evalctl._report.results import (
+    CheckOutcome,
+    Rate,
+    RunResult,
+    TaskAggregate,
+    TaskResult,
+    load_report,
+)
+from evalctl._text import looks_binary, truncate
+from evalctl._text import money as format_money
+from evalctl._text import percent as format_percent
 
 __version__ = "0.1.0"
 
 
-def create_provider(name: str, options: dict | None = None):
+def create_provider(name: str, options: Mapping[str, Any] | None = None) -> Any:
     """A provider from the installed plugins, created as `evalctl run --provider NAME`
-    would create it. For graders that ask a model (judges). Raises UsageError for an
-    unknown name or a bad configuration (a missing API key, say)."""
-    from evalctl._plugin.registry import get_registry
+    would create it, from the registry of the run in progress (or the installed
+    plugins outside a run). For graders that ask a model (judges). Raises UsageError
+    for an unknown name or a bad configuration (a missing API key, say)."""
+    from evalctl._plugin.registry import active_registry
 
-    return get_registry().get("provider", name).create(dict(options or {}))
+    return active_registry().get("provider", name).create(dict(options or {}))
 
 
 __all__ = [
     "AgentResult",
     "AssistantMessage",
+    "CheckOutcome",
     "CheckResult",
+    "ConfinementError",
     "EvalctlError",
     "ExitStatus",
     "GraderSpec",
@@ -53,8 +77,12 @@ __all__ = [
     "ModelTurn",
     "ProviderError",
     "ProviderSpec",
+    "Rate",
     "ReporterSpec",
+    "RunResult",
     "StopReason",
+    "TaskAggregate",
+    "TaskResult",
     "TokenUsage",
     "ToolCall",
     "ToolDefinition",
@@ -63,7 +91,13 @@ __all__ = [
     "UsageError",
     "UserMessage",
     "create_provider",
+    "format_money",
+    "format_percent",
     "hookimpl",
+    "load_report",
+    "looks_binary",
+    "resolve_in_workspace",
+    "tool_definitions",
+    "truncate",
     "write_atomically",
-    "__version__",
 ]

@@ -93,11 +93,9 @@ def list_plugins(ctx: click.Context, as_json: bool) -> None:
 def schema(ctx: click.Context, builtins: bool, output: Path | None) -> None:
     """Print the suite JSON Schema for the installed graders."""
     from evalctl._files import write_atomically
-    from evalctl._suite.schema import build_schema, schema_text
+    from evalctl._suite.schema import registry_schema, schema_text
 
-    registry = _registry(ctx)
-    graders = registry.from_distribution("grader", "evalctl") if builtins else registry.graders
-    text = schema_text(build_schema(graders))
+    text = schema_text(registry_schema(_registry(ctx), builtins_only=builtins))
     if output:
         write_atomically(output, text)
     else:
@@ -174,12 +172,13 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     """
     import asyncio
 
-    from evalctl._report.compare import compare_reports, gate, load_report
-    from evalctl._run.config import load_config
     from evalctl._errors import UsageError
-    from evalctl._report.writing import write_reports
-    from evalctl._run.runner import RunOptions, execute, prepare_run
+    from evalctl._report.compare import compare_reports, gate
     from evalctl._report.console import RunView
+    from evalctl._report.results import load_report
+    from evalctl._report.writing import write_reports
+    from evalctl._run.config import load_config
+    from evalctl._run.runner import RunOptions, execute, prepare_run
     from evalctl._suite.loader import load_suite
 
     if scripted and provider and provider != "scripted":
@@ -217,7 +216,7 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
         click.echo("interrupted: reports cover the tasks that finished", err=True)
         ctx.exit(EXIT_INTERRUPTED)
     if baseline_report is not None:
-        comparison = compare_reports(baseline_report, result.to_dict())
+        comparison = compare_reports(baseline_report, result)
         click.echo(comparison.to_markdown())
         reasons = gate(comparison, max_drop, fail_on_flip)
         for reason in reasons:
@@ -244,8 +243,9 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
     """
     import json
 
-    from evalctl._report.compare import compare_reports, load_report
     from evalctl._files import write_atomically
+    from evalctl._report.compare import compare_reports
+    from evalctl._report.results import load_report
 
     comparison = compare_reports(load_report(baseline), load_report(current), alpha)
     text = json.dumps(comparison.to_dict(), indent=2) + "\n" if as_json else \

@@ -1,9 +1,72 @@
-"""How rates and money read in every human-facing output (tables, Markdown, compare)."""
+"""Text as every part of evalctl shows it: truncation, binary detection, rates and money.
+
+One module so that a tool's output, a grader's detail, a ledger line and a report cell
+are cut, and money is shown, the same way everywhere.
+"""
 
 from __future__ import annotations
 
+import codecs
+from collections.abc import Iterable
+
+BINARY_SAMPLE_BYTES = 8192
+_TEXT_CONTROLS = frozenset(b"\t\n\r\f\x1b")
+
+
+def truncate(text: str, limit: int, keep: str = "both") -> str:
+    """`text` cut to about `limit` characters, saying that it was cut.
+
+    `keep` chooses what survives: "both" the head and the tail with the number of
+    characters elided between them (command output: the start says what ran, the end
+    how it ended), "head" the start followed by "…", "tail" "..." followed by the end.
+    """
+    if len(text) <= limit:
+        return text
+    if keep == "head":
+        return text[: max(limit - 1, 0)] + "…"
+    if keep == "tail":
+        return "..." + text[-limit:]
+    if keep != "both":
+        raise ValueError(f"keep must be 'both', 'head' or 'tail', not {keep!r}")
+    half = limit // 2
+    elided = len(text) - 2 * half
+    return f"{text[:half]}\n[... {elided} characters elided ...]\n{text[-half:]}"
+
+
+def looks_binary(sample: bytes) -> bool:
+    """Whether a file whose first bytes are `sample` is binary rather than text.
+
+    Binary means: the first 8 KiB hold a NUL byte, and either they are not UTF-8 once
+    the NULs are set aside, or more than a tenth of them are control bytes. A stray NUL
+    in a source file does not make it binary (so a grader that scans text cannot be
+    dodged with one), while images, archives and executables are binary.
+    """
+    sample = sample[:BINARY_SAMPLE_BYTES]
+    if b"\x00" not in sample:
+        return False
+    controls = sum(1 for byte in sample if byte < 32 and byte not in _TEXT_CONTROLS)
+    if controls * 10 > len(sample):
+        return True
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        decoder.decode(sample.replace(b"\x00", b""), final=False)  # a cut last character is fine
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def sum_costs(costs: Iterable[float | None]) -> float | None:
+    """The total in USD, or None when any part is unpriced: never a silent $0."""
+    total = 0.0
+    for cost in costs:
+        if cost is None:
+            return None
+        total += cost
+    return round(total, 6)
+
 
 def percent(value: float | None, digits: int = 1) -> str:
+    """A rate as a percentage, or "n/a" when there is nothing to rate."""
     return "n/a" if value is None else f"{value:.{digits}%}"
 
 

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 import evalctl
-from evalctl._plugin.registry import PluginSource, Registry, get_registry, load_registry, set_registry
+from evalctl._plugin.registry import (
+    PluginSource,
+    Registry,
+    get_registry,
+    load_registry,
+    set_registry,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = ROOT / "suites"

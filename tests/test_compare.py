@@ -11,32 +11,34 @@ from click.testing import CliRunner
 
 import evalctl
 from evalctl._cli import cli
-from evalctl._report.compare import compare_reports, gate
 from evalctl._plugin.registry import set_registry
+from evalctl._report.compare import compare_reports, gate
 from evalctl._report.stats import bootstrap_interval, mcnemar_exact
 
 from .conftest import SUITES, registry_with, run_cli
 
 
-def make_report(outcomes: dict[str, list[str]], **summary) -> dict:
-    """A report in the run's JSON format: task id -> statuses of its attempts."""
-    tasks = [{"id": task_id, "attempt": n, "status": status}
-             for task_id, statuses in outcomes.items() for n, status in enumerate(statuses, 1)]
-    ran = [t for t in tasks if t["status"] != "not_run"]
-    passed = sum(t["status"] == "passed" for t in ran)
-    return {"format": "evalctl-run/1", "suite": {"name": "s"}, "provider": "scripted",
-            "model": None, "tasks": tasks,
-            "summary": {"completion_rate": passed / len(ran) if ran else None,
-                        "grounding_rate": summary.get("grounding_rate"),
-                        "judge_rate": summary.get("judge_rate"),
-                        "usage": summary.get("usage", {"input_tokens": 100,
-                                                       "output_tokens": 10}),
-                        "cost": summary.get("cost", 0.0)}}
+def make_report(outcomes: dict[str, list[str]], grounded: tuple[str, ...] | None = None,
+                usage: dict | None = None, cost: float | None = 0.0) -> evalctl.RunResult:
+    """A run: task id -> statuses of its attempts. With `grounded`, every attempt has a
+    grounding check that passes for those ids; `usage` and `cost` go on the first task."""
+    tasks = []
+    for task_id, statuses in outcomes.items():
+        for n, status in enumerate(statuses, 1):
+            checks = [] if grounded is None else [evalctl.CheckOutcome(
+                "grounding", "mechanical", task_id in grounded, "", rate="grounding")]
+            tasks.append(evalctl.TaskResult(task_id, status, checks=checks, attempt=n))
+    tasks[0].usage = evalctl.TokenUsage.from_dict(usage or {"input_tokens": 100,
+                                                            "output_tokens": 10})
+    tasks[0].cost = cost
+    repeat = max(len(statuses) for statuses in outcomes.values())
+    return evalctl.RunResult("s.yaml", "s", "0" * 64, "scripted", None, "", "", "0", {}, tasks,
+                             repeat=repeat, rate_names=("grounding",))
 
 
-def write(tmp_path: Path, name: str, report: dict) -> Path:
+def write(tmp_path: Path, name: str, report: evalctl.RunResult) -> Path:
     path = tmp_path / name
-    path.write_text(json.dumps(report))
+    path.write_text(json.dumps(report.to_dict()))
     return path
 
 
@@ -83,9 +85,9 @@ def test_a_real_drop_is_a_regression(tmp_path):
 
 
 def test_improvements_flips_deltas_and_spend(tmp_path):
-    base = make_report({"a": ["failed"], "b": ["passed"]}, grounding_rate=0.5, cost=0.10,
+    base = make_report({"a": ["failed"], "b": ["passed"]}, grounded=("b",), cost=0.10,
                        usage={"input_tokens": 1000, "output_tokens": 100})
-    now = make_report({"a": ["passed"], "b": ["passed"]}, grounding_rate=1.0, cost=None,
+    now = make_report({"a": ["passed"], "b": ["passed"]}, grounded=("a", "b"), cost=None,
                       usage={"input_tokens": 800, "output_tokens": 150})
     data = compare_reports(base, now).to_dict()
     assert data["newly_passing"] == ["a"] and data["regression"] is False
@@ -117,7 +119,9 @@ def test_with_repeats_the_test_is_a_bootstrap():
     (None, "cannot read"),
     ("not json", "not JSON"),
     ('{"format": "something-else"}', "not an evalctl JSON report"),
-    ('{"format": "evalctl-run/1", "tasks": [{}]}', "missing fields"),
+    ('{"format": "evalctl-run/1", "tasks": [{}]}', "missing or malformed fields"),
+    ('{"format": "evalctl-run/1", "tasks": [{"id": "a", "status": "passed", "turns": "x"}]}',
+     "missing or malformed fields"),
 ])
 def test_unusable_input_exits_2(tmp_path, content, message):
     good = write(tmp_path, "good.json", make_report({"a": ["passed"]}))

@@ -132,7 +132,8 @@ def test_the_wheel_holds_the_plugins_their_entry_points_and_the_schema(wheel):
         names = set(archive.namelist())
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         declared = archive.read(entry_points).decode()
-    for module in ("evalctl/__init__.py", "evalctl/py.typed", "evalctl/_plugin/registry.py", "evalctl/_agent/loop.py",
+    for module in ("evalctl/__init__.py", "evalctl/py.typed", "evalctl/_plugin/registry.py",
+                   "evalctl/_agent/loop.py",
                    "evalctl/plugins/graders/files.py", "evalctl/plugins/providers/scripted.py",
                    "evalctl/plugins/providers/anthropic.py",
                    "evalctl/plugins/reporters/junit.py", "evalctl/schemas/suite.schema.json"):

@@ -10,9 +10,9 @@ import time
 import pytest
 
 import evalctl
-from evalctl.plugins.graders.grounding import extract_paths
 from evalctl._run.runner import grade
 from evalctl._workspace import create_workspace, new_run_directory
+from evalctl.plugins.graders.grounding import extract_paths
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import evalctl
 from evalctl._agent.ledger import read_events
 from evalctl._agent.loop import run_agent
 from evalctl._plugin.types import ExitStatus, StopReason
-from evalctl._suite.loader import Limits, Task
+from evalctl._suite.model import Limits, Task
 from evalctl._workspace import create_workspace, new_run_directory
 
 from .conftest import FakeModel, call, final_turn, tool_turn

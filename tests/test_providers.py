@@ -14,10 +14,10 @@ from evalctl._agent.loop import run_agent
 from evalctl._cli import cli
 from evalctl._errors import UsageError
 from evalctl._plugin.types import ExitStatus
+from evalctl._suite.model import Task
+from evalctl._workspace import create_workspace, new_run_directory
 from evalctl.plugins.providers import anthropic_prices
 from evalctl.plugins.providers.scripted import CANNED_REPLY
-from evalctl._suite.loader import Task
-from evalctl._workspace import create_workspace, new_run_directory
 
 from .messages_server import MessagesServer, error, message, text_block, tool_use
 
@@ -37,11 +37,11 @@ def scripted(registry, **options):
 
 
 def test_scripted_serves_the_script_with_deterministic_usage(registry, tmp_path):
-    task = Task(id="s", prompt="p", checks=TASK.checks, script=(
+    task = Task(id="s", prompt="p", checks=TASK.checks, extra={"script": [
         {"text": "writing", "tool_calls": [{"tool": "write_file",
                                              "input": {"path": "a.txt", "content": "hi"}}]},
         {"text": "Created a.txt.", "usage": {"input_tokens": 7, "output_tokens": 3}},
-    ))
+    ]})
     first, _ = run_task(scripted(registry), tmp_path / "1", task)
     second, _ = run_task(scripted(registry), tmp_path / "2", task)
     assert first.exit_status == ExitStatus.COMPLETED and first.final_text == "Created a.txt."
@@ -57,18 +57,18 @@ def test_scripted_without_a_script_claims_success_and_does_nothing(registry, tmp
 
 
 def test_a_script_that_runs_out_is_an_error_for_that_task(registry, tmp_path):
-    task = Task(id="short", prompt="p", checks=TASK.checks, script=(
-        {"tool_calls": [{"tool": "glob", "input": {"pattern": "*"}}]},))
+    task = Task(id="short", prompt="p", checks=TASK.checks, extra={"script": [
+        {"tool_calls": [{"tool": "glob", "input": {"pattern": "*"}}]}]})
     result, _ = run_task(scripted(registry), tmp_path, task)
-    assert result.exit_status == ExitStatus.SCRIPT_ERROR
+    assert result.exit_status == "script_error"
     assert "has 1 turn(s) and the agent asked for turn 2" in result.error
 
 
 def test_a_script_naming_an_unknown_tool_is_an_error(registry, tmp_path):
-    task = Task(id="bad", prompt="p", checks=TASK.checks, script=(
-        {"tool_calls": [{"tool": "teleport"}]},))
+    task = Task(id="bad", prompt="p", checks=TASK.checks, extra={"script": [
+        {"tool_calls": [{"tool": "teleport"}]}]})
     result, _ = run_task(scripted(registry), tmp_path, task)
-    assert result.exit_status == ExitStatus.SCRIPT_ERROR
+    assert result.exit_status == "script_error"
     assert "unknown tool 'teleport'" in result.error
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 
-from evalctl._report.results import TaskResult
 from evalctl._report.console import RunView
-from evalctl._suite.loader import Task
+from evalctl._report.results import TaskResult
+from evalctl._suite.model import Task
 
 
 class Terminal(io.StringIO):

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 import evalctl
 from evalctl._cli import cli
-from evalctl._suite.loader import load_suite, validate_suite
 from evalctl._suite.cache import cache_dir
+from evalctl._suite.loader import load_suite, validate_suite
 
 from .conftest import SUITES, registry_with
 
@@ -28,7 +28,7 @@ def test_the_list_form_loads(write_suite):
     task = suite.tasks[0]
     assert (task.id, task.prompt, task.permissions, task.line) == ("one", "Make a.txt", "full", 1)
     assert task.checks == ({"type": "file_exists", "path": "a.txt"},)
-    assert task.limits.turns == 30 and task.script is None
+    assert task.limits.turns == 30 and "script" not in task.extra
 
 
 def test_the_mapping_form_applies_defaults(write_suite):

@@ -16,14 +16,6 @@ from evalctl._plugin.types import TokenUsage
 LEDGER_TEXT_LIMIT = 8_000
 
 
-def truncate_middle(text: str, limit: int) -> str:
-    """Keep the head and tail of `text`, saying how many characters were elided."""
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    elided = len(text) - 2 * half
-    return f"{text[:half]}\n[... {elided} characters elided ...]\n{text[-half:]}"
-
 
 class Ledger:
     def __init__(self, path: Path):

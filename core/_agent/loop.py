@@ -8,10 +8,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger, ledger_totals, truncate_middle
-from evalctl._plugin.tooldefs import TOOL_DEFINITIONS
+from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger, ledger_totals
 from evalctl._agent.tools import Toolbox, ToolOutcome
 from evalctl._errors import ProviderError
+from evalctl._plugin.tooldefs import TOOL_DEFINITIONS
 from evalctl._plugin.types import (
     AgentResult,
     AssistantMessage,
@@ -25,7 +25,8 @@ from evalctl._plugin.types import (
     ToolResultsMessage,
     UserMessage,
 )
-from evalctl._suite.loader import Task
+from evalctl._suite.model import Task
+from evalctl._text import truncate
 from evalctl._workspace import Workspace
 
 SYSTEM_PROMPT = """\
@@ -115,7 +116,7 @@ async def _converse(task: Task, provider: Any, toolbox: Toolbox, ledger: Ledger,
             return ExitStatus.PROVIDER_ERROR, error
         ledger.append(
             "model_turn", turn=turn_index + 1, model=turn.model, stop_reason=turn.stop_reason,
-            text=truncate_middle(turn.text, LEDGER_TEXT_LIMIT),
+            text=truncate(turn.text, LEDGER_TEXT_LIMIT),
             tool_calls=[{"id": c.id, "name": c.name, "arguments": _clip(c.arguments)}
                         for c in turn.tool_calls],
             usage=turn.usage.to_dict(), cost=turn.cost)
@@ -153,7 +154,7 @@ def _clip(arguments: Any) -> Any:
     if isinstance(arguments, dict):
         return {key: _clip(value) for key, value in arguments.items()}
     if isinstance(arguments, str):
-        return truncate_middle(arguments, LEDGER_TEXT_LIMIT)
+        return truncate(arguments, LEDGER_TEXT_LIMIT)
     return arguments
 
 
@@ -163,5 +164,5 @@ async def _call_tool(toolbox: Toolbox, ledger: Ledger, call: ToolCall) -> ToolRe
     if outcome.denied:
         ledger.append("denial", id=call.id, name=call.name, reason=outcome.content)
     ledger.append("tool_result", id=call.id, name=call.name, is_error=outcome.is_error,
-                  content=truncate_middle(outcome.content, LEDGER_TEXT_LIMIT))
+                  content=truncate(outcome.content, LEDGER_TEXT_LIMIT))
     return ToolResult(call.id, outcome.content, outcome.is_error)

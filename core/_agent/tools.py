@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalctl._agent.ledger import truncate_middle
+from evalctl._files import IGNORED_DIRS, ConfinementError
 from evalctl._plugin.tooldefs import TOOL_DEFINITIONS, WRITING_TOOLS
 from evalctl._process import OUTPUT_LIMIT, run_command
-from evalctl._workspace import IGNORED_DIRS, ConfinementError, Workspace
+from evalctl._text import BINARY_SAMPLE_BYTES, looks_binary, truncate
+from evalctl._workspace import Workspace
 
 READ_DEFAULT_LINES = 2_000
 LINE_LIMIT = 2_000
@@ -90,7 +91,7 @@ def _bounded_lines(handle: Any) -> Any:
 
 def _looks_binary(path: Path) -> bool:
     with open(path, "rb") as handle:
-        return b"\x00" in handle.read(8192)
+        return looks_binary(handle.read(BINARY_SAMPLE_BYTES))
 
 
 @functools.cache
@@ -160,7 +161,7 @@ class Toolbox:
         text = "\n".join(lines)
         if more:
             text += f"\n[more lines follow; continue with offset={offset + len(lines)}]"
-        return ToolOutcome(truncate_middle(text, OUTPUT_LIMIT))
+        return ToolOutcome(truncate(text, OUTPUT_LIMIT))
 
     def write_file(self, path: str, content: str) -> ToolOutcome:
         target = self.workspace.resolve(path)

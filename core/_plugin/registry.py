@@ -9,17 +9,19 @@ unusable until one is removed: evalctl never picks a winner by install order.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
 
-from evalctl._plugin import hookspecs
 from evalctl._errors import PluginError, UsageError
+from evalctl._plugin import hookspecs
 from evalctl._plugin.specs import GraderSpec, ProviderSpec, ReporterSpec
 
 ENTRY_POINT_GROUP = "evalctl"
@@ -308,6 +310,9 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource) -> list[tuple[str,
 
 
 _default: Registry | None = None
+# The registry of the run in progress, so that plugins asking for a provider
+# (evalctl.create_provider) get the run's plugins, not whatever is installed.
+_active: ContextVar[Registry | None] = ContextVar("evalctl_active_registry", default=None)
 
 
 def get_registry(strict: bool | None = None) -> Registry:
@@ -324,3 +329,18 @@ def set_registry(registry: Registry | None) -> None:
     """Replace the process-wide registry (tests), or forget it with None."""
     global _default
     _default = registry
+
+
+def active_registry() -> Registry:
+    """The registry of the run in progress, else the installed plugins' registry."""
+    return _active.get() or get_registry()
+
+
+@contextlib.contextmanager
+def use_registry(registry: Registry) -> Iterator[None]:
+    """Make `registry` the active one for the code run inside (and the tasks it starts)."""
+    token = _active.set(registry)
+    try:
+        yield
+    finally:
+        _active.reset(token)

@@ -44,6 +44,8 @@ class GraderSpec:
     without `type`; it is merged into the published suite schema.
     `kind` "judge" results are reported apart and never averaged into completion.
     `talk_only` is True when an agent could satisfy the check by talking alone.
+    `rate` names a figure the report shows apart, over this grader's checks (the
+    `grounding` grader's "grounding" gives `grounding_rate`); None for none.
     """
 
     name: str
@@ -53,6 +55,7 @@ class GraderSpec:
     talk_only: bool = False
     description: str = ""
     example: str = ""  # a YAML check, as it would appear under `checks:`
+    rate: str | None = None
 
     def __post_init__(self) -> None:
         _check_name("grader", self.name)
@@ -65,6 +68,8 @@ class GraderSpec:
             raise ValueError(f"grader {self.name!r}: params_schema must be an object schema")
         if "type" in schema.get("properties", {}):
             raise ValueError(f"grader {self.name!r}: params_schema must not define 'type'")
+        if self.rate is not None:
+            _check_name(f"grader {self.name!r}: rate", self.rate)
 
 
 @dataclass(frozen=True)
@@ -76,17 +81,28 @@ class ProviderSpec:
     configuration (a missing API key, say) so the run stops with exit 2.
     `options` holds `model` and any `--provider-option key=value` pairs.
     If the provider has `async def aclose()`, it is awaited when the run ends.
+    `task_schema` maps task keys the provider reads from `ModelRequest.task` to their
+    JSON Schemas (the scripted provider's `script:`); they join the published suite
+    schema. `error_statuses` are the exit statuses of its own (raised through
+    `ProviderError(status=...)`) that make a task an error rather than a failure.
     """
 
     name: str
     create: Callable[[Mapping[str, Any]], Any]
     description: str = ""
     default_concurrency: int = 8
+    task_schema: Mapping[str, Any] = field(default_factory=dict)
+    error_statuses: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _check_name("provider", self.name)
         if not callable(self.create):
             raise TypeError(f"provider {self.name!r}: create must be callable")
+        reserved = {"id", "prompt", "checks", "files", "tags", "permissions", "limits"}
+        clashing = sorted(reserved & set(self.task_schema))
+        if clashing:
+            raise ValueError(f"provider {self.name!r}: task_schema redefines core task keys "
+                             f"{', '.join(clashing)}")
 
 
 @dataclass(frozen=True)

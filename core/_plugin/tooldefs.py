@@ -94,3 +94,10 @@ GREP = ToolDefinition(
 TOOL_DEFINITIONS = (READ_FILE, WRITE_FILE, EDIT_FILE, BASH, GLOB, GREP)
 TOOL_NAMES = tuple(t.name for t in TOOL_DEFINITIONS)
 WRITING_TOOLS = frozenset({"write_file", "edit_file", "bash"})
+
+
+def tool_definitions() -> tuple[ToolDefinition, ...]:
+    """The built-in agent's six tools (read_file, write_file, edit_file, bash, glob,
+    grep) as a provider receives them in `ModelRequest.tools`: name, description and
+    the JSON Schema of their arguments."""
+    return TOOL_DEFINITIONS

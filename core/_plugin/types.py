@@ -24,12 +24,11 @@ class ExitStatus:
     MAX_TOKENS = "max_tokens"
     REFUSED = "refused"
     CONTEXT_OVERFLOW = "context_overflow"
-    SCRIPT_ERROR = "script_error"
     INTERNAL_ERROR = "internal_error"  # a bug in evalctl or a plugin, caught and recorded
 
     # Statuses where the model could not do its work at all: the task is an error,
-    # counted apart from failures.
-    ERRORS = frozenset({PROVIDER_ERROR, SCRIPT_ERROR, INTERNAL_ERROR})
+    # counted apart from failures. Providers add their own (ProviderSpec.error_statuses).
+    ERRORS = frozenset({PROVIDER_ERROR, INTERNAL_ERROR})
 
 
 class StopReason:

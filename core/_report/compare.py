@@ -3,39 +3,14 @@ completion is more than noise."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from evalctl._errors import UsageError
-from evalctl._text import money, percent
-from evalctl._report.results import aggregate_attempts
+from evalctl._report.results import RunResult, TaskAggregate
 from evalctl._report.stats import bootstrap_interval, mcnemar_exact
+from evalctl._text import money, percent
 
-REPORT_FORMAT = "evalctl-run/1"
 USAGE_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-
-
-def load_report(path: str | Path) -> dict[str, Any]:
-    """A JSON report written by `evalctl run`, or a UsageError saying why not."""
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
-        raise UsageError(f"{path}: not an evalctl JSON report (expected \"format\": "
-                         f"\"{REPORT_FORMAT}\"; write one with evalctl run --report)")
-    try:
-        for task in data["tasks"]:
-            task["id"], task["status"], task.setdefault("attempt", 1)
-        data["summary"]["completion_rate"]
-    except (KeyError, TypeError):
-        raise UsageError(f"{path}: an evalctl report with missing fields") from None
-    return data
 
 
 def _delta(before: float | None, after: float | None) -> float | None:
@@ -44,8 +19,8 @@ def _delta(before: float | None, after: float | None) -> float | None:
 
 @dataclass
 class Comparison:
-    baseline: dict[str, Any]
-    current: dict[str, Any]
+    baseline: RunResult
+    current: RunResult
     alpha: float
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
@@ -68,33 +43,26 @@ class Comparison:
         return self.completion_drop > 0 and bool(self.test.get("significant"))
 
     def rates(self) -> dict[str, dict[str, float | None]]:
-        out = {}
-        for name in ("completion_rate", "grounding_rate", "judge_rate", "pass_at_k",
-                     "pass_hat_k"):
-            before = self.baseline["summary"].get(name)
-            after = self.current["summary"].get(name)
-            out[name] = {"baseline": before, "current": after, "delta": _delta(before, after)}
-        return out
+        before, after = _rates(self.baseline), _rates(self.current)
+        names = list(dict.fromkeys([*before, *after]))
+        return {name: {"baseline": before.get(name), "current": after.get(name),
+                       "delta": _delta(before.get(name), after.get(name))} for name in names}
 
     def spend(self) -> dict[str, dict[str, float | None]]:
-        out = {}
+        out: dict[str, dict[str, float | None]] = {}
+        before_usage, after_usage = self.baseline.usage.to_dict(), self.current.usage.to_dict()
         for key in USAGE_KEYS:
-            before = self.baseline["summary"].get("usage", {}).get(key, 0)
-            after = self.current["summary"].get("usage", {}).get(key, 0)
-            out[key] = {"baseline": before, "current": after, "delta": after - before}
-        before, after = self.baseline["summary"].get("cost"), self.current["summary"].get("cost")
+            out[key] = {"baseline": before_usage[key], "current": after_usage[key],
+                        "delta": after_usage[key] - before_usage[key]}
+        before, after = self.baseline.cost, self.current.cost
         out["cost"] = {"baseline": before, "current": after, "delta": _delta(before, after)}
         return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": "evalctl-compare/1",
-            "baseline": {"suite": self.baseline.get("suite"),
-                         "provider": self.baseline.get("provider"),
-                         "model": self.baseline.get("model")},
-            "current": {"suite": self.current.get("suite"),
-                        "provider": self.current.get("provider"),
-                        "model": self.current.get("model")},
+            "baseline": _identity(self.baseline),
+            "current": _identity(self.current),
             "regression": self.regression,
             "rates": self.rates(),
             "common_tasks": self.common,
@@ -116,12 +84,13 @@ class Comparison:
                  f"**{'Regression' if self.regression else 'No regression'}.** "
                  f"{self.test.get('statement', '')}", "",
                  "| | baseline | current | change |", "|---|---:|---:|---:|"]
-        labels = {"completion_rate": "completion", "grounding_rate": "grounding",
-                  "judge_rate": "judge (apart)", "pass_at_k": "pass@k", "pass_hat_k": "pass^k"}
+        labels = {"completion_rate": "completion", "judge_rate": "judge (apart)",
+                  "pass_at_k": "pass@k", "pass_hat_k": "pass^k"}
         for name, row in self.rates().items():
             if row["baseline"] is None and row["current"] is None:
                 continue
-            lines.append(f"| {labels[name]} | {percent(row['baseline'])} | "
+            label = labels.get(name, name.removesuffix("_rate"))
+            lines.append(f"| {label} | {percent(row['baseline'])} | "
                          f"{percent(row['current'])} | {points(row['delta'])} |")
         for key, row in self.spend().items():
             if key == "cost":
@@ -140,31 +109,46 @@ class Comparison:
         return "\n".join(lines) + "\n"
 
 
-def compare_reports(baseline: dict[str, Any], current: dict[str, Any],
+def _identity(run: RunResult) -> dict[str, Any]:
+    return {"suite": {"path": run.suite_path, "name": run.suite_name,
+                      "sha256": run.suite_sha256},
+            "provider": run.provider, "model": run.model}
+
+
+def _rates(run: RunResult) -> dict[str, float | None]:
+    """The rates a comparison shows, headline first, each side computed the same way."""
+    rates: dict[str, float | None] = {"completion_rate": run.completion_rate}
+    rates.update({f"{name}_rate": rate.value for name, rate in run.named_rates().items()})
+    rates["judge_rate"] = run.judge_rate
+    rates["pass_at_k"] = run.pass_at_k()
+    rates["pass_hat_k"] = run.pass_hat_k()
+    return rates
+
+
+def compare_reports(baseline: RunResult, current: RunResult,
                     alpha: float = 0.05) -> Comparison:
-    before = {t["id"]: t for t in aggregate_attempts(baseline["tasks"])}
-    after = {t["id"]: t for t in aggregate_attempts(current["tasks"])}
+    before = {t.task_id: t for t in baseline.by_task()}
+    after = {t.task_id: t for t in current.by_task()}
     common = [i for i in before if i in after]
     result = Comparison(baseline, current, alpha)
     result.added = [i for i in after if i not in before]
     result.removed = [i for i in before if i not in after]
     result.common = len(common)
-    result.newly_failing = [i for i in common if before[i]["pass_hat_k"] and
-                            not after[i]["pass_hat_k"]]
-    result.newly_passing = [i for i in common if not before[i]["pass_hat_k"] and
-                            after[i]["pass_hat_k"]]
+    result.newly_failing = [i for i in common if before[i].pass_hat_k and
+                            not after[i].pass_hat_k]
+    result.newly_passing = [i for i in common if not before[i].pass_hat_k and
+                            after[i].pass_hat_k]
     if common:
         result.common_completion = (
-            round(sum(before[i]["passed"] for i in common) /
-                  sum(before[i]["ran"] for i in common), 6),
-            round(sum(after[i]["passed"] for i in common) /
-                  sum(after[i]["ran"] for i in common), 6))
+            round(sum(before[i].passed for i in common) / sum(before[i].ran for i in common), 6),
+            round(sum(after[i].passed for i in common) / sum(after[i].ran for i in common), 6))
     result.test = _significance(result, before, after, common, alpha)
     return result
 
 
-def _significance(result: Comparison, before: dict[str, Any], after: dict[str, Any],
-                  common: list[str], alpha: float) -> dict[str, Any]:
+def _significance(result: Comparison, before: dict[str, TaskAggregate],
+                  after: dict[str, TaskAggregate], common: list[str],
+                  alpha: float) -> dict[str, Any]:
     was, now = result.common_completion
     if not common or was is None or now is None:
         return {"method": None, "significant": False,
@@ -172,7 +156,7 @@ def _significance(result: Comparison, before: dict[str, Any], after: dict[str, A
     direction = "rose" if now > was else "fell" if now < was else "did not change"
     head = (f"Completion over the {len(common)} tasks in both runs {direction}"
             + (f" from {was:.1%} to {now:.1%}" if now != was else f" ({now:.1%})"))
-    repeated = any(before[i]["ran"] > 1 or after[i]["ran"] > 1 for i in common)
+    repeated = any(before[i].ran > 1 or after[i].ran > 1 for i in common)
     if not repeated:
         p = mcnemar_exact(len(result.newly_failing), len(result.newly_passing))
         significant = p < alpha and now != was
@@ -182,7 +166,7 @@ def _significance(result: Comparison, before: dict[str, Any], after: dict[str, A
                 "statement": f"{head}; {len(result.newly_failing)} newly failing, "
                              f"{len(result.newly_passing)} newly passing; exact McNemar "
                              f"p = {p:.3g} ({verdict} at {alpha:g})."}
-    differences = [after[i]["passed"] / after[i]["ran"] - before[i]["passed"] / before[i]["ran"]
+    differences = [after[i].passed / after[i].ran - before[i].passed / before[i].ran
                    for i in common]
     low, high = bootstrap_interval(differences, confidence=1 - alpha)
     significant = low > 0 or high < 0

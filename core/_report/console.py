@@ -6,8 +6,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from evalctl._text import money, percent
 from evalctl._report.results import RunResult, TaskResult
+from evalctl._text import money, percent
 
 
 class RunView:
@@ -57,8 +57,8 @@ class RunView:
         from rich.console import Console
         from rich.table import Table
 
-        title = f"{run.suite_name}: completion {percent(run.completion_rate, 0)}, " \
-                f"grounding {percent(run.grounding_rate, 0)}"
+        title = f"{run.suite_name}: completion {percent(run.completion_rate, 0)}" + "".join(
+            f", {name} {percent(rate.value, 0)}" for name, rate in run.named_rates().items())
         if run.judge_rate is not None:
             title += f", judge {percent(run.judge_rate, 0)}"
         table = Table(title=title)
@@ -69,9 +69,9 @@ class RunView:
             table.add_column(column, justify=justify)
         colors = {"passed": "green", "failed": "red", "error": "yellow", "not_run": "dim"}
         for task in run.tasks:
-            failed = ", ".join(c.type for c in task.failed_checks() if c.kind == "mechanical")
+            failed = ", ".join(c.type for c in task.failed_checks())
             tokens = task.usage.input_tokens + task.usage.output_tokens
-            table.add_row(task.task_id, f"[{colors[task.status]}]{task.status}[/]",
+            table.add_row(run.label(task), f"[{colors[task.status]}]{task.status}[/]",
                           failed or "-", task.exit_status or "-", str(task.turns), str(tokens),
                           money(task.cost), f"{task.duration:.1f}s")
         terminal = sys.stdout.isatty()

@@ -1,23 +1,35 @@
 """What a run produced: per-task results, the run's totals and its rates.
 
+One model serves the console view, the reporters and `compare`: a run is built by the
+runner, or loaded back from its JSON report with `RunResult.from_dict`, and every
+figure is derived from its tasks in one place.
+
 `completion_rate` is the headline: tasks whose mechanical checks all passed, over
-tasks run. `grounding_rate` and the judge's rate are separate figures, never averaged
-into it. Errors (the model unreachable, a grader crashing) are counted apart from
-failures.
+tasks run. Named rates that graders contribute (`grounding_rate`, say) and the judge's
+rate are separate figures, never averaged into it. Errors (the model unreachable, a
+grader crashing) are counted apart from failures.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from evalctl._errors import UsageError
 from evalctl._plugin.types import TokenUsage
+from evalctl._text import sum_costs
 
 PASSED, FAILED, ERROR, NOT_RUN = "passed", "failed", "error", "not_run"
+REPORT_FORMAT = "evalctl-run/1"
 
 
 @dataclass
 class CheckOutcome:
+    """One check's result as reported: the grader's answer and who gave it."""
+
     type: str
     kind: str
     passed: bool
@@ -25,18 +37,32 @@ class CheckOutcome:
     error: bool = False  # the grader itself crashed
     usage: TokenUsage | None = None  # a judge's model usage, apart from the agent's
     cost: float | None = None
+    rate: str | None = None  # the named rate this check feeds, if its grader has one
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"type": self.type, "kind": self.kind, "passed": self.passed,
                                 "error": self.error, "detail": self.detail}
+        if self.rate is not None:
+            data["rate"] = self.rate
         if self.usage is not None:
             data["usage"] = self.usage.to_dict()
             data["cost"] = self.cost
         return data
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckOutcome:
+        usage = data.get("usage")
+        return cls(str(data["type"]), str(data.get("kind", "mechanical")),
+                   bool(data.get("passed")), str(data.get("detail", "")),
+                   bool(data.get("error", False)),
+                   TokenUsage.from_dict(usage) if usage is not None else None,
+                   data.get("cost"), data.get("rate"))
+
 
 @dataclass
 class TaskResult:
+    """One attempt at one task."""
+
     task_id: str
     status: str
     checks: list[CheckOutcome] = field(default_factory=list)
@@ -57,7 +83,11 @@ class TaskResult:
         return self.status == PASSED
 
     def failed_checks(self) -> list[CheckOutcome]:
-        return [c for c in self.checks if not c.passed]
+        """The mechanical checks that said no: what decided a failure."""
+        return [c for c in self.checks if not c.passed and c.kind == "mechanical"]
+
+    def judge_checks(self) -> list[CheckOutcome]:
+        return [c for c in self.checks if c.kind == "judge"]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,52 +108,79 @@ class TaskResult:
             "ledger": self.ledger,
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskResult:
+        return cls(
+            task_id=str(data["id"]), status=str(data["status"]),
+            checks=[CheckOutcome.from_dict(c) for c in data.get("checks", [])],
+            exit_status=data.get("exit_status"), error=data.get("error"),
+            turns=int(data.get("turns", 0)), tool_calls=int(data.get("tool_calls", 0)),
+            usage=TokenUsage.from_dict(data.get("usage") or {}), cost=data.get("cost", 0.0),
+            duration=float(data.get("duration", 0.0)), workspace=data.get("workspace"),
+            ledger=data.get("ledger"), tags=tuple(data.get("tags", ())),
+            attempt=int(data.get("attempt", 1)),
+        )
 
-def aggregate_attempts(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per task, over its attempts (report dicts): pass@k (at least one attempt passed),
-    pass^k (every attempt passed) and whether it is flaky (mixed outcomes). Attempts not
-    run are left out; a task none of whose attempts ran is left out."""
-    by_id: dict[str, list[dict[str, Any]]] = {}
+
+@dataclass(frozen=True)
+class TaskAggregate:
+    """One task over its attempts: pass@k (one passed), pass^k (all passed), flaky."""
+
+    task_id: str
+    attempts: tuple[str, ...]  # statuses in attempt order, not-run ones included
+    passed: int
+    ran: int
+
+    @property
+    def pass_at_k(self) -> bool:
+        return self.passed > 0
+
+    @property
+    def pass_hat_k(self) -> bool:
+        return self.passed == self.ran
+
+    @property
+    def flaky(self) -> bool:
+        return 0 < self.passed < self.ran
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.task_id, "attempts": list(self.attempts), "passed": self.passed,
+                "ran": self.ran, "pass_at_k": self.pass_at_k, "pass_hat_k": self.pass_hat_k,
+                "flaky": self.flaky}
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A share of checks (or tasks) that passed; `value` is None when there were none."""
+
+    passed: int
+    total: int
+
+    @property
+    def value(self) -> float | None:
+        return round(self.passed / self.total, 4) if self.total else None
+
+
+def aggregate_attempts(tasks: list[TaskResult]) -> list[TaskAggregate]:
+    """Per task, over its attempts, in first-seen order. Attempts not run are left out;
+    a task none of whose attempts ran is left out."""
+    by_id: dict[str, list[TaskResult]] = {}
     for task in tasks:
-        by_id.setdefault(task["id"], []).append(task)
+        by_id.setdefault(task.task_id, []).append(task)
     out = []
     for task_id, attempts in by_id.items():
-        ran = [a for a in attempts if a["status"] != NOT_RUN]
-        if not ran:
-            continue
-        outcomes = [a["status"] == PASSED for a in ran]
-        out.append({
-            "id": task_id,
-            "attempts": [a["status"] for a in sorted(attempts, key=lambda a: a["attempt"])],
-            "passed": sum(outcomes),
-            "ran": len(ran),
-            "pass_at_k": any(outcomes),
-            "pass_hat_k": all(outcomes),
-            "flaky": any(outcomes) and not all(outcomes),
-        })
+        ran = [a for a in attempts if a.status != NOT_RUN]
+        if ran:
+            out.append(TaskAggregate(
+                task_id, tuple(a.status for a in sorted(attempts, key=lambda a: a.attempt)),
+                sum(1 for a in ran if a.passed), len(ran)))
     return out
-
-
-def _is_grounding(check: CheckOutcome) -> bool:
-    return check.type == "grounding"
-
-
-def _is_judge(check: CheckOutcome) -> bool:
-    return check.kind == "judge"
-
-
-def _rate(passed: int, total: int) -> float | None:
-    return round(passed / total, 4) if total else None
-
-
-def _sum_costs(costs: list[float | None]) -> float | None:
-    if any(c is None for c in costs):
-        return None
-    return round(sum(c for c in costs if c is not None), 6)
 
 
 @dataclass
 class RunResult:
+    """A whole run: what ran, with what, and every attempt's result."""
+
     suite_path: str
     suite_name: str
     suite_sha256: str
@@ -137,6 +194,9 @@ class RunResult:
     interrupted: bool = False
     run_directory: str = ""
     repeat: int = 1
+    # The named rates the installed graders contribute: reported even when no check of
+    # the run fed them, so that reports of one setup always have the same keys.
+    rate_names: tuple[str, ...] = ()
 
     def ran(self) -> list[TaskResult]:
         return [t for t in self.tasks if t.status != NOT_RUN]
@@ -144,22 +204,44 @@ class RunResult:
     def count(self, status: str) -> int:
         return sum(1 for t in self.tasks if t.status == status)
 
+    def label(self, task: TaskResult) -> str:
+        """How a person names an attempt: the task id, with its attempt when repeated."""
+        return task.task_id if self.repeat == 1 else f"{task.task_id} #{task.attempt}"
+
     @property
     def completion_rate(self) -> float | None:
-        return _rate(self.count(PASSED), len(self.ran()))
+        return Rate(self.count(PASSED), len(self.ran())).value
 
-    def kind_rate(self, predicate: Any) -> tuple[float | None, int, int]:
+    def check_rate(self, predicate: Callable[[CheckOutcome], bool]) -> Rate:
         checks = [c for t in self.ran() for c in t.checks if predicate(c)]
-        passed = sum(1 for c in checks if c.passed)
-        return _rate(passed, len(checks)), passed, len(checks)
+        return Rate(sum(1 for c in checks if c.passed), len(checks))
+
+    def named_rates(self) -> dict[str, Rate]:
+        """Each grader-contributed rate (grounding, say), over the checks that feed it."""
+        names = sorted({*self.rate_names,
+                        *(c.rate for t in self.tasks for c in t.checks if c.rate)})
+        return {name: self.check_rate(lambda c, n=name: c.rate == n) for name in names}
 
     @property
-    def grounding_rate(self) -> float | None:
-        return self.kind_rate(_is_grounding)[0]
+    def judge(self) -> Rate:
+        return self.check_rate(lambda c: c.kind == "judge")
 
     @property
     def judge_rate(self) -> float | None:
-        return self.kind_rate(_is_judge)[0]
+        return self.judge.value
+
+    def by_task(self) -> list[TaskAggregate]:
+        return aggregate_attempts(self.tasks)
+
+    def pass_at_k(self, per_task: list[TaskAggregate] | None = None) -> float | None:
+        """Share of tasks with at least one passing attempt."""
+        per_task = self.by_task() if per_task is None else per_task
+        return Rate(sum(t.pass_at_k for t in per_task), len(per_task)).value
+
+    def pass_hat_k(self, per_task: list[TaskAggregate] | None = None) -> float | None:
+        """Share of tasks whose every attempt passed."""
+        per_task = self.by_task() if per_task is None else per_task
+        return Rate(sum(t.pass_hat_k for t in per_task), len(per_task)).value
 
     @property
     def usage(self) -> TokenUsage:
@@ -167,25 +249,45 @@ class RunResult:
 
     @property
     def cost(self) -> float | None:
-        return _sum_costs([t.cost for t in self.ran()])
+        return sum_costs(t.cost for t in self.ran())
 
     def grader_usage(self) -> tuple[TokenUsage, float | None]:
         """Tokens and cost that graders (judges) spent, kept apart from the agent's."""
         checks = [c for t in self.tasks for c in t.checks if c.usage is not None]
-        return sum((c.usage for c in checks), TokenUsage()), _sum_costs([c.cost for c in checks])
+        return sum((c.usage for c in checks), TokenUsage()), sum_costs(c.cost for c in checks)
 
     @property
     def all_passed(self) -> bool:
         return bool(self.tasks) and all(t.passed for t in self.tasks) and not self.interrupted
 
     def to_dict(self) -> dict[str, Any]:
-        grounding, grounding_passed, grounding_total = self.kind_rate(_is_grounding)
-        judge, judge_passed, judge_total = self.kind_rate(_is_judge)
         grader_usage, grader_cost = self.grader_usage()
-        task_dicts = [t.to_dict() for t in self.tasks]
-        per_task = aggregate_attempts(task_dicts)
+        per_task = self.by_task()
+        judge = self.judge
+        summary: dict[str, Any] = {
+            "completion_rate": self.completion_rate,
+            "pass_at_k": self.pass_at_k(per_task),
+            "pass_hat_k": self.pass_hat_k(per_task),
+            "flaky": [t.task_id for t in per_task if t.flaky],
+            "passed": self.count(PASSED),
+            "failed": self.count(FAILED),
+            "errors": self.count(ERROR),
+            "not_run": self.count(NOT_RUN),
+            "total": len(self.tasks),
+        }
+        for name, rate in self.named_rates().items():
+            summary[f"{name}_rate"] = rate.value
+            summary[f"{name}_checks"] = {"passed": rate.passed, "total": rate.total}
+        summary.update({
+            "judge_rate": judge.value,
+            "judge_checks": {"passed": judge.passed, "total": judge.total},
+            "usage": self.usage.to_dict(),
+            "cost": self.cost,
+            "grader_usage": grader_usage.to_dict(),
+            "grader_cost": grader_cost,
+        })
         return {
-            "format": "evalctl-run/1",
+            "format": REPORT_FORMAT,
             "suite": {"path": self.suite_path, "name": self.suite_name,
                       "sha256": self.suite_sha256},
             "provider": self.provider,
@@ -197,25 +299,50 @@ class RunResult:
             "interrupted": self.interrupted,
             "run_directory": self.run_directory,
             "repeat": self.repeat,
-            "summary": {
-                "completion_rate": self.completion_rate,
-                "pass_at_k": _rate(sum(t["pass_at_k"] for t in per_task), len(per_task)),
-                "pass_hat_k": _rate(sum(t["pass_hat_k"] for t in per_task), len(per_task)),
-                "flaky": [t["id"] for t in per_task if t["flaky"]],
-                "passed": self.count(PASSED),
-                "failed": self.count(FAILED),
-                "errors": self.count(ERROR),
-                "not_run": self.count(NOT_RUN),
-                "total": len(self.tasks),
-                "grounding_rate": grounding,
-                "grounding_checks": {"passed": grounding_passed, "total": grounding_total},
-                "judge_rate": judge,
-                "judge_checks": {"passed": judge_passed, "total": judge_total},
-                "usage": self.usage.to_dict(),
-                "cost": self.cost,
-                "grader_usage": grader_usage.to_dict(),
-                "grader_cost": grader_cost,
-            },
-            "by_task": per_task,
-            "tasks": task_dicts,
+            "summary": summary,
+            "by_task": [t.to_dict() for t in per_task],
+            "tasks": [t.to_dict() for t in self.tasks],
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunResult:
+        """A run loaded back from its JSON report (`to_dict`'s output). Raises KeyError,
+        TypeError or ValueError when required fields are missing or malformed."""
+        suite = data.get("suite") or {}
+        summary = data.get("summary") or {}
+        rate_names = tuple(sorted(key.removesuffix("_rate") for key in summary
+                                  if key.endswith("_rate") and isinstance(
+                                      summary.get(key.removesuffix("_rate") + "_checks"),
+                                      Mapping) and key != "judge_rate"))
+        return cls(
+            suite_path=str(suite.get("path", "")), suite_name=str(suite.get("name", "")),
+            suite_sha256=str(suite.get("sha256", "")), provider=str(data.get("provider", "")),
+            model=data.get("model"), started_at=str(data.get("started_at", "")),
+            finished_at=str(data.get("finished_at", "")),
+            evalctl_version=str(data.get("evalctl_version", "")),
+            plugin_versions=dict(data.get("plugins") or {}),
+            tasks=[TaskResult.from_dict(t) for t in data["tasks"]],
+            interrupted=bool(data.get("interrupted", False)),
+            run_directory=str(data.get("run_directory", "")),
+            repeat=int(data.get("repeat", 1)), rate_names=rate_names,
+        )
+
+
+def load_report(path: str | Path) -> RunResult:
+    """A JSON report written by `evalctl run`, loaded back as a RunResult; a UsageError
+    (exit 2) saying why when the file is not one."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
+        raise UsageError(f"{path}: not an evalctl JSON report (expected \"format\": "
+                         f"\"{REPORT_FORMAT}\"; write one with evalctl run --report)")
+    try:
+        return RunResult.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"{path}: an evalctl report with missing or malformed fields "
+                         f"({type(exc).__name__}: {exc})") from None

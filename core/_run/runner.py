@@ -21,8 +21,9 @@ import evalctl
 from evalctl._agent.loop import run_agent
 from evalctl._agent.tools import tool_validators
 from evalctl._errors import UsageError
+from evalctl._plugin.registry import Registry, use_registry
+from evalctl._plugin.specs import CheckResult, GraderSpec
 from evalctl._plugin.types import AgentResult, ExitStatus
-from evalctl._plugin.registry import Registry
 from evalctl._report.results import (
     ERROR,
     FAILED,
@@ -32,8 +33,7 @@ from evalctl._report.results import (
     RunResult,
     TaskResult,
 )
-from evalctl._plugin.specs import CheckResult, GraderSpec
-from evalctl._suite.loader import Suite, Task
+from evalctl._suite.model import Suite, Task
 from evalctl._workspace import create_workspace, ledger_path, new_run_directory
 
 
@@ -76,6 +76,9 @@ class PreparedRun:
     options: RunOptions
     registry: Registry
     run_dir: Path
+    # Exit statuses that make a task an error, not a failure: the kernel's and those
+    # the provider declares (the scripted provider's script_error, say).
+    error_statuses: frozenset[str] = ExitStatus.ERRORS
 
 
 def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> PreparedRun:
@@ -99,7 +102,8 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
     except OSError as exc:
         raise UsageError(f"cannot create a run directory under {options.out_dir}: "
                          f"{exc.strerror or exc}") from None
-    return PreparedRun(suite, tasks, provider, concurrency, options, registry, run_dir)
+    return PreparedRun(suite, tasks, provider, concurrency, options, registry, run_dir,
+                       ExitStatus.ERRORS | set(spec.error_statuses))
 
 
 async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
@@ -115,9 +119,10 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
                             "evalctl.CheckResult")
     except Exception as exc:
         return CheckOutcome(spec.name, spec.kind, False,
-                            f"grader crashed: {type(exc).__name__}: {exc}", error=True)
+                            f"grader crashed: {type(exc).__name__}: {exc}", error=True,
+                            rate=spec.rate)
     return CheckOutcome(spec.name, spec.kind, bool(answer.passed), str(answer.detail),
-                        usage=answer.usage, cost=answer.cost)
+                        usage=answer.usage, cost=answer.cost, rate=spec.rate)
 
 
 def attempt_name(task: Task, attempt: int, repeat: int) -> str:
@@ -133,7 +138,7 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
               for check in task.checks]
     # Only mechanical checks decide the task; a judge's error shows in its own section.
     mechanical = [c for c in checks if c.kind == "mechanical"]
-    if agent.exit_status in ExitStatus.ERRORS or any(c.error for c in mechanical):
+    if agent.exit_status in prepared.error_statuses or any(c.error for c in mechanical):
         status = ERROR
     elif all(c.passed for c in mechanical):
         status = PASSED
@@ -153,6 +158,11 @@ def _now() -> str:
 
 async def execute(prepared: PreparedRun, progress: ProgressCallback | None = None) -> RunResult:
     """Run the prepared tasks. Cancellation ends the run early with what finished."""
+    with use_registry(prepared.registry):
+        return await _execute(prepared, progress)
+
+
+async def _execute(prepared: PreparedRun, progress: ProgressCallback | None) -> RunResult:
     run_dir = prepared.run_dir
     started_at = _now()
     gate = asyncio.Semaphore(prepared.concurrency)
@@ -221,5 +231,6 @@ async def execute(prepared: PreparedRun, progress: ProgressCallback | None = Non
         interrupted=interrupted,
         run_directory=str(run_dir),
         repeat=repeat,
+        rate_names=tuple(sorted({spec.rate for spec in registry.graders.values() if spec.rate})),
     )
 

@@ -12,8 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from evalctl._plugin.tooldefs import TOOL_NAMES
-from evalctl._plugin.specs import GraderSpec
+from evalctl._plugin.specs import GraderSpec, ProviderSpec
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -36,49 +35,7 @@ PERMISSIONS = {
     "description": "read-only denies write_file, edit_file and bash.",
 }
 
-SCRIPT = {
-    "type": "array",
-    "description": "The turns the scripted provider serves for this task, in order.",
-    "items": {
-        "type": "object",
-        "properties": {
-            "text": {"type": "string", "description": "What the model says this turn."},
-            "tool_calls": {
-                "type": "array",
-                "description": "Tool calls made this turn; several run concurrently.",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "tool": {"type": "string",
-                                 "description": f"One of {', '.join(TOOL_NAMES)}."},
-                        "input": {"type": "object", "description": "The tool's arguments."},
-                    },
-                    "required": ["tool"],
-                    "additionalProperties": False,
-                },
-            },
-            "usage": {
-                "type": "object",
-                "description": "Declared token usage; counted from the content when absent.",
-                "properties": {
-                    k: {"type": "integer", "minimum": 0}
-                    for k in ("input_tokens", "output_tokens", "cache_read_tokens",
-                              "cache_write_tokens")
-                },
-                "additionalProperties": False,
-            },
-            "stop_reason": {
-                "enum": ["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn",
-                         "model_context_window_exceeded"],
-                "description": "Defaults to tool_use when there are tool calls, else end_turn.",
-            },
-        },
-        "additionalProperties": False,
-    },
-}
-
-
-def _task_schema() -> dict[str, Any]:
+def _task_schema(plugin_keys: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {
@@ -109,7 +66,7 @@ def _task_schema() -> dict[str, Any]:
             "tags": {"type": "array", "items": {"type": "string"}},
             "permissions": PERMISSIONS,
             "limits": LIMITS,
-            "script": SCRIPT,
+            **{key: copy.deepcopy(dict(schema)) for key, schema in plugin_keys.items()},
         },
         "required": ["id", "prompt", "checks"],
         "additionalProperties": False,
@@ -126,11 +83,23 @@ def _check_schema(spec: GraderSpec) -> dict[str, Any]:
     return schema
 
 
-def build_schema(graders: Mapping[str, GraderSpec]) -> dict[str, Any]:
-    """Compose the suite schema for these graders (sorted, so the output is stable)."""
+def plugin_task_keys(providers: Mapping[str, ProviderSpec]) -> dict[str, Any]:
+    """The task keys providers contribute (the scripted provider's `script:`, say), by
+    key; when two providers declare one key, the first by name is published."""
+    keys: dict[str, Any] = {}
+    for name in sorted(providers):
+        for key, schema in providers[name].task_schema.items():
+            keys.setdefault(key, schema)
+    return keys
+
+
+def build_schema(graders: Mapping[str, GraderSpec],
+                 task_keys: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Compose the suite schema for these graders and plugin task keys (sorted, so the
+    output is stable)."""
     names = sorted(graders)
     defs: dict[str, Any] = {
-        "task": _task_schema(),
+        "task": _task_schema(task_keys or {}),
         "check": {
             "type": "object",
             "required": ["type"],
@@ -183,3 +152,12 @@ def schema_text(schema: Mapping[str, Any]) -> str:
 
 def schema_digest(schema: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(schema, sort_keys=True).encode()).hexdigest()
+
+
+def registry_schema(registry: Any, builtins_only: bool = False) -> dict[str, Any]:
+    """The suite schema for what a registry holds, or for evalctl's own plugins only
+    (what schemas/suite.schema.json publishes)."""
+    if builtins_only:
+        return build_schema(registry.from_distribution("grader", "evalctl"),
+                            plugin_task_keys(registry.from_distribution("provider", "evalctl")))
+    return build_schema(registry.graders, plugin_task_keys(registry.providers))

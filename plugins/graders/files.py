@@ -7,15 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import evalctl
-from evalctl._workspace import ConfinementError, resolve_inside
 
 PATH = {"type": "string", "minLength": 1, "description": "Path relative to the workspace."}
 
 
 def _target(workspace: Path, relative: str) -> Path | evalctl.CheckResult:
     try:
-        return resolve_inside(workspace, relative)
-    except ConfinementError as exc:
+        return evalctl.resolve_in_workspace(workspace, relative)
+    except evalctl.ConfinementError as exc:
         return evalctl.CheckResult(False, str(exc))
 
 
@@ -98,7 +97,7 @@ def grade_no_placeholders(check: dict[str, Any], workspace: Path,
         if not full.is_file():
             continue
         data = full.read_bytes()
-        if b"\x00" in data[:8192]:
+        if evalctl.looks_binary(data):
             continue
         seeded_lines: set[str] = set()
         if result.seed_path is not None and (result.seed_path / relative).is_file():

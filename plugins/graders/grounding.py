@@ -137,6 +137,7 @@ def evalctl_register_graders(register):
         grade=grade_grounding,
         params_schema={"type": "object", "properties": {}},
         talk_only=True,
+        rate="grounding",
         example="- type: grounding",
         description="Does every file path named in the agent's final summary exist in the "
                     "workspace? Reported as its own grounding_rate as well.",

@@ -16,6 +16,48 @@ import evalctl
 
 CANNED_REPLY = "Done: the task is complete."
 CHARS_PER_TOKEN = 4
+TOOL_NAMES = ", ".join(t.name for t in evalctl.tool_definitions())
+SCRIPT_ERROR = "script_error"  # an exit status of this provider's: an error, not a failure
+
+SCRIPT = {
+    "type": "array",
+    "description": "The turns the scripted provider serves for this task, in order.",
+    "items": {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string", "description": "What the model says this turn."},
+            "tool_calls": {
+                "type": "array",
+                "description": "Tool calls made this turn; several run concurrently.",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "tool": {"type": "string", "description": f"One of {TOOL_NAMES}."},
+                        "input": {"type": "object", "description": "The tool's arguments."},
+                    },
+                    "required": ["tool"],
+                    "additionalProperties": False,
+                },
+            },
+            "usage": {
+                "type": "object",
+                "description": "Declared token usage; counted from the content when absent.",
+                "properties": {
+                    k: {"type": "integer", "minimum": 0}
+                    for k in ("input_tokens", "output_tokens", "cache_read_tokens",
+                              "cache_write_tokens")
+                },
+                "additionalProperties": False,
+            },
+            "stop_reason": {
+                "enum": ["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn",
+                         "model_context_window_exceeded"],
+                "description": "Defaults to tool_use when there are tool calls, else end_turn.",
+            },
+        },
+        "additionalProperties": False,
+    },
+}
 
 
 def count_tokens(text: str) -> int:
@@ -52,7 +94,7 @@ class ScriptedProvider:
             raise evalctl.ProviderError(
                 f"the script of task '{task_id}' has {len(script)} turn(s) and the agent asked "
                 f"for turn {request.turn_index + 1}; end the script with a turn without "
-                "tool calls", status=evalctl.ExitStatus.SCRIPT_ERROR)
+                "tool calls", status=SCRIPT_ERROR)
         else:
             turn = script[request.turn_index]
         known = {t.name for t in request.tools}
@@ -62,7 +104,7 @@ class ScriptedProvider:
                 raise evalctl.ProviderError(
                     f"the script of task '{task_id}' calls unknown tool {call['tool']!r} in "
                     f"turn {request.turn_index + 1}; known tools: {', '.join(sorted(known))}",
-                    status=evalctl.ExitStatus.SCRIPT_ERROR)
+                    status=SCRIPT_ERROR)
             calls.append(evalctl.ToolCall(f"call_{request.turn_index + 1}_{index}",
                                           call["tool"], dict(call.get("input", {}))))
         text = turn.get("text", "")
@@ -95,4 +137,6 @@ def evalctl_register_providers(register):
         description="Serves each task's `script:` turns; deterministic, offline, free. "
                     "Option: latency=SECONDS per turn (for benchmarks).",
         default_concurrency=8,
+        task_schema={"script": SCRIPT},
+        error_statuses=(SCRIPT_ERROR,),
     ))

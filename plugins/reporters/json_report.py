@@ -8,7 +8,7 @@ from pathlib import Path
 import evalctl
 
 
-def write_json(run, path: Path) -> Path:
+def write_json(run: evalctl.RunResult, path: Path) -> Path:
     return evalctl.write_atomically(path, json.dumps(run.to_dict(), indent=2) + "\n")
 
 

@@ -16,61 +16,56 @@ def _text(value: object) -> str:
     return _INVALID_XML.sub("\ufffd", str(value))
 
 
-def render(run) -> str:
+def render(run: evalctl.RunResult) -> str:
     import xml.etree.ElementTree as ET
 
-    data = run.to_dict()
-    summary = data["summary"]
-    tasks = data["tasks"]
-    total_time = sum(t["duration"] for t in tasks)
-    root = ET.Element("testsuites", name="evalctl", tests=str(len(tasks)),
-                      failures=str(summary["failed"]), errors=str(summary["errors"]),
-                      time=f"{total_time:.3f}")
-    suite = ET.SubElement(root, "testsuite", name=_text(data["suite"]["name"]),
-                          tests=str(len(tasks)), failures=str(summary["failed"]),
-                          errors=str(summary["errors"]), skipped=str(summary["not_run"]),
-                          time=f"{total_time:.3f}", timestamp=data["started_at"][:19])
+    tasks = run.tasks
+    failures, errors = str(run.count("failed")), str(run.count("error"))
+    total_time = sum(t.duration for t in tasks)
+    root = ET.Element("testsuites", name="evalctl", tests=str(len(tasks)), failures=failures,
+                      errors=errors, time=f"{total_time:.3f}")
+    suite = ET.SubElement(root, "testsuite", name=_text(run.suite_name), tests=str(len(tasks)),
+                          failures=failures, errors=errors, skipped=str(run.count("not_run")),
+                          time=f"{total_time:.3f}", timestamp=run.started_at[:19])
     properties = ET.SubElement(suite, "properties")
-    for name, value in (("provider", data["provider"]), ("model", data["model"] or ""),
-                        ("completion_rate", summary["completion_rate"]),
-                        ("grounding_rate", summary["grounding_rate"]),
-                        ("judge_rate", summary["judge_rate"])):
+    rates = [(f"{name}_rate", rate.value) for name, rate in run.named_rates().items()]
+    for name, value in (("provider", run.provider), ("model", run.model or ""),
+                        ("completion_rate", run.completion_rate), *rates,
+                        ("judge_rate", run.judge_rate)):
         ET.SubElement(properties, "property", name=name,
                       value=_text("" if value is None else value))
     for task in tasks:
-        name = task["id"] if data.get("repeat", 1) == 1 else f"{task['id']} #{task['attempt']}"
-        case = ET.SubElement(suite, "testcase", classname=_text(data["suite"]["name"]),
-                             name=_text(name), time=f"{task['duration']:.3f}")
-        failed = [c for c in task["checks"] if not c["passed"] and c["kind"] == "mechanical"]
-        if task["status"] == "error":
+        case = ET.SubElement(suite, "testcase", classname=_text(run.suite_name),
+                             name=_text(run.label(task)), time=f"{task.duration:.3f}")
+        failed = task.failed_checks()
+        if task.status == "error":
             element = ET.SubElement(case, "error", message=_text(
-                task["error"] or "a grader crashed"), type=_text(task["exit_status"] or "error"))
-            element.text = _text("\n".join(f"{c['type']}: {c['detail']}" for c in task["checks"]
-                                           if c["error"]) or task["error"] or "")
-        elif task["status"] == "failed":
+                task.error or "a grader crashed"), type=_text(task.exit_status or "error"))
+            element.text = _text("\n".join(f"{c.type}: {c.detail}" for c in task.checks
+                                           if c.error) or task.error or "")
+        elif task.status == "failed":
             element = ET.SubElement(case, "failure", message=_text(
-                f"{len(failed)} check(s) failed: {', '.join(c['type'] for c in failed)}"),
+                f"{len(failed)} check(s) failed: {', '.join(c.type for c in failed)}"),
                 type="check_failed")
-            element.text = _text("\n\n".join(f"{c['type']}: {c['detail']}" for c in failed))
-        elif task["status"] == "not_run":
+            element.text = _text("\n\n".join(f"{c.type}: {c.detail}" for c in failed))
+        elif task.status == "not_run":
             ET.SubElement(case, "skipped", message="the run was interrupted")
         out = ET.SubElement(case, "system-out")
-        mechanical = [c for c in task["checks"] if c["kind"] == "mechanical"]
-        judged = [c for c in task["checks"] if c["kind"] != "mechanical"]
-        lines = [f"exit status: {task['exit_status']}", f"turns: {task['turns']}",
-                 f"workspace: {task['workspace']}"]
-        lines += [f"[{'pass' if c['passed'] else 'FAIL'}] {c['type']}: {c['detail']}"
-                  for c in mechanical]
+        judged = task.judge_checks()
+        lines = [f"exit status: {task.exit_status}", f"turns: {task.turns}",
+                 f"workspace: {task.workspace}"]
+        lines += [f"[{'pass' if c.passed else 'FAIL'}] {c.type}: {c.detail}"
+                  for c in task.checks if c.kind == "mechanical"]
         if judged:
             lines.append("judge verdicts (reported apart, not part of pass/fail):")
-            lines += [f"[{'pass' if c['passed'] else 'fail'}] {c['kind']} {c['type']}: "
-                      f"{c['detail']}" for c in judged]
+            lines += [f"[{'pass' if c.passed else 'fail'}] {c.kind} {c.type}: "
+                      f"{c.detail}" for c in judged]
         out.text = _text("\n".join(lines))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def write_junit(run, path: Path) -> Path:
+def write_junit(run: evalctl.RunResult, path: Path) -> Path:
     return evalctl.write_atomically(path, render(run))
 
 

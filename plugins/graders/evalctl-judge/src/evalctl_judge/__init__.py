@@ -63,16 +63,9 @@ def _text(path: Path | None) -> str | None:
     if path is None or not path.is_file():
         return ""
     data = path.read_bytes()
-    if b"\x00" in data[:8192]:
+    if evalctl.looks_binary(data):
         return None
     return data.decode("utf-8", errors="replace")
-
-
-def _clip(text: str) -> str:
-    if len(text) <= EVIDENCE_LIMIT:
-        return text
-    half = EVIDENCE_LIMIT // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters elided ...]\n{text[-half:]}"
 
 
 def build_prompt(check: dict[str, Any], workspace: Path, result: evalctl.AgentResult) -> str:
@@ -85,11 +78,11 @@ def build_prompt(check: dict[str, Any], workspace: Path, result: evalctl.AgentRe
             target = workspace / relative
             content = _text(target) if target.is_file() else None
             shown = "(does not exist)" if not target.is_file() else \
-                "(binary)" if content is None else _clip(content)
+                "(binary)" if content is None else evalctl.truncate(content, EVIDENCE_LIMIT)
             parts.append(f"## File {relative}\n\n```\n{shown}\n```")
     if "diff" in show:
         parts.append(f"## Diff of the workspace against its seed\n\n```diff\n"
-                     f"{_clip(_workspace_diff(workspace, result))}\n```")
+                     f"{evalctl.truncate(_workspace_diff(workspace, result), EVIDENCE_LIMIT)}\n```")
     return "\n\n".join(parts)
 
 

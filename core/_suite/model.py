@@ -1,0 +1,55 @@
+"""The suite as the rest of evalctl sees it: tasks, their limits, and the suite itself.
+
+A light model with no loading logic, so that the loader builds it and the agent and
+the runner read it without depending on each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalctl._errors import Problem
+
+DEFAULT_TURNS = 30
+DEFAULT_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    turns: int = DEFAULT_TURNS
+    seconds: float = DEFAULT_SECONDS
+    cost: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"turns": self.turns, "seconds": self.seconds, "cost": self.cost}
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    prompt: str
+    checks: tuple[Mapping[str, Any], ...]
+    files: Mapping[str, str] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    permissions: str = "full"
+    limits: Limits = field(default_factory=Limits)
+    # Task keys that plugins contribute (a provider's `script:`, say), passed to them as is.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    line: int = 1
+
+    def as_request_data(self) -> dict[str, Any]:
+        """The task as providers see it in ModelRequest.task: its id, prompt and the
+        keys plugins contributed."""
+        return {"id": self.id, "prompt": self.prompt, **self.extra}
+
+
+@dataclass
+class Suite:
+    path: Path
+    tasks: list[Task]
+    sha256: str
+    name: str = ""
+    warnings: list[Problem] = field(default_factory=list)

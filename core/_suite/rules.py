@@ -1,0 +1,88 @@
+"""The rules that keep a suite honest, beyond its schema.
+
+1. Every task needs a mechanical check the agent cannot satisfy by talking (an error).
+2. Prompts state the goal, not the method: naming one of the agent's tools is a warning.
+Task ids must be unique, and unique regardless of case (workspaces are directories).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from evalctl._errors import Problem
+from evalctl._plugin.registry import Registry
+from evalctl._plugin.tooldefs import TOOL_NAMES
+from evalctl._suite.yamlsource import Located
+
+_TOOL_IN_PROMPT = re.compile(r"\b(" + "|".join(map(re.escape, TOOL_NAMES)) + r")\b")
+
+
+def tasks_path(data: Any) -> tuple[str, ...]:
+    return () if isinstance(data, list) else ("tasks",)
+
+
+def tasks_of(data: Any) -> list[Any]:
+    return data if isinstance(data, list) else data["tasks"]
+
+
+def _well_formed_tasks(located: Located, registry: Registry) -> Iterable[tuple[tuple, dict]]:
+    """Tasks whose shape the rules can read, even when other parts have schema errors."""
+    data = located.data
+    tasks = data if isinstance(data, list) else data.get("tasks") if isinstance(data, dict) \
+        else None
+    if not isinstance(tasks, list):
+        return
+    base = tasks_path(data)
+    for index, task in enumerate(tasks):
+        if not (isinstance(task, dict) and isinstance(task.get("id"), str)
+                and isinstance(task.get("prompt"), str) and isinstance(task.get("checks"), list)):
+            continue
+        checks = task["checks"]
+        if checks and all(isinstance(c, dict) and c.get("type") in registry.graders
+                          for c in checks):
+            yield (*base, index), task
+
+
+def counts_for_rule_one(spec: Any) -> bool:
+    """Rule 1: only a mechanical check that talk cannot satisfy keeps a task honest.
+    Judges never decide pass or fail, so they cannot be that check."""
+    return spec.kind == "mechanical" and not spec.talk_only
+
+
+def rule_problems(located: Located, label: str, registry: Registry) -> Iterable[Problem]:
+    first_seen: dict[str, int] = {}
+    by_folded_case: dict[str, str] = {}  # lower-cased id -> the first id spelled that way
+    for path, task in _well_formed_tasks(located, registry):
+        line = located.line_of(path)
+        task_id = task["id"]
+        id_line = located.line_of((*path, "id"))
+        if task_id in first_seen:
+            yield Problem(label, id_line, f"duplicate task id '{task_id}' (first used at line "
+                                          f"{first_seen[task_id]})")
+        else:
+            first_seen[task_id] = id_line
+        folded = by_folded_case.setdefault(task_id.lower(), task_id)
+        if folded != task_id:
+            yield Problem(label, id_line, f"task id '{task_id}' differs from another only in "
+                                          "case; workspaces would collide on some systems")
+        types = [check["type"] for check in task["checks"]]
+        if not any(counts_for_rule_one(registry.graders[t]) for t in types):
+            yield Problem(label, line, (
+                f"task '{task_id}': no check ({', '.join(types)}) is a mechanical one the "
+                "agent cannot satisfy by talking; add one that inspects what it left behind, "
+                f"such as {_counting_examples(registry)}"))
+        named = sorted(set(_TOOL_IN_PROMPT.findall(task["prompt"])))
+        if named:
+            yield Problem(label, located.line_of((*path, "prompt")), (
+                f"task '{task_id}': the prompt names the agent's tool(s) {', '.join(named)}; "
+                "state the goal, not the method"), severity="warning")
+
+
+def _counting_examples(registry: Registry) -> str:
+    """Installed graders that satisfy rule 1, for the message: the core names none."""
+    names = sorted(name for name, spec in registry.graders.items() if counts_for_rule_one(spec))
+    if not names:
+        return "a mechanical grader (none is installed)"
+    return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
