@@ -21,7 +21,13 @@ from evalctl._errors import EvalctlError, ProviderError, UsageError
 from evalctl._files import ConfinementError, write_atomically
 from evalctl._files import resolve_inside as resolve_in_workspace
 from evalctl._plugin.hookspecs import hookimpl
-from evalctl._plugin.specs import CheckResult, GraderSpec, ProviderSpec, ReporterSpec
+from evalctl._plugin.specs import (
+    CheckResult,
+    GraderSpec,
+    ProviderSpec,
+    ReporterSpec,
+    SandboxSpec,
+)
 from evalctl._plugin.tooldefs import tool_definitions
 from evalctl._plugin.types import (
     AgentResult,
@@ -30,6 +36,8 @@ from evalctl._plugin.types import (
     Message,
     ModelRequest,
     ModelTurn,
+    Sandbox,
+    SandboxRequest,
     StopReason,
     TokenUsage,
     ToolCall,
@@ -38,6 +46,7 @@ from evalctl._plugin.types import (
     ToolResultsMessage,
     UserMessage,
 )
+from evalctl._process import CommandResult, run_process
 from evalctl._report.results import (
     CheckOutcome,
     Rate,
@@ -49,8 +58,7 @@ from evalctl._report.results import (
 from evalctl._text import looks_binary, truncate
 from evalctl._text import money as format_money
 from evalctl._text import percent as format_percent
-
-__version__ = "0.1.0"
+from evalctl._version import __version__ as __version__
 
 
 def create_provider(name: str, options: Mapping[str, Any] | None = None) -> Any:
@@ -64,6 +72,11 @@ def create_provider(name: str, options: Mapping[str, Any] | None = None) -> Any:
 
 
 __all__ = [
+    "CommandResult",
+    "Sandbox",
+    "SandboxRequest",
+    "SandboxSpec",
+    "run_process",
     "AgentResult",
     "AssistantMessage",
     "CheckOutcome",

@@ -67,7 +67,8 @@ def list_plugins(ctx: click.Context, as_json: bool) -> None:
             table.add_column(column)
         for record in records:
             provides = "; ".join(f"{kind}: {', '.join(record[kind])}"
-                                 for kind in ("graders", "providers", "reporters") if record[kind])
+                                 for kind in ("graders", "providers", "reporters", "sandboxes")
+                                 if record[kind])
             status = record["status"]
             style = {"ok": "green", "failed": "red", "conflict": "red"}.get(status, "yellow")
             table.add_row(record["plugin"], record["distribution"] or "-",
@@ -122,14 +123,14 @@ def validate(ctx: click.Context, suites: tuple[Path, ...]) -> None:
     ctx.exit(EXIT_USAGE if errors else EXIT_OK)
 
 
-def _parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
+def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> dict[str, str]:
     from evalctl._errors import UsageError
 
     options = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise UsageError(f"--provider-option takes KEY=VALUE, got {pair!r}")
+            raise UsageError(f"{flag} takes KEY=VALUE, got {pair!r}")
         options[key.strip()] = value
     return options
 
@@ -143,6 +144,13 @@ def _parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--model", metavar="M", help="The model the provider should use.")
 @click.option("--provider-option", "provider_options", multiple=True, metavar="KEY=VALUE",
               help="A provider setting, e.g. max_tokens=4096 (repeatable).")
+@click.option("--sandbox", metavar="NAME",
+              help="Where commands run: auto (default: bwrap where it is available, else "
+                   "local), bwrap (bubblewrap: only the workspace writable, no network, no "
+                   "secrets, nothing outlives the task) or local (no isolation: commands run "
+                   "as you; refused for a live provider unless named here).")
+@click.option("--sandbox-option", "sandbox_options", multiple=True, metavar="KEY=VALUE",
+              help="A sandbox setting, e.g. memory_mb=2048 (repeatable; see evalctl doctor).")
 @click.option("--concurrency", type=click.IntRange(min=1), metavar="N",
               help="Tasks run at once (default: the provider's, 8 scripted, 4 anthropic).")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
@@ -163,7 +171,8 @@ def _parse_options(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.pass_context
 def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str, ...],
         scripted: bool, provider: str | None, model: str | None,
-        provider_options: tuple[str, ...], concurrency: int | None, report: Path | None,
+        provider_options: tuple[str, ...], sandbox: str | None,
+        sandbox_options: tuple[str, ...], concurrency: int | None, report: Path | None,
         reporters: tuple[str, ...], out: Path | None, repeat: int, baseline: Path | None,
         max_drop: float, fail_on_flip: bool) -> None:
     """Run a suite and grade it. Exit 0 all passed, 1 a task failed, 2 bad input.
@@ -197,11 +206,17 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
         concurrency=concurrency or config.get("concurrency"),
         out_dir=out or Path(config.get("out", "eval_reports")),
         only=only, tags=tags, repeat=repeat,
+        sandbox=sandbox, sandbox_options=_parse_options(sandbox_options, "--sandbox-option"),
+        config_sandbox=config.get("sandbox"),
+        config_sandbox_options=config.get("sandbox_options", {}),
     )
     reporter_names = reporters or tuple(config.get("reporters", DEFAULT_REPORTERS))
     for name in dict.fromkeys(reporter_names):
         registry.get("reporter", name)
     prepared = prepare_run(loaded, registry, options)
+    if not prepared.sandbox.spec.isolated:
+        click.echo(f"warning: sandbox '{prepared.sandbox.spec.name}' does not isolate the agent: "
+                   f"{prepared.sandbox.spec.isolation}", err=True)
 
     view = RunView(len(prepared.tasks) * repeat)
     with view:

@@ -1,148 +1,124 @@
 """Child processes that cannot take the run down: each runs in its own session, its
 output is capped to head and tail, it is killed on timeout, and when it ends every
-process it left behind in its group is killed too."""
+process it left behind in its session's group is killed too.
+
+This is the supervision every sandbox builds on: the `local` sandbox runs commands
+through it directly, `bwrap` runs bubblewrap through it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import os
 import signal
-import sys
-import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 OUTPUT_LIMIT = 30_000
 
 
-async def run_command(command: str, cwd: Path, env: Mapping[str, str], timeout: float,
-                      limit: int = OUTPUT_LIMIT) -> tuple[int | None, str, bool]:
-    """Run `command` with bash in its own process group.
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command run in a sandbox did.
 
-    Returns (exit code, head+tail of combined output, timed out).
+    `exit_code` is None when the command was killed for its timeout (`timed_out`).
+    `stdout` and `stderr` keep the head and the tail of what was written, with the
+    number of bytes elided between them; with `merge_stderr` both went to `stdout`.
     """
-    # The output pipe is ours, not the transport's: asyncio's wait() would otherwise
-    # also wait for every holder of the pipe, and a backgrounded child holds it.
-    read_fd, write_fd = os.pipe()
+
+    exit_code: int | None
+    stdout: str
+    stderr: str = ""
+    timed_out: bool = False
+
+    @property
+    def output(self) -> str:
+        """stdout and stderr together, for a detail or a tool result."""
+        if self.stdout and self.stderr:
+            return self.stdout.rstrip("\n") + "\n" + self.stderr
+        return self.stdout or self.stderr
+
+
+async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
+                      env: Mapping[str, str], timeout: float,
+                      stdin: bytes | str | None = None, merge_stderr: bool = False,
+                      output_limit: int | None = None) -> CommandResult:
+    """Run `argv` in a new session with exactly `env`, in `cwd`, and wait for it.
+
+    Output is captured head and tail (`output_limit` bytes per stream, 30,000 by
+    default). On timeout the
+    whole process group is killed, and it is killed when the command ends too, so a
+    backgrounded child of the same group cannot linger (one that starts its own session
+    can: only a sandbox with a PID namespace stops that). `stdin` is written and closed;
+    without it the command reads /dev/null.
+    """
+    # The output pipes are ours, not the transport's: asyncio's wait() would otherwise
+    # also wait for every holder of a pipe, and a backgrounded child holds it.
+    pipes = [os.pipe() for _ in range(1 if merge_stderr else 2)]
+    out_write = pipes[0][1]
+    err_write = out_write if merge_stderr else pipes[1][1]
+    data = stdin.encode() if isinstance(stdin, str) else stdin
     try:
         process = await asyncio.create_subprocess_exec(
-            "bash", "-c", command, cwd=str(cwd), env=dict(env),
-            stdin=asyncio.subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
-            start_new_session=True,
+            *argv, cwd=str(cwd), env=dict(env),
+            stdin=asyncio.subprocess.DEVNULL if data is None else asyncio.subprocess.PIPE,
+            stdout=out_write, stderr=err_write, start_new_session=True,
         )
     except BaseException:
-        os.close(read_fd)
+        for read_fd, write_fd in pipes:
+            os.close(read_fd)
+            os.close(write_fd)
         raise
     finally:
-        os.close(write_fd)
-    return await _supervise(process.pid, process.wait, read_fd, timeout, limit)
-
-
-def can_fork() -> bool:
-    return hasattr(os, "fork") and hasattr(os, "pidfd_open")
-
-
-async def run_forked(child: Callable[[], None], cwd: Path, env: Mapping[str, str],
-                     timeout: float, limit: int = OUTPUT_LIMIT) -> tuple[int | None, str, bool]:
-    """Run `child()` in a forked copy of this process, in its own session, with `cwd`,
-    `env`, and its stdout and stderr captured. Exit code 0 when it returns, 1 when it
-    raises (the traceback is in the output). Starting a check this way costs a fork, not
-    an interpreter start. Linux only: see can_fork()."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child's outcome is reported through its exit code
-        code = 70
-        try:
-            _become_isolated(write_fd, cwd, env)
-            code = _call(child)
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    loop = asyncio.get_running_loop()
-    pidfd = os.pidfd_open(pid)
-    exited: asyncio.Future[None] = loop.create_future()
-    loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
-
-    async def wait() -> int:
-        try:
-            await exited
-        finally:
-            loop.remove_reader(pidfd)
-            os.close(pidfd)
-        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-
-    return await _supervise(pid, wait, read_fd, timeout, limit)
-
-
-def _become_isolated(out_fd: int, cwd: Path, env: Mapping[str, str]) -> None:
-    signal.set_wakeup_fd(-1)
-    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(number, signal.SIG_DFL)
-    os.setsid()
-    os.dup2(out_fd, 1)
-    os.dup2(out_fd, 2)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    for fd in _open_fds():
-        if fd > 2:
+        for _, write_fd in pipes:
             with contextlib.suppress(OSError):
-                os.close(fd)
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), line_buffering=True)
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True)
-
-
-def _open_fds() -> list[int]:
-    try:
-        return [int(name) for name in os.listdir("/proc/self/fd")]
-    except OSError:
-        return list(range(3, 256))
-
-
-def _call(child: Callable[[], None]) -> int:
-    try:
-        child()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    return code
-
-
-async def _supervise(pid: int, wait: Callable[[], Awaitable[int]], read_fd: int,
-                     timeout: float, limit: int) -> tuple[int | None, str, bool]:
-    stream = asyncio.StreamReader()
-    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", buffering=0))
-    collector = _HeadTail(limit)
-    reader = asyncio.create_task(collector.drain(stream))
-    waiter = asyncio.ensure_future(wait())
+                os.close(write_fd)
+    if data is not None and process.stdin is not None:
+        feeder: asyncio.Task[None] | None = asyncio.create_task(_feed(process.stdin, data))
+    else:
+        feeder = None
+    collectors = [_HeadTail(output_limit or OUTPUT_LIMIT) for _ in pipes]
+    readers = [await _start_reader(read_fd, collector)
+               for (read_fd, _), collector in zip(pipes, collectors, strict=True)]
     timed_out = False
+    waiter = asyncio.ensure_future(process.wait())
     try:
         await asyncio.wait_for(asyncio.shield(waiter), timeout)
     except TimeoutError:
         timed_out = True
     finally:
-        kill_process_group(pid)
+        kill_process_group(process.pid)
         code = await waiter
-        try:
-            await asyncio.wait_for(reader, 5)
-        except TimeoutError:
-            reader.cancel()
-        transport.close()
-    return (None if timed_out else code), collector.text(), timed_out
+        for reader, transport in readers:
+            try:
+                await asyncio.wait_for(reader, 5)
+            except TimeoutError:
+                reader.cancel()
+            transport.close()
+        if feeder is not None:
+            feeder.cancel()
+            with contextlib.suppress(BaseException):
+                await feeder
+    texts = [collector.text() for collector in collectors]
+    return CommandResult(None if timed_out else code, texts[0],
+                         "" if merge_stderr else texts[1], timed_out)
+
+
+async def _feed(writer: asyncio.StreamWriter, data: bytes) -> None:
+    with contextlib.suppress(ConnectionError, BrokenPipeError):
+        writer.write(data)
+        await writer.drain()
+        writer.close()
+
+
+async def _start_reader(read_fd: int, collector: _HeadTail
+                        ) -> tuple[asyncio.Task[None], asyncio.BaseTransport]:
+    stream = asyncio.StreamReader()
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", buffering=0))
+    return asyncio.create_task(collector.drain(stream)), transport
 
 
 def kill_process_group(pgid: int) -> None:
@@ -179,3 +155,16 @@ class _HeadTail:
         if elided > 0:
             return f"{head}\n[... {elided} bytes elided ...]\n{tail}"
         return head + tail
+
+
+def bash_argv(command: str | Sequence[str]) -> list[str]:
+    """A sandbox command as argv: a string is a bash script, a sequence is argv."""
+    return ["bash", "-c", command] if isinstance(command, str) else list(command)
+
+
+def workspace_cwd(workspace: Path, cwd: str | None) -> Path:
+    """The directory a sandboxed command starts in: the workspace, or a directory
+    inside it (refused when it would leave the workspace)."""
+    from evalctl._files import resolve_inside
+
+    return workspace if not cwd else resolve_inside(workspace, cwd)

@@ -9,6 +9,7 @@ kept after the run for inspection.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -78,3 +79,12 @@ def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str]) -> W
     return workspace
 
 
+def sandbox_environment(home: Path, tmp: Path) -> dict[str, str]:
+    """The environment of every sandboxed command, built from nothing: the harness's
+    interpreter first on PATH (so `python` and `pytest` mean the ones evalctl runs on),
+    the attempt's own HOME and TMPDIR, and a UTF-8 locale. No variable of the user's
+    but PATH is passed on, so no credential can be."""
+    interpreter_dir = str(Path(sys.executable).parent)
+    path = os.environ.get("PATH") or os.defpath
+    return {"PATH": os.pathsep.join([interpreter_dir, path]), "HOME": str(home),
+            "TMPDIR": str(tmp), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}

@@ -38,6 +38,16 @@ def registry() -> Registry:
     return get_registry()
 
 
+def sandbox_for(workspace: Any, name: str = "local", **options: Any) -> evalctl.Sandbox:
+    """An installed sandbox over a workspace from evalctl._workspace, as a run opens one."""
+    from evalctl._workspace import sandbox_environment
+
+    spec = get_registry().sandboxes[name]
+    return spec.create(evalctl.SandboxRequest(
+        workspace.root, workspace.home, workspace.tmp,
+        sandbox_environment(workspace.home, workspace.tmp), options=options))
+
+
 def registry_with(*plugins: tuple[str, Any]) -> Registry:
     """The installed plugins plus extra plugin objects, in a fresh plugin manager."""
     from evalctl._plugin.registry import entry_point_sources

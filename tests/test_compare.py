@@ -184,7 +184,8 @@ class Alternating:
 def _use_alternating_provider():
     @evalctl.hookimpl
     def evalctl_register_providers(register):
-        register(evalctl.ProviderSpec(name="alternating", create=lambda options: Alternating()))
+        register(evalctl.ProviderSpec(name="alternating", create=lambda options: Alternating(),
+                                      live=False))
 
     plugin = types.ModuleType("alternating")
     plugin.evalctl_register_providers = evalctl_register_providers

@@ -14,6 +14,8 @@ from evalctl._run.runner import grade
 from evalctl._workspace import create_workspace, new_run_directory
 from evalctl.plugins.graders.grounding import extract_paths
 
+from .conftest import sandbox_for
+
 
 @pytest.fixture
 def workspace(tmp_path):
@@ -27,7 +29,7 @@ def agent_result(workspace, final_text="Done.", status="completed", **overrides)
     fields = dict(final_text=final_text, exit_status=status, turns=2, tool_calls=1,
                   usage=evalctl.TokenUsage(10, 5), cost=0.0, duration=0.1,
                   files_changed=workspace.changed_files(), ledger_path=workspace.ledger_path,
-                  seed_path=workspace.seed_path)
+                  seed_path=workspace.seed_path, sandbox=sandbox_for(workspace))
     fields.update(overrides)
     return evalctl.AgentResult(**fields)
 
@@ -103,11 +105,9 @@ def test_tests_pass_with_no_tests_is_a_failure(registry, workspace):
     assert custom.passed
 
 
-@pytest.fixture(params=["fork", "spawn"])
-def python_mode(request, monkeypatch):
-    """The python grader forks where it can, and spawns an interpreter elsewhere."""
-    if request.param == "spawn":
-        monkeypatch.setattr("evalctl._process.can_fork", lambda: False)
+@pytest.fixture(params=["local"])
+def python_mode(request):
+    """The sandbox the python grader's interpreter runs in."""
     return request.param
 
 

@@ -14,7 +14,7 @@ from evalctl._plugin.types import ExitStatus, StopReason
 from evalctl._suite.model import Limits, Task
 from evalctl._workspace import create_workspace, new_run_directory
 
-from .conftest import FakeModel, call, final_turn, tool_turn
+from .conftest import FakeModel, call, final_turn, sandbox_for, tool_turn
 
 
 def make_task(**overrides) -> Task:
@@ -25,7 +25,7 @@ def make_task(**overrides) -> Task:
 
 def run(task: Task, model: FakeModel, tmp_path, files=None):
     workspace = create_workspace(new_run_directory(tmp_path), task.id, files or {})
-    return asyncio.run(run_agent(task, model, workspace)), workspace
+    return asyncio.run(run_agent(task, model, workspace, sandbox_for(workspace))), workspace
 
 
 def test_a_turn_with_tool_calls_then_a_final_answer(tmp_path):
@@ -169,7 +169,8 @@ def test_the_ledger_is_append_only_over_a_long_run(tmp_path):
         return workspace.ledger_path
 
     model = FakeModel([turn] * 40 + [final_turn()])
-    asyncio.run(run_agent(make_task(id="long", limits=Limits(turns=50)), model, workspace))
+    asyncio.run(run_agent(make_task(id="long", limits=Limits(turns=50)), model, workspace,
+                          sandbox_for(workspace)))
     final = workspace.ledger_path.read_bytes()
     for earlier in snapshots:
         assert final.startswith(earlier)  # nothing already written was ever rewritten
@@ -186,7 +187,8 @@ def test_cancelling_a_task_records_aborted_and_keeps_partial_work(tmp_path):
                        30.0])
 
     async def main():
-        job = asyncio.create_task(run_agent(make_task(), model, workspace))
+        job = asyncio.create_task(run_agent(make_task(), model, workspace,
+                                            sandbox_for(workspace)))
         while len(model.requests) < 2:
             await asyncio.sleep(0.01)
         job.cancel()

@@ -19,6 +19,7 @@ from evalctl._workspace import create_workspace, new_run_directory
 from evalctl.plugins.providers import anthropic_prices
 from evalctl.plugins.providers.scripted import CANNED_REPLY
 
+from .conftest import sandbox_for
 from .messages_server import MessagesServer, error, message, text_block, tool_use
 
 TASK = Task(id="t", prompt="Create a.txt containing hi.",
@@ -27,7 +28,7 @@ TASK = Task(id="t", prompt="Create a.txt containing hi.",
 
 def run_task(provider, tmp_path, task: Task = TASK):
     workspace = create_workspace(new_run_directory(tmp_path), task.id, dict(task.files))
-    return asyncio.run(run_agent(task, provider, workspace)), workspace
+    return asyncio.run(run_agent(task, provider, workspace, sandbox_for(workspace))), workspace
 
 
 # -- scripted ---------------------------------------------------------------------

@@ -305,8 +305,8 @@ def test_a_broken_provider_plugin_is_an_error_and_the_reports_are_written(tmp_pa
 
     @evalctl.hookimpl
     def evalctl_register_providers(register):
-        register(evalctl.ProviderSpec(name="broken", create=lambda options: Broken()))
-        register(evalctl.ProviderSpec(name="wrong", create=lambda options: NotATurn()))
+        register(evalctl.ProviderSpec(name="broken", create=lambda options: Broken(), live=False))
+        register(evalctl.ProviderSpec(name="wrong", create=lambda options: NotATurn(), live=False))
 
     plugin = types.ModuleType("broken")
     plugin.evalctl_register_providers = evalctl_register_providers

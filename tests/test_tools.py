@@ -8,8 +8,10 @@ import time
 
 import pytest
 
-from evalctl._agent.tools import OUTPUT_LIMIT, Toolbox, agent_environment
+from evalctl._agent.tools import OUTPUT_LIMIT, Toolbox
 from evalctl._workspace import create_workspace, new_run_directory
+
+from .conftest import sandbox_for
 
 
 @pytest.fixture
@@ -19,8 +21,12 @@ def workspace(tmp_path):
                                               "src/app.py": "print('hi')\n"})
 
 
-def use(toolbox: Toolbox, name: str, **arguments):
-    return asyncio.run(toolbox.call(name, arguments))
+def toolbox(workspace, permissions: str = "full") -> Toolbox:
+    return Toolbox(workspace, sandbox_for(workspace), permissions)
+
+
+def use(tools: Toolbox, name: str, **arguments):
+    return asyncio.run(tools.call(name, arguments))
 
 
 def test_the_workspace_is_seeded_and_state_lives_outside_it(workspace):
@@ -32,14 +38,14 @@ def test_the_workspace_is_seeded_and_state_lives_outside_it(workspace):
 
 
 def test_read_file_numbers_lines_and_pages(workspace):
-    box = Toolbox(workspace)
+    box = toolbox(workspace)
     out = use(box, "read_file", path="notes.txt", offset=2, limit=1)
     assert not out.is_error
     assert out.content == "     2\tbeta\n[more lines follow; continue with offset=3]"
 
 
 def test_read_file_missing_directory_and_binary(workspace):
-    box = Toolbox(workspace)
+    box = toolbox(workspace)
     assert "does not exist" in use(box, "read_file", path="nope.txt").content
     assert "is a directory" in use(box, "read_file", path="src").content
     (workspace.root / "blob.bin").write_bytes(b"\x00\x01\x02" * 100)
@@ -49,14 +55,14 @@ def test_read_file_missing_directory_and_binary(workspace):
 
 def test_read_file_of_a_huge_file_is_bounded(workspace):
     (workspace.root / "huge.txt").write_text("x" * 50 + "\n" + ("y" * 10_000 + "\n") * 3000)
-    out = use(Toolbox(workspace), "read_file", path="huge.txt")
+    out = use(toolbox(workspace), "read_file", path="huge.txt")
     assert len(out.content) <= OUTPUT_LIMIT + 200
     assert "characters elided" in out.content
 
 
 def test_read_file_of_one_enormous_line_is_bounded(workspace):
     (workspace.root / "oneline.txt").write_text("z" * 3_000_000 + "\nsecond\n")
-    out = use(Toolbox(workspace), "read_file", path="oneline.txt")
+    out = use(toolbox(workspace), "read_file", path="oneline.txt")
     first, second = out.content.splitlines()
     assert first.endswith("[... line cut at 2000 characters]") and len(first) < 2100
     assert second == "     2\tsecond"
@@ -64,18 +70,18 @@ def test_read_file_of_one_enormous_line_is_bounded(workspace):
 
 def test_edit_file_refuses_huge_files_with_a_way_out(workspace):
     (workspace.root / "big.txt").write_text("a" * 11_000_000)
-    out = use(Toolbox(workspace), "edit_file", path="big.txt", old_text="a", new_text="b")
+    out = use(toolbox(workspace), "edit_file", path="big.txt", old_text="a", new_text="b")
     assert out.is_error and "over 10 MB" in out.content and "sed" in out.content
 
 
 def test_write_file_creates_directories(workspace):
-    out = use(Toolbox(workspace), "write_file", path="deep/er/new.txt", content="hello")
+    out = use(toolbox(workspace), "write_file", path="deep/er/new.txt", content="hello")
     assert not out.is_error
     assert (workspace.root / "deep/er/new.txt").read_text() == "hello"
 
 
 def test_edit_file_needs_an_exact_unique_match(workspace):
-    box = Toolbox(workspace)
+    box = toolbox(workspace)
     missing = use(box, "edit_file", path="notes.txt", old_text="gamma", new_text="x")
     assert missing.is_error and "not found" in missing.content
     ambiguous = use(box, "edit_file", path="notes.txt", old_text="alpha", new_text="x")
@@ -88,7 +94,7 @@ def test_edit_file_needs_an_exact_unique_match(workspace):
 
 @pytest.mark.parametrize("path", ["../escape.txt", "/etc/passwd", "src/../../escape.txt"])
 def test_paths_outside_the_workspace_are_refused(workspace, path):
-    box = Toolbox(workspace)
+    box = toolbox(workspace)
     for name, arguments in (("read_file", {"path": path}),
                             ("write_file", {"path": path, "content": "x"}),
                             ("edit_file", {"path": path, "old_text": "a", "new_text": "b"})):
@@ -102,7 +108,7 @@ def test_symlinks_pointing_out_are_refused(workspace, tmp_path):
     secret.write_text("secret")
     (workspace.root / "link.txt").symlink_to(secret)
     (workspace.root / "linkdir").symlink_to(tmp_path)
-    box = Toolbox(workspace)
+    box = toolbox(workspace)
     assert "outside the workspace" in use(box, "read_file", path="link.txt").content
     assert "outside the workspace" in use(box, "write_file", path="linkdir/x.txt",
                                           content="x").content
@@ -112,11 +118,11 @@ def test_symlinks_pointing_out_are_refused(workspace, tmp_path):
 
 def test_a_symlink_inside_the_workspace_is_fine(workspace):
     (workspace.root / "alias.txt").symlink_to(workspace.root / "notes.txt")
-    assert "beta" in use(Toolbox(workspace), "read_file", path="alias.txt").content
+    assert "beta" in use(toolbox(workspace), "read_file", path="alias.txt").content
 
 
 def test_glob_and_grep(workspace):
-    box = Toolbox(workspace)
+    box = toolbox(workspace)
     assert use(box, "glob", pattern="**/*.py").content == "src/app.py"
     assert use(box, "glob", pattern="*.md").content == "no files match *.md"
     assert use(box, "glob", pattern="../*").is_error
@@ -129,20 +135,20 @@ def test_glob_and_grep(workspace):
 
 def test_grep_says_which_files_it_did_not_search(workspace):
     (workspace.root / "blob.bin").write_bytes(b"alpha\x00" * 10)
-    out = use(Toolbox(workspace), "grep", pattern="alpha")
+    out = use(toolbox(workspace), "grep", pattern="alpha")
     assert out.content.startswith("notes.txt:1:alpha")
     assert out.content.endswith("[not searched, binary or over 5 MB: blob.bin]")
 
 
 def test_grep_caps_its_results(workspace):
     (workspace.root / "many.txt").write_text("hit\n" * 500)
-    out = use(Toolbox(workspace), "grep", pattern="hit", path="many.txt")
+    out = use(toolbox(workspace), "grep", pattern="hit", path="many.txt")
     assert out.content.count("many.txt:") == 200
     assert "300 more matches not shown" in out.content
 
 
 def test_bash_runs_in_the_workspace_and_reports_the_exit_code(workspace):
-    box = Toolbox(workspace)
+    box = toolbox(workspace)
     ok = use(box, "bash", command="pwd; ls")
     assert ok.content.startswith("exit code 0\n" + str(workspace.root))
     failed = use(box, "bash", command="echo oops >&2; exit 3")
@@ -150,7 +156,7 @@ def test_bash_runs_in_the_workspace_and_reports_the_exit_code(workspace):
 
 
 def test_bash_output_keeps_head_and_tail(workspace):
-    out = use(Toolbox(workspace), "bash",
+    out = use(toolbox(workspace), "bash",
               command="echo START; head -c 200000 /dev/zero | tr '\\0' x; echo; echo END")
     assert out.content.startswith("exit code 0\nSTART")
     assert out.content.rstrip().endswith("END")
@@ -161,7 +167,7 @@ def test_bash_output_keeps_head_and_tail(workspace):
 def test_bash_timeout_kills_the_whole_process_group(workspace):
     marker = workspace.root / "survivor"
     started = time.monotonic()
-    out = use(Toolbox(workspace), "bash", timeout=1,
+    out = use(toolbox(workspace), "bash", timeout=1,
               command=f"(sleep 3; touch {marker}) & sleep 30")
     assert out.is_error and "timed out after 1s" in out.content
     assert time.monotonic() - started < 10
@@ -171,7 +177,7 @@ def test_bash_timeout_kills_the_whole_process_group(workspace):
 
 def test_bash_leaves_nothing_behind_after_a_normal_exit(workspace):
     marker = workspace.root / "late"
-    out = use(Toolbox(workspace), "bash", command=f"(sleep 2; touch {marker}) & echo started")
+    out = use(toolbox(workspace), "bash", command=f"(sleep 2; touch {marker}) & echo started")
     assert out.content == "exit code 0\nstarted"
     time.sleep(2.5)
     assert not marker.exists()
@@ -181,17 +187,14 @@ def test_bash_environment_has_no_credentials_and_its_own_home(workspace, monkeyp
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "GITHUB_TOKEN", "MY_SECRET",
                  "DB_PASSWORD", "aws_access_key_id"):
         monkeypatch.setenv(name, "leak")
-    monkeypatch.setenv("HARMLESS", "kept")
-    env = agent_environment(workspace)
-    assert "leak" not in env.values()
-    assert env["HARMLESS"] == "kept" and env["HOME"] == str(workspace.home)
-    out = use(Toolbox(workspace), "bash", command="env")
-    assert "leak" not in out.content
-    assert f"HOME={workspace.home}" in out.content
+    monkeypatch.setenv("HARMLESS", "not passed on either")
+    out = use(toolbox(workspace), "bash", command="env")
+    assert "leak" not in out.content and "HARMLESS" not in out.content
+    assert f"HOME={workspace.home}" in out.content and f"TMPDIR={workspace.tmp}" in out.content
 
 
 def test_read_only_denies_writes_with_a_reason(workspace):
-    box = Toolbox(workspace, permissions="read-only")
+    box = toolbox(workspace, permissions="read-only")
     for name, arguments in (("write_file", {"path": "x", "content": "y"}),
                             ("edit_file", {"path": "notes.txt", "old_text": "beta",
                                            "new_text": "x"}),
@@ -203,7 +206,7 @@ def test_read_only_denies_writes_with_a_reason(workspace):
 
 
 def test_unknown_tools_and_bad_arguments_are_tool_errors(workspace):
-    box = Toolbox(workspace)
+    box = toolbox(workspace)
     assert "unknown tool 'rm'" in use(box, "rm", path="x").content
     bad = use(box, "write_file", path="x")
     assert bad.is_error and "'content' is a required property" in bad.content

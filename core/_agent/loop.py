@@ -19,6 +19,7 @@ from evalctl._plugin.types import (
     Message,
     ModelRequest,
     ModelTurn,
+    Sandbox,
     StopReason,
     ToolCall,
     ToolResult,
@@ -51,7 +52,7 @@ class _Progress:
     unpriced_noted: bool = False
 
 
-async def run_agent(task: Task, provider: Any, workspace: Workspace,
+async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sandbox,
                     system_prompt: str = SYSTEM_PROMPT) -> AgentResult:
     """Run one task to its end. Cancellation records 'aborted' and re-raises; an
     unexpected exception is recorded as 'internal_error' and re-raised."""
@@ -59,7 +60,7 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace,
     ledger = Ledger(workspace.ledger_path)
     ledger.append("task_start", task_id=task.id, prompt=task.prompt,
                   permissions=task.permissions, limits=task.limits.to_dict())
-    toolbox = Toolbox(workspace, task.permissions)
+    toolbox = Toolbox(workspace, sandbox, task.permissions)
     messages: list[Message] = [UserMessage(task.prompt)]
     progress = _Progress()
     status, error = ExitStatus.MAX_TURNS, None

@@ -10,7 +10,6 @@ import asyncio
 import functools
 import os
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,8 @@ from typing import Any
 
 from evalctl._files import IGNORED_DIRS, ConfinementError
 from evalctl._plugin.tooldefs import TOOL_DEFINITIONS, WRITING_TOOLS
-from evalctl._process import OUTPUT_LIMIT, run_command
+from evalctl._plugin.types import Sandbox
+from evalctl._process import OUTPUT_LIMIT
 from evalctl._text import BINARY_SAMPLE_BYTES, looks_binary, truncate
 from evalctl._workspace import Workspace
 
@@ -29,7 +29,6 @@ GLOB_MAX_RESULTS = 500
 SEARCH_MAX_FILE_BYTES = 5_000_000
 EDIT_MAX_FILE_BYTES = 10_000_000
 BASH_DEFAULT_TIMEOUT = 60.0
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -41,27 +40,6 @@ class ToolOutcome:
 
 def _error(message: str) -> ToolOutcome:
     return ToolOutcome(message, is_error=True)
-
-
-def scrubbed_environment(home: Path, tmp: Path,
-                         base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """An environment without provider credentials (ANTHROPIC_*, and any name containing
-    KEY, TOKEN, SECRET or PASSWORD), with its own HOME and TMPDIR, and the harness's
-    interpreter first on PATH so `python` and `pytest` mean the ones evalctl runs on."""
-    source = os.environ if base is None else base
-    env = {
-        name: value for name, value in source.items()
-        if not name.startswith("ANTHROPIC_") and not SECRET_NAME.search(name)
-    }
-    env["HOME"] = str(home)
-    env["TMPDIR"] = str(tmp)
-    interpreter_dir = str(Path(sys.executable).parent)
-    env["PATH"] = os.pathsep.join([interpreter_dir, env.get("PATH", os.defpath)])
-    return env
-
-
-def agent_environment(workspace: Workspace) -> dict[str, str]:
-    return scrubbed_environment(workspace.home, workspace.tmp)
 
 
 def _walk_files(base: Path) -> list[Path]:
@@ -105,11 +83,10 @@ def tool_validators() -> dict[str, Any]:
 class Toolbox:
     """The six tools bound to one workspace and one permission level."""
 
-    def __init__(self, workspace: Workspace, permissions: str = "full",
-                 env: Mapping[str, str] | None = None):
+    def __init__(self, workspace: Workspace, sandbox: Sandbox, permissions: str = "full"):
         self.workspace = workspace
+        self.sandbox = sandbox
         self.permissions = permissions
-        self.env = dict(env) if env is not None else agent_environment(workspace)
         self._validators = tool_validators()
 
     async def call(self, name: str, arguments: Any) -> ToolOutcome:
@@ -266,8 +243,9 @@ class Toolbox:
     # -- bash ---------------------------------------------------------------------
 
     async def bash(self, command: str, timeout: float = BASH_DEFAULT_TIMEOUT) -> ToolOutcome:
-        code, output, timed_out = await run_command(
-            command, cwd=self.workspace.root, env=self.env, timeout=timeout)
+        ran = await self.sandbox.run(command, timeout=timeout, merge_stderr=True,
+                                     output_limit=OUTPUT_LIMIT)
+        code, output, timed_out = ran.exit_code, ran.stdout, ran.timed_out
         if timed_out:
             return _error(f"timed out after {timeout:g}s; the command and its children were "
                           f"killed\n{output}".rstrip())

@@ -49,3 +49,17 @@ def evalctl_register_reporters(register: Callable[..., None]) -> None:
     ``write(run_result, path)`` writes an ``evalctl.RunResult`` to ``path`` (use
     ``evalctl.write_atomically``) and returns the path written.
     """
+
+
+@hookspec
+def evalctl_register_sandboxes(register: Callable[..., None]) -> None:
+    """Register sandboxes, selected with ``evalctl run --sandbox NAME``.
+
+    Call ``register(evalctl.SandboxSpec(name, create, ...))``. ``create(request)``
+    receives an ``evalctl.SandboxRequest`` and returns an ``evalctl.Sandbox``: an
+    object with ``async run(command, *, timeout, env=None, stdin=None, cwd=None,
+    merge_stderr=False, output_limit=None) -> evalctl.CommandResult`` and ``async
+    close()``, after which no process it started may be alive. Everything the agent
+    or a task's files can execute runs through it: the ``bash`` tool and graders'
+    subprocesses. ``evalctl.run_process`` supervises a child process for you.
+    """

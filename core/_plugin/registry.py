@@ -22,7 +22,7 @@ import pluggy
 
 from evalctl._errors import PluginError, UsageError
 from evalctl._plugin import hookspecs
-from evalctl._plugin.specs import GraderSpec, ProviderSpec, ReporterSpec
+from evalctl._plugin.specs import GraderSpec, ProviderSpec, ReporterSpec, SandboxSpec
 
 ENTRY_POINT_GROUP = "evalctl"
 DISABLE_ENV = "EVALCTL_DISABLE_PLUGINS"
@@ -33,8 +33,9 @@ HOOKS: dict[str, tuple[str, type]] = {
     "evalctl_register_graders": ("grader", GraderSpec),
     "evalctl_register_providers": ("provider", ProviderSpec),
     "evalctl_register_reporters": ("reporter", ReporterSpec),
+    "evalctl_register_sandboxes": ("sandbox", SandboxSpec),
 }
-KINDS = ("grader", "provider", "reporter")
+KINDS = ("grader", "provider", "reporter", "sandbox")
 
 
 @dataclass
@@ -84,6 +85,7 @@ class PluginRecord:
             "graders": list(self.provides["grader"]),
             "providers": list(self.provides["provider"]),
             "reporters": list(self.provides["reporter"]),
+            "sandboxes": list(self.provides["sandbox"]),
         }
 
 
@@ -104,6 +106,10 @@ class Registry:
     @property
     def reporters(self) -> dict[str, ReporterSpec]:
         return self.specs["reporter"]
+
+    @property
+    def sandboxes(self) -> dict[str, SandboxSpec]:
+        return self.specs["sandbox"]
 
     def problems(self) -> list[str]:
         """Every plugin failure and name conflict, one line each."""
@@ -155,10 +161,10 @@ class Registry:
         if disabled:
             message += f"; disabled by {DISABLE_ENV}: {', '.join(disabled)}"
         if not close:
+            package = f"evalctl-{name.replace('_', '-')}"
             message += (f". If a plugin provides it, install that plugin (by convention the "
-                        f"package evalctl-{name.replace('_', '-')}; in an evalctl checkout: "
-                        f"pip install plugins/{kind}s/evalctl-{name.replace('_', '-')}) and "
-                        "check evalctl list-plugins")
+                        f"package {package}: pip install {package}) and check "
+                        "evalctl list-plugins")
         return message
 
     @staticmethod

@@ -26,13 +26,17 @@ class CheckResult:
     """One grader's answer to one question: passed or not, and why.
 
     A grader that asks a model (a judge) reports the model's `usage` and `cost` here;
-    they are accounted apart from the agent's.
+    they are accounted apart from the agent's. A grader that sees evidence the agent
+    gamed the check (a changed protected file, an interpreter that exited before the
+    assertions finished) sets `suspected_gaming` and says so in `detail`; the report
+    marks the check so a reviewer can filter on it.
     """
 
     passed: bool
     detail: str = ""
     usage: TokenUsage | None = None
     cost: float | None = None
+    suspected_gaming: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,12 +89,16 @@ class ProviderSpec:
     JSON Schemas (the scripted provider's `script:`); they join the published suite
     schema. `error_statuses` are the exit statuses of its own (raised through
     `ProviderError(status=...)`) that make a task an error rather than a failure.
+    `live` is False for a provider whose turns come from the suite itself (scripted):
+    only such a provider may run in a sandbox that does not isolate, unless the user
+    chose that sandbox by name.
     """
 
     name: str
     create: Callable[[Mapping[str, Any]], Any]
     description: str = ""
     default_concurrency: int = 8
+    live: bool = True
     task_schema: Mapping[str, Any] = field(default_factory=dict)
     error_statuses: tuple[str, ...] = ()
 
@@ -120,3 +128,52 @@ class ReporterSpec:
         _check_name("reporter", self.name)
         if not callable(self.write):
             raise TypeError(f"reporter {self.name!r}: write must be callable")
+
+
+def _always_available() -> str | None:
+    return None
+
+
+def _no_limits() -> Mapping[str, str]:
+    return {}
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Where the agent's commands and graders' subprocesses run, selected with
+    `evalctl run --sandbox NAME`.
+
+    `create(request: SandboxRequest)` returns an `evalctl.Sandbox` for one attempt (it
+    may be async). `options_schema` is the JSON Schema (an object schema) of its
+    options (`--sandbox-option KEY=VALUE`, `sandbox:` in a suite's defaults); it joins
+    the published suite schema. `available()` returns None when the sandbox can run on
+    this machine, else a one-line reason with what to install. `limits()` says which
+    per-task limits this machine enforces and how (`evalctl doctor`). `isolation` says
+    in a sentence or two what the sandbox isolates and what not. `isolated` is False
+    for a sandbox that does not contain the agent: a live provider never runs in one
+    unless the user chose it by name. `auto_priority` orders the sandboxes `--sandbox
+    auto` considers: the available one with the highest wins.
+    """
+
+    name: str
+    create: Callable[..., Any]
+    options_schema: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}})
+    description: str = ""
+    isolation: str = ""
+    isolated: bool = True
+    auto_priority: int = 0
+    default_concurrency: int | None = None
+    available: Callable[[], str | None] = _always_available
+    limits: Callable[[], Mapping[str, str]] = _no_limits
+
+    def __post_init__(self) -> None:
+        _check_name("sandbox", self.name)
+        if self.name == "auto":
+            raise ValueError("sandbox name 'auto' is reserved for choosing one")
+        for attribute in ("create", "available", "limits"):
+            if not callable(getattr(self, attribute)):
+                raise TypeError(f"sandbox {self.name!r}: {attribute} must be callable")
+        schema = self.options_schema
+        if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
+            raise ValueError(f"sandbox {self.name!r}: options_schema must be an object schema")

@@ -6,10 +6,12 @@ All of it is plain dataclasses so plugins need nothing but `import evalctl`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
+
+from evalctl._process import CommandResult
 
 
 class ExitStatus:
@@ -144,9 +146,53 @@ class ModelRequest:
     turn_index: int = 0
 
 
+@runtime_checkable
+class Sandbox(Protocol):
+    """Where the commands of one task attempt run: made by a SandboxSpec's `create`.
+
+    `run` runs `command` (a bash script as a string, or argv) in the workspace (or in
+    `cwd`, a directory inside it) with exactly `env` (the sandbox's own environment
+    when None), feeding `stdin`, killed after `timeout` seconds. `close` ends the
+    sandbox: afterwards no process it started may be alive.
+    """
+
+    async def run(self, command: str | Sequence[str], *, timeout: float,
+                  env: Mapping[str, str] | None = None, stdin: bytes | str | None = None,
+                  cwd: str | None = None, merge_stderr: bool = False,
+                  output_limit: int | None = None) -> CommandResult: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class SandboxRequest:
+    """What a sandbox is made for: one attempt's workspace, and how to run in it.
+
+    `workspace` is the only directory the sandbox may let commands write, besides its
+    private `home` and `tmp`. `env` is the environment commands get, built from nothing
+    by evalctl (PATH, HOME, TMPDIR, LANG: never a credential). `network` is whether the
+    task allows network access. `options` are the sandbox's own, validated against its
+    `options_schema`. `purpose` is "agent" or "grading": graders get a fresh sandbox
+    after the agent's has been closed.
+    """
+
+    workspace: Path
+    home: Path
+    tmp: Path
+    env: Mapping[str, str]
+    network: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+    purpose: str = "agent"
+    attempt: str = ""
+
+
 @dataclass
 class AgentResult:
-    """What the agent left behind, as graders see it."""
+    """What the agent left behind, as graders see it.
+
+    `sandbox` runs commands for graders in a fresh sandbox over the workspace (the
+    agent's own sandbox has already been closed): `await result.sandbox.run(...)`.
+    """
 
     final_text: str
     exit_status: str
@@ -159,6 +205,7 @@ class AgentResult:
     ledger_path: Path | None
     error: str | None = None
     seed_path: Path | None = None  # a pristine copy of the seeded files
+    sandbox: Sandbox | None = field(default=None, repr=False, compare=False)
 
     @property
     def completed(self) -> bool:

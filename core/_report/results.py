@@ -38,10 +38,13 @@ class CheckOutcome:
     usage: TokenUsage | None = None  # a judge's model usage, apart from the agent's
     cost: float | None = None
     rate: str | None = None  # the named rate this check feeds, if its grader has one
+    suspected_gaming: bool = False  # the grader saw evidence the agent gamed the check
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"type": self.type, "kind": self.kind, "passed": self.passed,
                                 "error": self.error, "detail": self.detail}
+        if self.suspected_gaming:
+            data["suspected_gaming"] = True
         if self.rate is not None:
             data["rate"] = self.rate
         if self.usage is not None:
@@ -56,7 +59,8 @@ class CheckOutcome:
                    bool(data.get("passed")), str(data.get("detail", "")),
                    bool(data.get("error", False)),
                    TokenUsage.from_dict(usage) if usage is not None else None,
-                   data.get("cost"), data.get("rate"))
+                   data.get("cost"), data.get("rate"),
+                   bool(data.get("suspected_gaming", False)))
 
 
 @dataclass
@@ -197,6 +201,7 @@ class RunResult:
     # The named rates the installed graders contribute: reported even when no check of
     # the run fed them, so that reports of one setup always have the same keys.
     rate_names: tuple[str, ...] = ()
+    sandbox: dict[str, Any] = field(default_factory=dict)  # name, options, isolated
 
     def ran(self) -> list[TaskResult]:
         return [t for t in self.tasks if t.status != NOT_RUN]
@@ -292,6 +297,7 @@ class RunResult:
                       "sha256": self.suite_sha256},
             "provider": self.provider,
             "model": self.model,
+            "sandbox": dict(self.sandbox),
             "evalctl_version": self.evalctl_version,
             "plugins": dict(sorted(self.plugin_versions.items())),
             "started_at": self.started_at,
@@ -325,6 +331,7 @@ class RunResult:
             interrupted=bool(data.get("interrupted", False)),
             run_directory=str(data.get("run_directory", "")),
             repeat=int(data.get("repeat", 1)), rate_names=rate_names,
+            sandbox=dict(data.get("sandbox") or {}),
         )
 
 

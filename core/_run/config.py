@@ -10,7 +10,7 @@ from typing import Any
 from evalctl._errors import UsageError
 
 KEYS = {"reporters": list, "provider": str, "model": str, "concurrency": int, "out": str,
-        "provider_options": dict}
+        "provider_options": dict, "sandbox": str, "sandbox_options": dict}
 
 
 @dataclass

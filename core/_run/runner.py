@@ -17,13 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import evalctl
 from evalctl._agent.loop import run_agent
 from evalctl._agent.tools import tool_validators
 from evalctl._errors import UsageError
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.specs import CheckResult, GraderSpec
-from evalctl._plugin.types import AgentResult, ExitStatus
+from evalctl._plugin.types import AgentResult, ExitStatus, SandboxRequest
 from evalctl._report.results import (
     ERROR,
     FAILED,
@@ -33,8 +32,16 @@ from evalctl._report.results import (
     RunResult,
     TaskResult,
 )
+from evalctl._run.sandboxing import SandboxChoice, choose_sandbox, open_sandbox
 from evalctl._suite.model import Suite, Task
-from evalctl._workspace import create_workspace, ledger_path, new_run_directory
+from evalctl._version import __version__
+from evalctl._workspace import (
+    Workspace,
+    create_workspace,
+    ledger_path,
+    new_run_directory,
+    sandbox_environment,
+)
 
 
 @dataclass
@@ -47,6 +54,10 @@ class RunOptions:
     only: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     repeat: int = 1
+    sandbox: str | None = None  # --sandbox NAME: chosen by the user, by name
+    sandbox_options: Mapping[str, str] = field(default_factory=dict)  # --sandbox-option
+    config_sandbox: str | None = None  # `sandbox` in evalctl.toml
+    config_sandbox_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 ProgressCallback = Callable[[str, Task, TaskResult | None], None]
@@ -76,6 +87,7 @@ class PreparedRun:
     options: RunOptions
     registry: Registry
     run_dir: Path
+    sandbox: SandboxChoice
     # Exit statuses that make a task an error, not a failure: the kernel's and those
     # the provider declares (the scripted provider's script_error, say).
     error_statuses: frozenset[str] = ExitStatus.ERRORS
@@ -91,8 +103,13 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
     if options.model:
         provider_options["model"] = options.model
     provider = spec.create(provider_options)
+    sandbox = choose_sandbox(
+        registry, spec, flag=options.sandbox, flag_options=options.sandbox_options,
+        suite_default=suite.sandbox, config_name=options.config_sandbox,
+        config_options=options.config_sandbox_options)
     tool_validators()  # one-time setup belongs before the first task, not inside it
-    concurrency = options.concurrency or spec.default_concurrency
+    concurrency = options.concurrency or min(
+        spec.default_concurrency, sandbox.spec.default_concurrency or spec.default_concurrency)
     if concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
     if options.repeat < 1:
@@ -103,7 +120,7 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
         raise UsageError(f"cannot create a run directory under {options.out_dir}: "
                          f"{exc.strerror or exc}") from None
     return PreparedRun(suite, tasks, provider, concurrency, options, registry, run_dir,
-                       ExitStatus.ERRORS | set(spec.error_statuses))
+                       sandbox, ExitStatus.ERRORS | set(spec.error_statuses))
 
 
 async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
@@ -122,7 +139,8 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
                             f"grader crashed: {type(exc).__name__}: {exc}", error=True,
                             rate=spec.rate)
     return CheckOutcome(spec.name, spec.kind, bool(answer.passed), str(answer.detail),
-                        usage=answer.usage, cost=answer.cost, rate=spec.rate)
+                        usage=answer.usage, cost=answer.cost, rate=spec.rate,
+                        suspected_gaming=bool(answer.suspected_gaming))
 
 
 def attempt_name(task: Task, attempt: int, repeat: int) -> str:
@@ -130,12 +148,36 @@ def attempt_name(task: Task, attempt: int, repeat: int) -> str:
     return task.id if repeat == 1 else f"{task.id}@{attempt}"
 
 
+def _sandbox_request(task: Task, workspace: Workspace, prepared: PreparedRun, name: str,
+                     purpose: str) -> SandboxRequest:
+    return SandboxRequest(workspace.root, workspace.home, workspace.tmp,
+                          sandbox_environment(workspace.home, workspace.tmp),
+                          network=task.network, options=prepared.sandbox.options,
+                          purpose=purpose, attempt=name)
+
+
 async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskResult:
     name = attempt_name(task, attempt, prepared.options.repeat)
     workspace = create_workspace(prepared.run_dir, name, task.files)
-    agent = await run_agent(task, prepared.provider, workspace)
-    checks = [await grade(check, prepared.registry.graders[check["type"]], workspace.root, agent)
-              for check in task.checks]
+    try:
+        sandbox = await open_sandbox(prepared.sandbox,
+                                     _sandbox_request(task, workspace, prepared, name, "agent"))
+    except Exception as exc:
+        return _sandbox_failure(task, workspace, attempt, exc)
+    try:
+        agent = await run_agent(task, prepared.provider, workspace, sandbox)
+    finally:
+        await sandbox.close()  # nothing the agent started outlives its turn at the work
+    try:
+        agent.sandbox = await open_sandbox(
+            prepared.sandbox, _sandbox_request(task, workspace, prepared, name, "grading"))
+    except Exception as exc:
+        return _sandbox_failure(task, workspace, attempt, exc)
+    try:
+        checks = [await grade(check, prepared.registry.graders[check["type"]], workspace.root,
+                              agent) for check in task.checks]
+    finally:
+        await agent.sandbox.close()
     # Only mechanical checks decide the task; a judge's error shows in its own section.
     mechanical = [c for c in checks if c.kind == "mechanical"]
     if agent.exit_status in prepared.error_statuses or any(c.error for c in mechanical):
@@ -150,6 +192,15 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
         cost=agent.cost, duration=agent.duration, workspace=str(workspace.root),
         ledger=str(workspace.ledger_path), tags=task.tags, attempt=attempt,
     )
+
+
+def _sandbox_failure(task: Task, workspace: Workspace, attempt: int,
+                     exc: Exception) -> TaskResult:
+    """A sandbox that cannot start is the machine's problem, not the agent's: an error."""
+    return TaskResult(task.id, ERROR, exit_status=ExitStatus.INTERNAL_ERROR, tags=task.tags,
+                      attempt=attempt, workspace=str(workspace.root),
+                      ledger=str(workspace.ledger_path),
+                      error=f"the sandbox failed to start: {type(exc).__name__}: {exc}")
 
 
 def _now() -> str:
@@ -225,12 +276,13 @@ async def _execute(prepared: PreparedRun, progress: ProgressCallback | None) -> 
         model=prepared.options.model,
         started_at=started_at,
         finished_at=_now(),
-        evalctl_version=evalctl.__version__,
+        evalctl_version=__version__,
         plugin_versions={p.name: p.version for p in registry.plugins if p.status == "ok"},
         tasks=results,
         interrupted=interrupted,
         run_directory=str(run_dir),
         repeat=repeat,
         rate_names=tuple(sorted({spec.rate for spec in registry.graders.values() if spec.rate})),
+        sandbox=prepared.sandbox.to_dict(),
     )
 

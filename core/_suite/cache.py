@@ -26,7 +26,7 @@ def cache_dir() -> Path:
 
 def cache_key(raw: bytes, schema_digest: str, rule_inputs: list[str]) -> str:
     digest = hashlib.sha256(raw)
-    from evalctl import __version__
+    from evalctl._version import __version__
 
     digest.update(f"\0{FORMAT}\0{__version__}\0{schema_digest}\0{','.join(rule_inputs)}".encode())
     return digest.hexdigest()

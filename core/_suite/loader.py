@@ -82,6 +82,7 @@ def _build(path: Path, data: Any, task_lines: list[int], sha: str,
             files=dict(raw_task.get("files", {})),
             tags=tuple(dict.fromkeys([*defaults.get("tags", []), *raw_task.get("tags", [])])),
             permissions=raw_task.get("permissions", defaults.get("permissions", "full")),
+            network=raw_task.get("network", defaults.get("network", False)),
             limits=Limits(
                 turns=limits.get("turns", DEFAULT_TURNS),
                 seconds=float(limits.get("seconds", DEFAULT_SECONDS)),
@@ -91,7 +92,8 @@ def _build(path: Path, data: Any, task_lines: list[int], sha: str,
             line=line,
         ))
     name = "" if isinstance(data, list) else data.get("name", "")
-    return Suite(path, tasks, sha, name or path.stem, list(warnings))
+    return Suite(path, tasks, sha, name or path.stem, list(warnings),
+                 sandbox=defaults.get("sandbox"))
 
 
 def _parse_and_validate(raw: bytes, label: str, schema: Mapping[str, Any],

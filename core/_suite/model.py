@@ -36,6 +36,7 @@ class Task:
     tags: tuple[str, ...] = ()
     permissions: str = "full"
     limits: Limits = field(default_factory=Limits)
+    network: bool = False  # whether the sandbox lets the task reach the network
     # Task keys that plugins contribute (a provider's `script:`, say), passed to them as is.
     extra: Mapping[str, Any] = field(default_factory=dict)
     line: int = 1
@@ -53,3 +54,4 @@ class Suite:
     sha256: str
     name: str = ""
     warnings: list[Problem] = field(default_factory=list)
+    sandbox: Any = None  # `defaults: sandbox:` as written: a name, or a mapping with `name`

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from evalctl._plugin.specs import GraderSpec, ProviderSpec
+from evalctl._plugin.specs import GraderSpec, ProviderSpec, SandboxSpec
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
@@ -28,6 +28,11 @@ LIMITS = {
         "cost": {"type": "number", "minimum": 0, "description": "Most USD spent on the model."},
     },
     "additionalProperties": False,
+}
+
+NETWORK = {
+    "type": "boolean",
+    "description": "Whether the sandbox lets commands reach the network (default false).",
 }
 
 PERMISSIONS = {
@@ -66,6 +71,7 @@ def _task_schema(plugin_keys: Mapping[str, Any]) -> dict[str, Any]:
             "tags": {"type": "array", "items": {"type": "string"}},
             "permissions": PERMISSIONS,
             "limits": LIMITS,
+            "network": NETWORK,
             **{key: copy.deepcopy(dict(schema)) for key, schema in plugin_keys.items()},
         },
         "required": ["id", "prompt", "checks"],
@@ -93,8 +99,26 @@ def plugin_task_keys(providers: Mapping[str, ProviderSpec]) -> dict[str, Any]:
     return keys
 
 
+def _sandbox_schema(sandboxes: Mapping[str, SandboxSpec]) -> dict[str, Any]:
+    """`sandbox:` in a suite's defaults: a name, or a mapping of `name` and the
+    sandbox's own options, checked against its options_schema."""
+    names = sorted(sandboxes)
+    choices: list[dict[str, Any]] = [{"enum": ["auto", *names]}]
+    for name in names:
+        options = copy.deepcopy(dict(sandboxes[name].options_schema))
+        choices.append({
+            "type": "object",
+            "properties": {"name": {"const": name}, **options.get("properties", {})},
+            "required": ["name"],
+            "additionalProperties": False,
+        })
+    return {"description": "The sandbox the suite's commands run in (--sandbox overrides).",
+            "oneOf": choices}
+
+
 def build_schema(graders: Mapping[str, GraderSpec],
-                 task_keys: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                 task_keys: Mapping[str, Any] | None = None,
+                 sandboxes: Mapping[str, SandboxSpec] | None = None) -> dict[str, Any]:
     """Compose the suite schema for these graders and plugin task keys (sorted, so the
     output is stable)."""
     names = sorted(graders)
@@ -123,7 +147,9 @@ def build_schema(graders: Mapping[str, GraderSpec],
                     "properties": {
                         "permissions": PERMISSIONS,
                         "limits": LIMITS,
+                        "network": NETWORK,
                         "tags": {"type": "array", "items": {"type": "string"}},
+                        "sandbox": {"$ref": "#/$defs/sandbox"},
                     },
                     "additionalProperties": False,
                 },
@@ -135,6 +161,7 @@ def build_schema(graders: Mapping[str, GraderSpec],
     }
     for name in names:
         defs[f"check_{name}"] = _check_schema(graders[name])
+    defs["sandbox"] = _sandbox_schema(sandboxes or {})
     return {
         "$schema": DIALECT,
         "title": "evalctl suite",
@@ -159,5 +186,7 @@ def registry_schema(registry: Any, builtins_only: bool = False) -> dict[str, Any
     (what schemas/suite.schema.json publishes)."""
     if builtins_only:
         return build_schema(registry.from_distribution("grader", "evalctl"),
-                            plugin_task_keys(registry.from_distribution("provider", "evalctl")))
-    return build_schema(registry.graders, plugin_task_keys(registry.providers))
+                            plugin_task_keys(registry.from_distribution("provider", "evalctl")),
+                            registry.from_distribution("sandbox", "evalctl"))
+    return build_schema(registry.graders, plugin_task_keys(registry.providers),
+                        registry.sandboxes)

@@ -1,61 +1,46 @@
 """Graders that run something in the workspace: `command`, `tests_pass`, `python`.
 
-Each runs in a subprocess with a timeout, in its own process group, with provider
-credentials scrubbed from the environment, so a crash or a hang cannot take the run
-down.
+Each runs in the attempt's grading sandbox (a fresh one, after the agent's has been
+closed) with a timeout, so a crash or a hang fails only its check and nothing the
+workspace holds runs outside the sandbox.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
+import secrets
+import shlex
 import sys
-import tempfile
-import traceback
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import evalctl
-
-# evalctl._agent.tools (and with it asyncio) is imported when a check runs, not when the
-# plugin loads: list-plugins and --help stay fast.
 
 TAIL = 1_500
 TIMEOUT = {"type": "number", "exclusiveMinimum": 0, "description": "Seconds (default 60)."}
 
 
 def _tail(output: str) -> str:
-    output = output.strip()
-    return output if len(output) <= TAIL else "..." + output[-TAIL:]
+    return evalctl.truncate(output.strip(), TAIL, keep="tail")
 
 
-@contextlib.contextmanager
-def _grader_environment() -> Iterator[tuple[Path, dict[str, str]]]:
-    """A scratch directory (HOME and TMPDIR) and an environment without credentials."""
-    from evalctl._agent.tools import scrubbed_environment
-
-    with tempfile.TemporaryDirectory(prefix="evalctl-grader-") as scratch:
-        yield Path(scratch), scrubbed_environment(Path(scratch), Path(scratch))
-
-
-async def _run(command: str, workspace: Path, timeout: float) -> tuple[int | None, str, bool]:
-    from evalctl._process import run_command
-
-    with _grader_environment() as (_, env):
-        return await run_command(command, cwd=workspace, env=env, timeout=timeout)
+async def _run(result: evalctl.AgentResult, command: str | list[str], timeout: float,
+               stdin: str | None = None) -> evalctl.CommandResult:
+    if result.sandbox is None:
+        raise RuntimeError("this grader runs commands, and the run gave it no sandbox")
+    return await result.sandbox.run(command, timeout=timeout, stdin=stdin, merge_stderr=True)
 
 
 async def grade_command(check: dict[str, Any], workspace: Path,
                         result: evalctl.AgentResult) -> evalctl.CheckResult:
     timeout = check.get("timeout", 60)
-    code, output, timed_out = await _run(check["command"], workspace, timeout)
-    if timed_out:
-        return evalctl.CheckResult(False, f"timed out after {timeout:g}s\n{_tail(output)}")
-    if code == 0:
-        return evalctl.CheckResult(True, f"exit 0\n{_tail(output)}".strip())
-    return evalctl.CheckResult(False, f"exit {code}\n{_tail(output)}".strip())
+    ran = await _run(result, check["command"], timeout)
+    if ran.timed_out:
+        return evalctl.CheckResult(False, f"timed out after {timeout:g}s\n{_tail(ran.stdout)}")
+    if ran.exit_code == 0:
+        return evalctl.CheckResult(True, f"exit 0\n{_tail(ran.stdout)}".strip())
+    return evalctl.CheckResult(False, f"exit {ran.exit_code}\n{_tail(ran.stdout)}".strip())
 
 
 RUNNER_DURATION = re.compile(r" in \d+(?:\.\d+)?s\b")
@@ -64,10 +49,11 @@ NO_TESTS = re.compile(r"\bno tests ran\b|\bcollected 0 items\b|\bRan 0 tests\b")
 
 async def grade_tests_pass(check: dict[str, Any], workspace: Path,
                            result: evalctl.AgentResult) -> evalctl.CheckResult:
-    default = f"{_quote(sys.executable)} -m pytest -q -p no:cacheprovider"
+    default = f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider"
     command = check.get("command", default)
     timeout = check.get("timeout", 300)
-    code, output, timed_out = await _run(command, workspace, timeout)
+    ran = await _run(result, command, timeout)
+    code, output, timed_out = ran.exit_code, ran.stdout, ran.timed_out
     # Test runners print their duration; without it, the detail of a scripted run is the
     # same every time and the JSON report diffs cleanly.
     output = RUNNER_DURATION.sub("", output)
@@ -81,66 +67,77 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
     return evalctl.CheckResult(False, f"tests failed (exit {code})\n{_tail(output)}")
 
 
-def _quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
-
-
-def _check_body(code: str, workspace: Path, data: dict[str, Any]) -> Callable[[], None]:
-    """The check's code with `workspace` and `result` in scope, as a function to run in a
-    forked child or a fresh interpreter; an exception shows only the check's frames."""
-    import types
-
-    def body() -> None:
-        sys.path.insert(0, str(workspace))  # as `python -c` in the workspace would have it
-        result = types.SimpleNamespace(**data)
-        result.usage = types.SimpleNamespace(**data["usage"])
-        namespace = {"__name__": "__check__", "workspace": workspace, "result": result}
-        try:
-            exec(compile(code, "<check>", "exec"), namespace)
-        except Exception:
-            kind, error, frames = sys.exc_info()
-            while frames is not None and frames.tb_frame.f_code.co_filename != "<check>":
-                frames = frames.tb_next
-            traceback.print_exception(kind, error, frames)
-            raise SystemExit(1) from None
-
-    return body
-
-
-def run_check_file(path: str) -> None:
-    """Entry for the spawned form: run the check described by a JSON file."""
-    payload = json.loads(Path(path).read_text(encoding="utf-8"))
-    _check_body(payload["code"], Path(payload["workspace"]), payload["result"])()
+# The python check's runner: a fresh interpreter (-I: no environment variables, no user
+# site, not the current directory first on sys.path) reads the check from standard input,
+# runs it with `workspace` and `result` in scope, and only when the check's code ran to
+# its end prints a line with the nonce it was given. An agent's module that calls
+# os._exit(0) or raises SystemExit(0) while the check imports it ends the interpreter
+# before that line, which is how the grader tells "held" from "never finished".
+RUNNER = r"""
+import json, sys, traceback, types
+from pathlib import Path
+payload = json.loads(sys.stdin.readline())
+end_line = payload.pop("end_line")
+workspace = Path(payload["workspace"])
+sys.path.insert(0, str(workspace))
+result = types.SimpleNamespace(**payload["result"])
+result.usage = types.SimpleNamespace(**payload["result"]["usage"])
+namespace = {"__name__": "__check__", "workspace": workspace, "result": result}
+try:
+    exec(compile(payload["code"], "<check>", "exec"), namespace)
+except SystemExit as exc:
+    print(f"the check did not run to its end: SystemExit({exc.code!r}) was raised",
+          file=sys.stderr)
+    sys.stderr.flush()
+    sys.exit(3)
+except BaseException:
+    kind, error, frames = sys.exc_info()
+    while frames is not None and frames.tb_frame.f_code.co_filename != "<check>":
+        frames = frames.tb_next
+    traceback.print_exception(kind, error, frames)
+    sys.stderr.flush()
+    sys.exit(1)
+sys.stdout.flush()
+sys.stderr.flush()
+print("\n" + end_line, flush=True)
+"""
+END_MARK = "evalctl-check-finished:"
 
 
 async def grade_python(check: dict[str, Any], workspace: Path,
                        result: evalctl.AgentResult) -> evalctl.CheckResult:
-    from evalctl._process import can_fork, run_command, run_forked
-
     timeout = check.get("timeout", 60)
-    with _grader_environment() as (scratch, env):
-        if can_fork():
-            # A fork of this process starts in about a millisecond; a new interpreter
-            # costs 20 ms or more, and suites are full of these checks.
-            code, output, timed_out = await run_forked(
-                _check_body(check["code"], workspace, result.to_dict()), workspace, env,
-                timeout)
-        else:
-            payload = scratch / "check.json"
-            payload.write_text(json.dumps({"code": check["code"], "workspace": str(workspace),
-                                           "result": result.to_dict()}), encoding="utf-8")
-            program = (f"from {__name__} import run_check_file; "
-                       f"run_check_file({str(payload)!r})")
-            command = f"{_quote(sys.executable)} -c {_quote(program)}"
-            code, output, timed_out = await run_command(command, workspace, env, timeout)
-    if timed_out:
+    end_line = END_MARK + secrets.token_hex(16)
+    data = result.to_dict()
+    payload = json.dumps({"code": check["code"], "workspace": str(workspace),
+                          "result": data, "end_line": end_line})
+    ran = await _run(result, [sys.executable, "-I", "-c", RUNNER], timeout, stdin=payload + "\n")
+    if ran.timed_out:
         return evalctl.CheckResult(False, f"the assertion timed out after {timeout:g}s")
-    if code == 0:
+    output, finished = _without_end_line(ran.stdout, end_line)
+    if ran.exit_code == 0 and finished:
         return evalctl.CheckResult(True, "the assertion held" + (f"\n{_tail(output)}" if
                                                                   output.strip() else ""))
-    return evalctl.CheckResult(False, _explain_failure(output, code))
+    if ran.exit_code == 0:
+        return evalctl.CheckResult(
+            False, "suspected gaming: the interpreter exited with status 0 before the check's "
+                   "code reached its end (something it ran, such as an import of the agent's "
+                   "code, called os._exit(0) or ended the process)" +
+                   (f"\n{_tail(output)}" if output.strip() else ""), suspected_gaming=True)
+    if ran.exit_code == 3 and "SystemExit(" in output:
+        code_zero = "SystemExit(0)" in output or "SystemExit(None)" in output
+        return evalctl.CheckResult(
+            False, ("suspected gaming: " if code_zero else "") + _tail(output),
+            suspected_gaming=code_zero)
+    return evalctl.CheckResult(False, _explain_failure(output, ran.exit_code))
+
+
+def _without_end_line(output: str, end_line: str) -> tuple[str, bool]:
+    """The output without the runner's end line, and whether that line was printed."""
+    text = output.rstrip("\n")
+    if text.endswith(end_line):
+        return text[: -len(end_line)].rstrip("\n"), True
+    return output, False
 
 
 def _explain_failure(output: str, code: int | None) -> str:

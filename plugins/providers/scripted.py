@@ -137,6 +137,7 @@ def evalctl_register_providers(register):
         description="Serves each task's `script:` turns; deterministic, offline, free. "
                     "Option: latency=SECONDS per turn (for benchmarks).",
         default_concurrency=8,
+        live=False,
         task_schema={"script": SCRIPT},
         error_statuses=(SCRIPT_ERROR,),
     ))

@@ -216,4 +216,4 @@ def test_without_the_judge_installed_a_suite_using_it_says_how_to_install_it(tmp
     problems = validate_suite(path, without)
     assert len(problems) == 1 and problems[0].line == 6
     assert "unknown check type 'judge'" in problems[0].message
-    assert "pip install plugins/graders/evalctl-judge" in problems[0].message
+    assert "pip install evalctl-judge" in problems[0].message

@@ -1,0 +1,123 @@
+"""Choosing the run's sandbox, and opening and closing one per attempt.
+
+The choice, most specific first: `--sandbox NAME` on the command line, `sandbox:` in
+the suite's defaults, `sandbox` in evalctl.toml, else `auto`: the available sandbox
+with the highest `auto_priority`. A live provider never runs in a sandbox that does
+not isolate unless the user named that sandbox on the command line.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalctl._errors import UsageError
+from evalctl._plugin.registry import Registry
+from evalctl._plugin.specs import ProviderSpec, SandboxSpec
+from evalctl._plugin.types import Sandbox, SandboxRequest
+
+AUTO = "auto"
+
+
+@dataclass(frozen=True)
+class SandboxChoice:
+    """The sandbox a run uses, its validated options, and how it was chosen."""
+
+    spec: SandboxSpec
+    options: Mapping[str, Any] = field(default_factory=dict)
+    chosen_by: str = AUTO  # "--sandbox", "suite", "config" or "auto"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.spec.name, "options": dict(self.options),
+                "isolated": self.spec.isolated, "chosen_by": self.chosen_by}
+
+
+def choose_sandbox(registry: Registry, provider: ProviderSpec, *, flag: str | None,
+                   flag_options: Mapping[str, str], suite_default: Any,
+                   config_name: str | None, config_options: Mapping[str, Any]) -> SandboxChoice:
+    """The run's sandbox, or a UsageError (exit 2) saying why none can be used."""
+    suite_name, suite_options = _suite_sandbox(suite_default)
+    candidates = [(flag, "--sandbox", {}), (suite_name, "suite", suite_options),
+                  (config_name, "config", dict(config_options))]
+    name, chosen_by, options = next(((n, by, o) for n, by, o in candidates if n),
+                                    (AUTO, AUTO, {}))
+    if name == AUTO:
+        spec, chosen_by = _auto(registry), AUTO
+    else:
+        spec = registry.get("sandbox", name)
+    reason = spec.available()
+    if reason is not None:
+        raise UsageError(f"sandbox '{spec.name}' cannot run here: {reason}")
+    merged = {**options, **coerce_options(spec, flag_options)}
+    validate_options(spec, merged)
+    if not spec.isolated and provider.live and chosen_by != "--sandbox":
+        raise UsageError(
+            f"the {provider.name} provider is live, and sandbox '{spec.name}' does not isolate "
+            f"the agent ({spec.isolation or 'no isolation'}). Install bubblewrap (Debian/"
+            "Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap) so that "
+            f"--sandbox auto can contain it, or accept the risk with --sandbox {spec.name}")
+    return SandboxChoice(spec, merged, chosen_by)
+
+
+def _auto(registry: Registry) -> SandboxSpec:
+    ranked = sorted(registry.sandboxes.values(), key=lambda s: (-s.auto_priority, s.name))
+    for spec in ranked:
+        if spec.available() is None:
+            return spec
+    reasons = "; ".join(f"{s.name}: {s.available()}" for s in ranked) or "none is installed"
+    raise UsageError(f"no sandbox can run on this machine ({reasons})")
+
+
+def _suite_sandbox(value: Any) -> tuple[str | None, dict[str, Any]]:
+    if value is None:
+        return None, {}
+    if isinstance(value, str):
+        return value, {}
+    options = dict(value)
+    return options.pop("name"), options
+
+
+def coerce_options(spec: SandboxSpec, pairs: Mapping[str, str]) -> dict[str, Any]:
+    """`--sandbox-option KEY=VALUE` values typed by the sandbox's options schema."""
+    properties = spec.options_schema.get("properties", {})
+    out: dict[str, Any] = {}
+    for key, text in pairs.items():
+        kind = properties.get(key, {}).get("type", "string")
+        try:
+            if kind == "integer":
+                out[key] = int(text)
+            elif kind == "number":
+                out[key] = float(text)
+            elif kind == "boolean":
+                if text.lower() not in {"true", "false", "1", "0", "yes", "no"}:
+                    raise ValueError(text)
+                out[key] = text.lower() in {"true", "1", "yes"}
+            elif kind == "array":
+                out[key] = [part for part in text.split(",") if part]
+            else:
+                out[key] = text
+        except ValueError:
+            raise UsageError(f"--sandbox-option {key}={text}: sandbox '{spec.name}' wants "
+                             f"{kind} for {key}") from None
+    return out
+
+
+def validate_options(spec: SandboxSpec, options: Mapping[str, Any]) -> None:
+    from jsonschema import Draft202012Validator
+
+    schema = {"additionalProperties": False, **dict(spec.options_schema)}
+    problems = sorted(Draft202012Validator(schema).iter_errors(dict(options)),
+                      key=lambda e: list(e.path))
+    if problems:
+        known = ", ".join(spec.options_schema.get("properties", {})) or "none"
+        raise UsageError(f"sandbox '{spec.name}' options: "
+                         + "; ".join(p.message for p in problems) + f" (known options: {known})")
+
+
+async def open_sandbox(choice: SandboxChoice, request: SandboxRequest) -> Sandbox:
+    sandbox = choice.spec.create(request)
+    if inspect.isawaitable(sandbox):
+        sandbox = await sandbox
+    return sandbox

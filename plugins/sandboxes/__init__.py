@@ -1,0 +1,1 @@
+"""Built-in sandboxes: where the agent's commands and graders' subprocesses run."""
