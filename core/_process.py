@@ -14,7 +14,6 @@ import os
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 OUTPUT_LIMIT = 30_000
 
@@ -155,16 +154,3 @@ class _HeadTail:
         if elided > 0:
             return f"{head}\n[... {elided} bytes elided ...]\n{tail}"
         return head + tail
-
-
-def bash_argv(command: str | Sequence[str]) -> list[str]:
-    """A sandbox command as argv: a string is a bash script, a sequence is argv."""
-    return ["bash", "-c", command] if isinstance(command, str) else list(command)
-
-
-def workspace_cwd(workspace: Path, cwd: str | None) -> Path:
-    """The directory a sandboxed command starts in: the workspace, or a directory
-    inside it (refused when it would leave the workspace)."""
-    from evalctl._files import resolve_inside
-
-    return workspace if not cwd else resolve_inside(workspace, cwd)

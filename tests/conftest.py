@@ -17,6 +17,10 @@ from evalctl._plugin.registry import (
     set_registry,
 )
 
+# The test distributions' own tests run against their real installs, from
+# test_entry_points.py, not in this session.
+collect_ignore = ["distributions"]
+
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = ROOT / "suites"
 

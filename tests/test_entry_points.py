@@ -24,11 +24,11 @@ def _pip(*args: str, cwd: Path | None = None) -> None:
 
 @pytest.fixture(scope="module")
 def plugin_site(tmp_path_factory) -> Path:
-    """The four test distributions, really installed (pip, no network) into one prefix."""
+    """The test distributions, really installed (pip, no network) into one prefix."""
     target = tmp_path_factory.mktemp("site")
     _pip("install", "--no-deps", "--no-build-isolation", "--no-index", "--target", str(target),
          *(str(DISTRIBUTIONS / name) for name in ("wordcount", "broken", "misspelled",
-                                                   "duplicate")))
+                                                   "duplicate", "extras")))
     return target
 
 
@@ -158,3 +158,27 @@ def test_the_installed_wheel_works(wheel, tmp_path):
         [sys.executable, "-c", "import evalctl; print(evalctl.__file__)"], capture_output=True,
         text=True, env={**environment_without_evalctl_settings(), "PYTHONPATH": str(site)})
     assert probe.stdout.strip().startswith(str(site))
+
+
+@pytest.mark.parametrize("distribution, tests", [("extras", 2), ("wordcount", 3)])
+def test_third_party_plugins_pass_their_own_tests(plugin_site, tmp_path, distribution, tests):
+    """A grader, reporter, provider and sandbox tested with evalctl.testing alone,
+    against their real installs."""
+    environment = environment_without_evalctl_settings()
+    environment["PYTHONPATH"] = os.pathsep.join([str(plugin_site),
+                                                 environment.get("PYTHONPATH", "")])
+    environment["EVALCTL_DISABLE_PLUGINS"] = "duplicate,broken,misspelled"
+    home = DISTRIBUTIONS / distribution
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--rootdir", str(home), "--confcutdir", str(home), "-c", os.devnull,
+                           str(home / "tests")], capture_output=True,
+                          text=True, env=environment, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{tests} passed" in done.stdout
+
+
+def test_list_plugins_shows_a_third_party_sandbox(plugin_site):
+    done = evalctl_in(plugin_site, "list-plugins", "--json")
+    extras = next(r for r in json.loads(done.stdout) if r["plugin"] == "extras")
+    assert (extras["reporters"], extras["providers"], extras["sandboxes"]) == \
+        (["csv"], ["echo"], ["recording"])

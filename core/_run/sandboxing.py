@@ -79,11 +79,15 @@ def _suite_sandbox(value: Any) -> tuple[str | None, dict[str, Any]]:
     return options.pop("name"), options
 
 
-def coerce_options(spec: SandboxSpec, pairs: Mapping[str, str]) -> dict[str, Any]:
-    """`--sandbox-option KEY=VALUE` values typed by the sandbox's options schema."""
+def coerce_options(spec: SandboxSpec, pairs: Mapping[str, Any]) -> dict[str, Any]:
+    """`--sandbox-option KEY=VALUE` values typed by the sandbox's options schema (values
+    that are not text, from evalctl.testing say, are taken as they are)."""
     properties = spec.options_schema.get("properties", {})
     out: dict[str, Any] = {}
     for key, text in pairs.items():
+        if not isinstance(text, str):
+            out[key] = text
+            continue
         kind = properties.get(key, {}).get("type", "string")
         try:
             if kind == "integer":

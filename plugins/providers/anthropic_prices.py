@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from evalctl._plugin.types import TokenUsage
+import evalctl
 
 PRICES_AS_OF = "2026-11-29"
 
@@ -41,7 +41,7 @@ def price_for(model: str) -> Price | None:
     return PRICES[max(matches, key=len)] if matches else None
 
 
-def cost_of(model: str, usage: TokenUsage) -> float | None:
+def cost_of(model: str, usage: evalctl.TokenUsage) -> float | None:
     price = price_for(model)
     if price is None:
         return None

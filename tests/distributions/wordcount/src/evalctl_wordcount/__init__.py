@@ -6,7 +6,10 @@ import evalctl
 
 
 def grade_word_count(check, workspace: Path, result) -> evalctl.CheckResult:
-    target = workspace / check["path"]
+    try:
+        target = evalctl.resolve_in_workspace(workspace, check["path"])
+    except evalctl.ConfinementError as exc:
+        return evalctl.CheckResult(False, str(exc))
     if not target.is_file():
         return evalctl.CheckResult(False, f"{check['path']} does not exist")
     words = len(target.read_text(encoding="utf-8").split())

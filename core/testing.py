@@ -1,0 +1,139 @@
+"""Testing helpers for plugin authors, in the spirit of pytest's `pytester`.
+
+    from evalctl.testing import grade_check, run_suite
+
+    def test_word_count_fails_on_a_short_file():
+        outcome = grade_check({"type": "word_count", "path": "a.txt", "min": 3},
+                              files={"a.txt": "two words"}, plugins=[my_plugin])
+        assert not outcome.passed
+
+Both helpers go through the same code as `evalctl run`: a real workspace, the real
+sandbox, the real grading path. `plugins` are plugin objects (modules or classes with
+`@evalctl.hookimpl` hooks) registered beside the installed ones, as an entry point
+would register them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from evalctl._errors import UsageError
+from evalctl._plugin.registry import PluginSource, Registry, entry_point_sources, load_registry
+from evalctl._plugin.types import AgentResult, ExitStatus, SandboxRequest, TokenUsage
+from evalctl._report.results import CheckOutcome, RunResult
+
+__all__ = ["grade_check", "registry_with", "run_suite"]
+
+
+def registry_with(plugins: Sequence[Any] = (), *, installed: bool = True) -> Registry:
+    """A registry of the installed plugins (unless `installed=False`) plus `plugins`,
+    each registered as a plugin named after its `__name__` (or its class's). A plugin
+    under test that is also installed counts once, as the one under test; plugins named
+    in EVALCTL_DISABLE_PLUGINS stay out."""
+    under_test = {id(plugin) for plugin in plugins}
+    sources = [source for source in (entry_point_sources() if installed else [])
+               if not _loads_one_of(source, under_test)]
+    for plugin in plugins:
+        name = getattr(plugin, "__name__", None) or type(plugin).__name__
+        sources.append(PluginSource.from_object(name.rsplit(".", 1)[-1], plugin, "under-test"))
+    registry = load_registry(sources)  # EVALCTL_DISABLE_PLUGINS holds here too
+    failed = [p for p in registry.plugins if p.status == "failed" and p.distribution ==
+              "under-test"]
+    if failed:
+        raise UsageError("; ".join(f"{p.label} failed: {p.error}" for p in failed))
+    return registry
+
+
+def _loads_one_of(source: PluginSource, objects: set[int]) -> bool:
+    try:
+        return id(source.load()) in objects
+    except Exception:  # a broken installed plugin is the registry's to report
+        return False
+
+
+def grade_check(check: Mapping[str, Any], files: Mapping[str, str] | None = None, *,
+                seed: Mapping[str, str] | None = None, plugins: Sequence[Any] = (),
+                final_text: str = "Done.", exit_status: str = ExitStatus.COMPLETED,
+                sandbox: str = "auto", sandbox_options: Mapping[str, Any] | None = None,
+                registry: Registry | None = None) -> CheckOutcome:
+    """Grade one check against a workspace you describe.
+
+    `seed` is what the task seeded (the `files:` of a suite), `files` what the agent left
+    on top of it (created or changed); `final_text` and `exit_status` are the agent's.
+    The check runs through the installed grader (or one from `plugins`) exactly as in a
+    run, in a fresh sandbox (`sandbox`, with `sandbox_options`) over the workspace, and
+    its outcome is returned.
+    """
+    from evalctl._run.runner import grade
+    from evalctl._run.sandboxing import choose_sandbox, open_sandbox
+    from evalctl._workspace import create_workspace, new_run_directory, sandbox_environment
+
+    registry = registry or registry_with(plugins)
+    spec = registry.get("grader", str(check.get("type")))
+    with tempfile.TemporaryDirectory(prefix="evalctl-testing-") as scratch:
+        workspace = create_workspace(new_run_directory(Path(scratch)), "task", seed or {})
+        for relative, content in (files or {}).items():
+            target = workspace.resolve(relative)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content, encoding="utf-8")
+        choice = choose_sandbox(registry, _offline_provider(), flag=sandbox,
+                                flag_options=dict(sandbox_options or {}),
+                                suite_default=None, config_name=None, config_options={})
+
+        async def graded() -> CheckOutcome:
+            box = await open_sandbox(choice, SandboxRequest(
+                workspace.root, workspace.home, workspace.tmp,
+                sandbox_environment(workspace.home, workspace.tmp), options=choice.options,
+                purpose="grading", attempt="task"))
+            result = AgentResult(final_text, exit_status, turns=1, tool_calls=0,
+                                 usage=TokenUsage(), cost=0.0, duration=0.0,
+                                 files_changed=workspace.changed_files(),
+                                 ledger_path=workspace.ledger_path,
+                                 seed_path=workspace.seed_path, sandbox=box)
+            try:
+                return await grade(check, spec, workspace.root, result)
+            finally:
+                await box.close()
+
+        return asyncio.run(graded())
+
+
+def run_suite(suite: str | Path, *, plugins: Sequence[Any] = (), provider: str = "scripted",
+              sandbox: str = "auto", out_dir: str | Path | None = None,
+              reporters: Sequence[str] = (), registry: Registry | None = None,
+              **options: Any) -> RunResult:
+    """Run a suite (a path, or YAML text) through a registry holding `plugins` and
+    return its RunResult. `reporters` are written to `out_dir` (a temporary directory
+    when not given). Extra keyword arguments are `evalctl.run` options such as
+    `only=("task-id",)`, `repeat=2` or `provider_options={...}`."""
+    from evalctl._report.writing import write_reports
+    from evalctl._run.runner import RunOptions, execute, prepare_run
+    from evalctl._suite.loader import load_suite
+
+    registry = registry or registry_with(plugins)
+    with tempfile.TemporaryDirectory(prefix="evalctl-testing-") as scratch:
+        path = Path(suite) if isinstance(suite, Path) or "\n" not in str(suite) else None
+        if path is None:
+            path = Path(scratch) / "suite.yaml"
+            path.write_text(str(suite), encoding="utf-8")
+        out = Path(out_dir) if out_dir is not None else Path(scratch) / "out"
+        loaded = load_suite(path, registry, use_cache=False)
+        prepared = prepare_run(loaded, registry, RunOptions(
+            provider=provider, out_dir=out, sandbox=sandbox, **options))
+        result = asyncio.run(execute(prepared))
+        if reporters:
+            _, failures = write_reports(result, registry, list(reporters), out)
+            if failures:
+                raise RuntimeError("; ".join(failures))
+        return result
+
+
+def _offline_provider() -> Any:
+    """The provider stand-in for choosing a grading sandbox: no model runs there."""
+    from evalctl._plugin.specs import ProviderSpec
+
+    return ProviderSpec(name="grading_only", create=lambda options: None, live=False)

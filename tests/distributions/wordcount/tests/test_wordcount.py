@@ -1,0 +1,37 @@
+"""word_count, tested as its users will run it: through evalctl.testing."""
+
+import evalctl_wordcount
+from evalctl.testing import grade_check, run_suite
+
+CHECK = {"type": "word_count", "path": "a.txt", "min": 3, "max": 5}
+
+
+def test_counts_words_in_the_agents_file():
+    assert grade_check(CHECK, files={"a.txt": "one two three"},
+                       plugins=[evalctl_wordcount]).passed
+    short = grade_check(CHECK, files={"a.txt": "one two"}, plugins=[evalctl_wordcount])
+    assert not short.passed and short.detail == "a.txt has 2 words; expected 3 to 5"
+
+
+def test_a_path_outside_the_workspace_fails():
+    outside = grade_check({**CHECK, "path": "../../etc/passwd"}, plugins=[evalctl_wordcount])
+    assert not outside.passed and "outside the workspace" in outside.detail
+
+
+def test_a_scripted_suite_passes():
+    run = run_suite("""\
+- id: three-words
+  prompt: Write three words to a.txt.
+  checks:
+    - type: word_count
+      path: a.txt
+      min: 3
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: a.txt
+            content: one two three
+    - text: Wrote a.txt.
+""", plugins=[evalctl_wordcount])
+    assert run.all_passed and run.tasks[0].checks[0].detail == "a.txt has 3 words"
