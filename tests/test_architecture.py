@@ -86,3 +86,12 @@ def test_the_public_api_is_exactly_what_evalctl_exports():
             continue
         plain_value = type(value).__module__ == "builtins" and not callable(value)
         assert doc and not plain_value, f"evalctl.{name} has no docstring of its own"
+
+
+def test_docs_plugins_documents_exactly_the_public_api():
+    import re
+
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    documented = set(re.findall(r"`evalctl\.([A-Za-z_][A-Za-z0-9_]*)", text))
+    documented -= {"testing", "plugins", "__all__", "_"}
+    assert documented == set(evalctl.__all__), documented ^ set(evalctl.__all__)
