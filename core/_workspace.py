@@ -88,3 +88,12 @@ def sandbox_environment(home: Path, tmp: Path) -> dict[str, str]:
     path = os.environ.get("PATH") or os.defpath
     return {"PATH": os.pathsep.join([interpreter_dir, path]), "HOME": str(home),
             "TMPDIR": str(tmp), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+
+def grading_state(workspace: Workspace) -> tuple[Path, Path]:
+    """A fresh HOME and TMPDIR for the graders of an attempt, beside the agent's."""
+    base = workspace.home.parent / "grading"
+    home, tmp = base / "home", base / "tmp"
+    home.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    return home, tmp

@@ -92,17 +92,35 @@ def test_tests_pass(registry, workspace):
     (workspace.root / "test_ok.py").write_text("def test_ok():\n    assert 1 + 1 == 2\n")
     passed = check(registry, workspace, {"type": "tests_pass"})
     assert passed.passed, passed.detail
-    assert passed.detail == "1 passed"  # no duration: details stay the same run to run
+    # no duration: details stay the same run to run
+    assert passed.detail == "1 passed (evalctl's witness saw 1 of 1 collected test(s) run)"
     (workspace.root / "test_bad.py").write_text("def test_bad():\n    assert 1 == 2\n")
     failed = check(registry, workspace, {"type": "tests_pass"})
-    assert not failed.passed and "1 failed" in failed.detail
+    assert not failed.passed and "1 failed: test_bad.py::test_bad" in failed.detail
 
 
 def test_tests_pass_with_no_tests_is_a_failure(registry, workspace):
     nothing = check(registry, workspace, {"type": "tests_pass"})
     assert not nothing.passed and nothing.detail.startswith("no tests were collected")
     custom = check(registry, workspace, {"type": "tests_pass", "command": "true"})
-    assert custom.passed
+    assert custom.passed and "judged by its exit status" in custom.detail
+
+
+def test_tests_pass_runs_the_named_tests_and_each_must_pass(registry, workspace):
+    (workspace.root / "tests").mkdir()
+    (workspace.root / "tests" / "test_a.py").write_text(
+        "def test_one():\n    pass\n\ndef test_two():\n    assert False\n")
+    (workspace.root / "test_b.py").write_text("def test_b():\n    pass\n")
+    only_one = check(registry, workspace, {"type": "tests_pass",
+                                           "tests": ["tests/test_a.py::test_one", "test_b.py"]})
+    assert only_one.passed, only_one.detail
+    assert only_one.detail.startswith("2 passed")
+    named_failing = check(registry, workspace, {"type": "tests_pass",
+                                                "tests": ["tests/test_a.py::test_two"]})
+    assert not named_failing.passed and "tests/test_a.py::test_two" in named_failing.detail
+    missing = check(registry, workspace, {"type": "tests_pass",
+                                          "tests": ["tests/test_a.py::test_three"]})
+    assert not missing.passed
 
 
 @pytest.fixture(params=["local"])

@@ -32,12 +32,14 @@ from evalctl._report.results import (
     RunResult,
     TaskResult,
 )
+from evalctl._run.integrity import protected_changes, restore_seed, write_verify_files
 from evalctl._run.sandboxing import SandboxChoice, choose_sandbox, open_sandbox
 from evalctl._suite.model import Suite, Task
 from evalctl._version import __version__
 from evalctl._workspace import (
     Workspace,
     create_workspace,
+    grading_state,
     ledger_path,
     new_run_directory,
     sandbox_environment,
@@ -150,8 +152,11 @@ def attempt_name(task: Task, attempt: int, repeat: int) -> str:
 
 def _sandbox_request(task: Task, workspace: Workspace, prepared: PreparedRun, name: str,
                      purpose: str) -> SandboxRequest:
-    return SandboxRequest(workspace.root, workspace.home, workspace.tmp,
-                          sandbox_environment(workspace.home, workspace.tmp),
+    # Graders get a HOME and TMPDIR of their own: nothing the agent left in its own
+    # (a planted config file, say) takes part in grading.
+    home, tmp = (workspace.home, workspace.tmp) if purpose == "agent" else \
+        grading_state(workspace)
+    return SandboxRequest(workspace.root, home, tmp, sandbox_environment(home, tmp),
                           network=task.network, options=prepared.sandbox.options,
                           purpose=purpose, attempt=name)
 
@@ -168,14 +173,19 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
         agent = await run_agent(task, prepared.provider, workspace, sandbox)
     finally:
         await sandbox.close()  # nothing the agent started outlives its turn at the work
+    # Between the agent and the graders: evidence of tampering, then the hidden files.
+    integrity = [outcome for outcome in (
+        protected_changes(task, agent.files_changed), restore_seed(task, workspace),
+        write_verify_files(task, workspace)) if outcome is not None]
     try:
         agent.sandbox = await open_sandbox(
             prepared.sandbox, _sandbox_request(task, workspace, prepared, name, "grading"))
     except Exception as exc:
         return _sandbox_failure(task, workspace, attempt, exc)
     try:
-        checks = [await grade(check, prepared.registry.graders[check["type"]], workspace.root,
-                              agent) for check in task.checks]
+        checks = integrity + [
+            await grade(check, prepared.registry.graders[check["type"]], workspace.root, agent)
+            for check in task.checks]
     finally:
         await agent.sandbox.close()
     # Only mechanical checks decide the task; a judge's error shows in its own section.

@@ -37,6 +37,9 @@ class Task:
     permissions: str = "full"
     limits: Limits = field(default_factory=Limits)
     network: bool = False  # whether the sandbox lets the task reach the network
+    # Written only after the agent finished, before grading: the agent never sees them.
+    verify_files: Mapping[str, str] = field(default_factory=dict)
+    protected: tuple[str, ...] = ()  # globs the agent must leave as seeded
     # Task keys that plugins contribute (a provider's `script:`, say), passed to them as is.
     extra: Mapping[str, Any] = field(default_factory=dict)
     line: int = 1

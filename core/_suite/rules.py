@@ -67,6 +67,13 @@ def rule_problems(located: Located, label: str, registry: Registry) -> Iterable[
         if folded != task_id:
             yield Problem(label, id_line, f"task id '{task_id}' differs from another only in "
                                           "case; workspaces would collide on some systems")
+        files, hidden = task.get("files"), task.get("verify_files")
+        if isinstance(files, dict) and isinstance(hidden, dict):
+            for shared in sorted(set(files) & set(hidden)):
+                yield Problem(label, located.key_lines.get((*path, "verify_files", shared), line),
+                              f"task '{task_id}': '{shared}' is in both files and "
+                              "verify_files; a verify file is written after the agent, so it "
+                              "cannot also be seeded")
         types = [check["type"] for check in task["checks"]]
         if not any(counts_for_rule_one(registry.graders[t]) for t in types):
             yield Problem(label, line, (

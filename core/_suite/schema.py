@@ -30,6 +30,28 @@ LIMITS = {
     "additionalProperties": False,
 }
 
+PROTECTED = {
+    "type": "array",
+    "items": {"type": "string", "minLength": 1},
+    "description": "Globs of files the agent must not create, change or delete (tests/*, "
+                   "conftest.py): doing so fails the task as suspected gaming. '*' also "
+                   "matches '/'.",
+}
+
+
+def _file_map(description: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": description,
+        "propertyNames": {
+            "pattern": FILE_PATH_PATTERN,
+            "description": "must be a relative path that stays inside the workspace "
+            "(no '..', no absolute path, no backslash)",
+        },
+        "additionalProperties": {"type": "string"},
+    }
+
+
 NETWORK = {
     "type": "boolean",
     "description": "Whether the sandbox lets commands reach the network (default false).",
@@ -52,16 +74,13 @@ def _task_schema(plugin_keys: Mapping[str, Any]) -> dict[str, Any]:
             },
             "prompt": {"type": "string", "minLength": 1,
                        "description": "The goal, not the method."},
-            "files": {
-                "type": "object",
-                "description": "Files seeded into the fresh workspace: relative path -> content.",
-                "propertyNames": {
-                    "pattern": FILE_PATH_PATTERN,
-                    "description": "must be a relative path that stays inside the workspace "
-                    "(no '..', no absolute path, no backslash)",
-                },
-                "additionalProperties": {"type": "string"},
-            },
+            "files": _file_map("Files seeded into the fresh workspace: relative path -> "
+                               "content."),
+            "verify_files": _file_map(
+                "Files written into the workspace only after the agent finished, just before "
+                "grading (the real tests, say): the agent never sees them. A path may not also "
+                "be in files."),
+            "protected": PROTECTED,
             "checks": {
                 "type": "array",
                 "minItems": 1,
@@ -148,6 +167,7 @@ def build_schema(graders: Mapping[str, GraderSpec],
                         "permissions": PERMISSIONS,
                         "limits": LIMITS,
                         "network": NETWORK,
+                        "protected": PROTECTED,
                         "tags": {"type": "array", "items": {"type": "string"}},
                         "sandbox": {"$ref": "#/$defs/sandbox"},
                     },

@@ -8,14 +8,13 @@ workspace holds runs outside the sandbox.
 from __future__ import annotations
 
 import json
-import re
 import secrets
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 import evalctl
+from evalctl.plugins.graders import tests_pass
 
 TAIL = 1_500
 TIMEOUT = {"type": "number", "exclusiveMinimum": 0, "description": "Seconds (default 60)."}
@@ -41,30 +40,6 @@ async def grade_command(check: dict[str, Any], workspace: Path,
     if ran.exit_code == 0:
         return evalctl.CheckResult(True, f"exit 0\n{_tail(ran.stdout)}".strip())
     return evalctl.CheckResult(False, f"exit {ran.exit_code}\n{_tail(ran.stdout)}".strip())
-
-
-RUNNER_DURATION = re.compile(r" in \d+(?:\.\d+)?s\b")
-NO_TESTS = re.compile(r"\bno tests ran\b|\bcollected 0 items\b|\bRan 0 tests\b")
-
-
-async def grade_tests_pass(check: dict[str, Any], workspace: Path,
-                           result: evalctl.AgentResult) -> evalctl.CheckResult:
-    default = f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider"
-    command = check.get("command", default)
-    timeout = check.get("timeout", 300)
-    ran = await _run(result, command, timeout)
-    code, output, timed_out = ran.exit_code, ran.stdout, ran.timed_out
-    # Test runners print their duration; without it, the detail of a scripted run is the
-    # same every time and the JSON report diffs cleanly.
-    output = RUNNER_DURATION.sub("", output)
-    if timed_out:
-        return evalctl.CheckResult(False, f"tests timed out after {timeout:g}s\n{_tail(output)}")
-    if code == 5 or NO_TESTS.search(output):
-        return evalctl.CheckResult(False, f"no tests were collected\n{_tail(output)}")
-    if code == 0:
-        return evalctl.CheckResult(True, _tail(output).splitlines()[-1] if output.strip() else
-                                   "tests passed")
-    return evalctl.CheckResult(False, f"tests failed (exit {code})\n{_tail(output)}")
 
 
 # The python check's runner: a fresh interpreter (-I: no environment variables, no user
@@ -171,19 +146,14 @@ def evalctl_register_graders(register):
     ))
     register(evalctl.GraderSpec(
         name="tests_pass",
-        grade=grade_tests_pass,
-        params_schema={
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "minLength": 1,
-                            "description": "Test command (default: the harness's "
-                                           "`python -m pytest -q`)."},
-                "timeout": {**TIMEOUT, "description": "Seconds (default 300)."},
-            },
-        },
-        description="Do the workspace's tests pass? Collecting no tests is a failure. The "
-                    "default command needs pytest installed beside evalctl.",
-        example="- type: tests_pass",
+        grade=tests_pass.grade_tests_pass,
+        params_schema=tests_pass.PARAMS,
+        description="Do the workspace's tests pass, as evalctl's own pytest plugin saw them "
+                    "run? Configured by evalctl, not the workspace: an agent-written conftest.py "
+                    "fails the check, an agent-changed pytest configuration is replaced by the "
+                    "seeded one, and collecting or running no tests is a failure. Needs pytest "
+                    "installed beside evalctl.",
+        example="- type: tests_pass\n  tests:\n    - tests/test_slugify.py",
     ))
     register(evalctl.GraderSpec(
         name="python",

@@ -1,6 +1,7 @@
 """word_count, tested as its users will run it: through evalctl.testing."""
 
 import evalctl_wordcount
+
 from evalctl.testing import grade_check, run_suite
 
 CHECK = {"type": "word_count", "path": "a.txt", "min": 3, "max": 5}

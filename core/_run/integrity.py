@@ -1,0 +1,105 @@
+"""What the runner checks and does between the agent and the graders, so that a grade
+rests on what evalctl observed rather than on anything the agent could edit.
+
+- Protected files: a seeded file matching a task's `protected:` glob that the agent
+  created, changed or deleted fails the task, naming the file.
+- The seed copy: graders compare against `.seed/<attempt>`; if it no longer matches
+  what evalctl seeded (only possible without a sandbox that hides it), it is restored
+  and the task fails, naming the tampering.
+- Verify files: written into the workspace only now, replacing whatever the agent left
+  at those paths, and never through a link that leads out of the workspace.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from evalctl._files import ConfinementError, resolve_inside, snapshot
+from evalctl._report.results import CheckOutcome
+from evalctl._suite.model import Task
+from evalctl._workspace import Workspace
+
+PROTECTED = "protected_files"
+SEED_INTEGRITY = "seed_integrity"
+VERIFY_FILES = "verify_files"
+
+
+def protected_changes(task: Task, files_changed: Mapping[str, str]) -> CheckOutcome | None:
+    """A failed check naming the protected files the agent touched, or None."""
+    if not task.protected:
+        return None
+    touched = [f"{path} ({change})" for path, change in files_changed.items()
+               if any(fnmatch.fnmatchcase(path, pattern) for pattern in task.protected)]
+    if not touched:
+        return CheckOutcome(PROTECTED, "mechanical", True,
+                            f"no protected file was touched ({', '.join(task.protected)})")
+    return CheckOutcome(PROTECTED, "mechanical", False,
+                        "suspected gaming: the agent touched protected file(s) "
+                        + ", ".join(touched), suspected_gaming=True)
+
+
+def restore_seed(task: Task, workspace: Workspace) -> CheckOutcome | None:
+    """Make the seed copy what evalctl seeded again; a failed check if it was not."""
+    expected = _seed_hashes(task)
+    if snapshot(workspace.seed_path) == expected:
+        return None
+    _rewrite(workspace.seed_path, task.files)
+    return CheckOutcome(SEED_INTEGRITY, "mechanical", False,
+                        "suspected gaming: the seed copy graders compare against was changed "
+                        "during the attempt; it was restored before grading",
+                        suspected_gaming=True)
+
+
+def write_verify_files(task: Task, workspace: Workspace) -> CheckOutcome | None:
+    """Write the task's verify files; a failed check if one cannot be written safely."""
+    problems = []
+    for relative, content in task.verify_files.items():
+        try:
+            _write_replacing(workspace.root, relative, content)
+        except (ConfinementError, OSError) as exc:
+            problems.append(f"{relative}: {exc}")
+    if not problems:
+        return None
+    return CheckOutcome(VERIFY_FILES, "mechanical", False,
+                        "suspected gaming: the verify files could not be written where the "
+                        "agent left something in the way: " + "; ".join(problems),
+                        suspected_gaming=True)
+
+
+def _seed_hashes(task: Task) -> dict[str, str]:
+    import hashlib
+
+    return {Path(relative).as_posix(): hashlib.sha256(content.encode("utf-8")).hexdigest()
+            for relative, content in task.files.items()}
+
+
+def _rewrite(root: Path, files: Mapping[str, str]) -> None:
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    for relative, content in files.items():
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+
+
+def _write_replacing(root: Path, relative: str, content: str) -> None:
+    """Write `content` at `relative` inside `root`: its directory is resolved inside the
+    workspace (a planted link that leads out is refused), and a link or file already at
+    the path is replaced, never followed."""
+    parent_relative = os.path.dirname(relative) or "."
+    parent = resolve_inside(root, parent_relative)
+    parent.mkdir(parents=True, exist_ok=True)
+    parent = resolve_inside(root, parent_relative)  # again: mkdir may have met a link
+    target = parent / os.path.basename(relative)
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.exists():
+        raise ConfinementError(f"{relative} is a directory the agent created")
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(content)
