@@ -40,6 +40,8 @@ def render_grader_docs(registry: Registry, builtins_only: bool = False) -> str:
         if owner is not None:
             facts.append(f"plugin: {owner.name}")
         lines += ["*" + "; ".join(facts) + "*", ""]
+        if spec.trusts:
+            lines += [f"**What it trusts:** {spec.trusts}", ""]
         properties = schema.get("properties", {})
         required = set(schema.get("required", []))
         if properties:

@@ -50,6 +50,8 @@ class GraderSpec:
     `talk_only` is True when an agent could satisfy the check by talking alone.
     `rate` names a figure the report shows apart, over this grader's checks (the
     `grounding` grader's "grounding" gives `grounding_rate`); None for none.
+    `trusts` says what the answer relies on and what it does not (the generated grader
+    docs show it), so suite authors know what can and cannot game it.
     """
 
     name: str
@@ -60,6 +62,7 @@ class GraderSpec:
     description: str = ""
     example: str = ""  # a YAML check, as it would appear under `checks:`
     rate: str | None = None
+    trusts: str = ""  # what the grader relies on, and what it does not: for the docs
 
     def __post_init__(self) -> None:
         _check_name("grader", self.name)

@@ -143,6 +143,11 @@ def evalctl_register_graders(register):
                     "exit 0?",
         example="- type: command\n  command: python fizzbuzz.py | tail -n 1 | grep -qx FizzBuzz"
                 "\n  timeout: 30",
+        trusts="Trusts the command's exit status, and that the suite wrote the command. The "
+               "command runs in the grading sandbox, so it cannot reach outside the workspace "
+               "under "
+               "bwrap; but whatever the agent left in the workspace (a script the command "
+               "calls, say) can decide that exit status.",
     ))
     register(evalctl.GraderSpec(
         name="tests_pass",
@@ -154,6 +159,11 @@ def evalctl_register_graders(register):
                     "seeded one, and collecting or running no tests is a failure. Needs pytest "
                     "installed beside evalctl.",
         example="- type: tests_pass\n  tests:\n    - tests/test_slugify.py",
+        trusts="Trusts pytest and the plugins installed beside evalctl, and evalctl's own "
+               "witness plugin's report. Does not trust: pytest's exit status, a conftest.py "
+               "or pytest configuration the agent wrote, the workspace on sys.path ahead of "
+               "the standard library, or tests the agent wrote in place of the named ones. "
+               "Code written against the witness itself could forge its report.",
     ))
     register(evalctl.GraderSpec(
         name="python",
@@ -175,4 +185,9 @@ def evalctl_register_graders(register):
         example="- type: python\n  code: |\n    import json\n"
                 "    data = json.loads((workspace / \"people.json\").read_text())\n"
                 "    assert len(data) == 3, data",
+        trusts="Trusts an end-of-check line, with a fresh nonce, that its interpreter prints "
+               "only after the check's code ran to its end: an early os._exit(0) or "
+               "SystemExit(0) (in the agent's code the check imports, say) fails it as "
+               "suspected gaming. Code written to read the nonce from its own process "
+               "could forge the line.",
     ))

@@ -122,6 +122,8 @@ def evalctl_register_graders(register):
         params_schema={"type": "object", "properties": {"path": PATH}, "required": ["path"]},
         description="Is there a file at `path` in the workspace?",
         example="- type: file_exists\n  path: test_slugify.py",
+        trusts="Trusts the file system after the agent stopped; the path is confined to the "
+               "workspace (links that lead out are refused).",
     ))
     register(evalctl.GraderSpec(
         name="file_contains",
@@ -141,6 +143,8 @@ def evalctl_register_graders(register):
         description="Does the file at `path` contain `text` (or match `regex`)? With "
                     "`negate: true`, does it not?",
         example="- type: file_contains\n  path: config.ini\n  regex: \"^port = 9090$\"",
+        trusts="Trusts the file's content after the agent stopped; the path is confined to "
+               "the workspace. It says nothing about whether the content works.",
     ))
     register(evalctl.GraderSpec(
         name="no_placeholders",
@@ -150,4 +154,8 @@ def evalctl_register_graders(register):
                     "FIXME, XXX, '...' bodies, NotImplementedError stubs, 'your code here')? "
                     "Lines that were already in the seeded files are not blamed.",
         example="- type: no_placeholders",
+        trusts="Trusts evalctl's record of which files the agent created or changed (hashes "
+               "taken in evalctl's process) and the seed copy, which evalctl checks against "
+               "what it seeded before grading. A file is skipped only when it is binary: a NUL "
+               "in its first 8 KiB and either not UTF-8 or over 10% control bytes.",
     ))

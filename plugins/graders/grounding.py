@@ -141,4 +141,6 @@ def evalctl_register_graders(register):
         example="- type: grounding",
         description="Does every file path named in the agent's final summary exist in the "
                     "workspace? Reported as its own grounding_rate as well.",
+        trusts="Trusts the agent's final message only to name paths; whether each exists is "
+               "read from the workspace. Talk-only: it cannot keep a task honest alone.",
     ))

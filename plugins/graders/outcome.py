@@ -37,4 +37,6 @@ def evalctl_register_graders(register):
         example="- type: succeeded",
         description="The agent loop completed (not max_turns, timeout or an error) and the "
                     "final message does not report failure.",
+        trusts="Trusts the exit status evalctl recorded and the final message's own words; "
+               "talk-only: an agent can satisfy it by saying it succeeded.",
     ))

@@ -162,4 +162,6 @@ def evalctl_register_graders(register):
                     "apart from completion; never the check that keeps a task honest.",
         example="- type: judge\n  rubric: Does summary.md state the launch date?\n"
                 "  show:\n    - files\n  files:\n    - summary.md",
+        trusts="Trusts a model's verdict on the evidence it is shown (the summary, files, "
+               "the diff), so it can be argued with: never decides a task, reported apart.",
     ))
