@@ -5,8 +5,8 @@ evaluation wrote the workspace:
 
 - pytest runs in a fresh interpreter in the grading sandbox with `-I`: no environment
   variables, no user site, and the workspace is not put ahead of the standard library
-  or pytest (a `pytest.py` or `json.py` the agent wrote cannot shadow them; test
-  directories are appended to sys.path, `--import-mode=append`).
+  or pytest (a `pytest.py` or `json.py` the agent wrote cannot shadow them): the
+  workspace and the test directories are appended to sys.path, `--import-mode=append`.
 - A `conftest.py` the agent created or changed fails the check before anything runs
   (it could rewrite reports or exit early), unless the check says
   `trust_agent_conftest: true`, and then the detail names it.
@@ -54,6 +54,8 @@ RUNNER = r"""
 import json, os, sys, tempfile
 plan = json.loads(sys.stdin.readline())
 sys.path.append(plan["witness_dir"])
+sys.path.append(plan["workspace"])  # importable, as `python -m pytest` there would have it,
+                                    # but after the standard library and pytest
 args = plan["args"]
 if plan["config"] is not None:
     name, text = plan["config"]
@@ -152,7 +154,8 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
     named = [str(t) for t in check.get("tests", [])]
     args = [*named, "-p", "evalctl_pytest_witness", f"--evalctl-witness={nonce}",
             "-p", "no:cacheprovider", "--import-mode=append", f"--rootdir={workspace}", "-q"]
-    plan = {"witness_dir": str(WITNESS_DIR), "args": args, "config": config}
+    plan = {"witness_dir": str(WITNESS_DIR), "workspace": str(workspace), "args": args,
+            "config": config}
     ran = await result.sandbox.run([sys.executable, "-I", "-c", RUNNER], timeout=timeout,
                                    stdin=json.dumps(plan) + "\n", merge_stderr=True)
     report, output = _witness(ran.stdout, nonce)
