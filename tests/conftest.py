@@ -38,6 +38,19 @@ def _isolated_environment(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
+def require_bwrap() -> None:
+    """Tests that need bubblewrap skip where it is missing, but never in CI: there .ci/run
+    installs it, and a sandbox test that does not run is a failure."""
+    from evalctl.plugins.sandboxes.bwrap_jail import probe
+
+    reason = probe()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"bubblewrap must work in CI: {reason}")
+        pytest.skip(f"bubblewrap unusable here: {reason}")
+
+
+@pytest.fixture
 def registry() -> Registry:
     return get_registry()
 

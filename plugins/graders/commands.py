@@ -84,6 +84,8 @@ async def grade_python(check: dict[str, Any], workspace: Path,
     timeout = check.get("timeout", 60)
     end_line = END_MARK + secrets.token_hex(16)
     data = result.to_dict()
+    # The ledger is evalctl's record, out of the sandbox's reach: the check gets a copy.
+    data["events"] = _ledger_events(result.ledger_path)
     payload = json.dumps({"code": check["code"], "workspace": str(workspace),
                           "result": data, "end_line": end_line})
     ran = await _run(result, [sys.executable, "-I", "-c", RUNNER], timeout, stdin=payload + "\n")
@@ -105,6 +107,18 @@ async def grade_python(check: dict[str, Any], workspace: Path,
             False, ("suspected gaming: " if code_zero else "") + _tail(output),
             suspected_gaming=code_zero)
     return evalctl.CheckResult(False, _explain_failure(output, ran.exit_code))
+
+
+def _ledger_events(path: Path | None) -> list[Any]:
+    if path is None or not path.is_file():
+        return []
+    events = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue  # a line being written as the agent was stopped: not an event yet
+    return events
 
 
 def _without_end_line(output: str, end_line: str) -> tuple[str, bool]:
@@ -175,7 +189,9 @@ def evalctl_register_graders(register):
                          "description": "Python statements, usually asserts, with `workspace` "
                                         "(a pathlib.Path, also first on sys.path and the "
                                         "current directory) and `result` (the agent's "
-                                        "result) in scope. Passes when it raises nothing."},
+                                        "result, see docs/plugins.md; `result.events` is its "
+                                        "ledger as a list of events) in scope. Passes when it "
+                                        "runs to its end without raising."},
                 "timeout": TIMEOUT,
             },
             "required": ["code"],

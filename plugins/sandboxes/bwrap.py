@@ -1,0 +1,135 @@
+"""`bwrap`: every command of an attempt runs in a bubblewrap sandbox (Linux).
+
+The jail itself (namespaces, mounts, cgroups, rlimits) is `bwrap_jail`; this module
+makes it an evalctl sandbox: one jail per attempt, each command wrapped and supervised
+by `evalctl.run_process`, and `close()` killing whatever the attempt still runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import evalctl
+from evalctl.plugins.sandboxes import bwrap_jail
+
+ISOLATION = (
+    "bubblewrap: only the workspace and the attempt's own HOME (/home/agent) and TMPDIR "
+    "(/tmp) are writable; /usr, an allowlist of /etc and the Python installation are "
+    "read-only; the user's files, other workspaces, evalctl's ledgers, seed copies, reports "
+    "and caches are not mounted; new user, PID, IPC, UTS, cgroup and network namespaces "
+    "(no network unless the task says network: true), no capabilities, an environment built "
+    "from nothing; nothing a command starts outlives it; per-attempt process, memory and "
+    "file-size limits (evalctl doctor). Not isolated: CPU time and total disk space; "
+    "root-owned files that are mounted can be read")
+
+OPTIONS = {
+    "type": "object",
+    "properties": {
+        "max_processes": {"type": "integer", "minimum": 8,
+                          "description": "Processes the whole attempt may run at once "
+                                         "(default 512)."},
+        "memory_mb": {"type": "integer", "minimum": 64,
+                      "description": "Memory for the whole attempt, in MiB (default 4096)."},
+        "file_size_mb": {"type": "integer", "minimum": 1,
+                         "description": "Largest file a command may write, in MiB "
+                                        "(default 1024)."},
+        "ro_paths": {"type": "array", "items": {"type": "string", "minLength": 1},
+                     "description": "Extra directories mounted read-only at their own path "
+                                    "(a toolchain outside /usr, say). Never one holding "
+                                    "secrets or the run directory."},
+    },
+}
+
+
+@functools.cache
+def _plugin_code_paths() -> tuple[str, ...]:
+    """Where evalctl and every installed plugin's code lives, so that a Python started in
+    the sandbox (a check's interpreter, pytest with evalctl's witness) can import them. In
+    an editable install these are outside the Python installation. Found from the modules
+    already loaded and the entry points' specs, without importing anything new."""
+    import importlib.metadata
+    import importlib.util
+
+    found = {Path(evalctl.__file__).resolve().parent, Path(__file__).resolve().parents[1]}
+    for entry_point in importlib.metadata.entry_points(group="evalctl"):
+        top = entry_point.module.split(".", 1)[0]
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        found.update(Path(p).resolve() for p in spec.submodule_search_locations or ())
+        if spec.origin and spec.origin not in ("built-in", "frozen"):
+            found.add(Path(spec.origin).resolve().parent)
+    return tuple(sorted(str(path) for path in found if path.is_dir()))
+
+
+def _hidden_paths() -> tuple[Path, ...]:
+    """Directories of evalctl's own that a mounted Python installation would otherwise
+    show: the built-in suites hold their tasks' verify files (hidden tests)."""
+    package = Path(evalctl.__file__).resolve().parent
+    return tuple(path for path in (package / "suites",) if path.is_dir())
+
+
+class BwrapSandbox:
+    def __init__(self, request: evalctl.SandboxRequest, jail: bwrap_jail.BwrapJail):
+        self.request = request
+        self.jail = jail
+
+    async def run(self, command: str | Sequence[str], *, timeout: float,
+                  env: Mapping[str, str] | None = None, stdin: bytes | str | None = None,
+                  cwd: str | None = None, merge_stderr: bool = False,
+                  output_limit: int | None = None) -> evalctl.CommandResult:
+        workspace = self.request.workspace
+        directory = evalctl.resolve_in_workspace(workspace, cwd) if cwd else workspace
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        wrapped = self.jail.wrap(argv, self.request.env if env is None else env, directory)
+        # bwrap starts with an empty environment: nothing of evalctl's own reaches it.
+        return await evalctl.run_process(wrapped, cwd=workspace, env={}, timeout=timeout,
+                                         stdin=stdin, merge_stderr=merge_stderr,
+                                         output_limit=output_limit)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.jail.close)
+
+
+async def create(request: evalctl.SandboxRequest) -> BwrapSandbox:
+    options = request.options
+    jail = bwrap_jail.BwrapJail(
+        request.workspace, request.home, request.tmp,
+        bwrap_jail.BwrapOptions(
+            network=request.network,
+            ro_paths=(*_plugin_code_paths(), *options.get("ro_paths", ())),
+            max_processes=int(options.get("max_processes", 512)),
+            memory_mb=int(options.get("memory_mb", 4096)),
+            file_size_mb=int(options.get("file_size_mb", 1024)),
+        ),
+        hidden=_hidden_paths())
+    await asyncio.to_thread(jail.open)
+    return BwrapSandbox(request, jail)
+
+
+def available() -> str | None:
+    if not hasattr(os, "pidfd_open") and not Path("/proc/self/ns/user").exists():
+        return "bubblewrap needs Linux"
+    return bwrap_jail.probe()
+
+
+@evalctl.hookimpl
+def evalctl_register_sandboxes(register):
+    register(evalctl.SandboxSpec(
+        name="bwrap",
+        create=create,
+        options_schema=OPTIONS,
+        description="Runs each command in a bubblewrap sandbox over the workspace.",
+        isolation=ISOLATION,
+        isolated=True,
+        auto_priority=10,
+        available=available,
+        limits=bwrap_jail.enforced_limits,
+    ))

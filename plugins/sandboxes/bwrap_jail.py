@@ -1,0 +1,968 @@
+"""A bubblewrap (bwrap) sandbox for one task attempt: a prototype for evalctl.
+
+Each command an agent (or a check) runs is wrapped so that it executes:
+
+* in fresh user, mount, PID, IPC, UTS, cgroup and (unless allowed) network namespaces, as
+  uid/gid 1000 with no capabilities and no way to create further user namespaces;
+* over a filesystem built from nothing: the workspace (read-write, at its own absolute path),
+  the attempt's HOME and TMPDIR (read-write, at /home/agent and /tmp), and read-only: /usr, the
+  /bin, /lib* links, an allowlist of /etc, the Python prefixes and the evalctl package sources;
+* with exactly the environment the caller gives: pid 1 inside is our tiny init, not bwrap, and
+  bwrap and the sh wrapper in front of it run with an empty environment, so no
+  /proc/*/environ anywhere (inside, or on the host) holds a secret of the harness;
+* so that no process outlives the command (PID namespace torn down when the command exits);
+* in the attempt's cgroup(s) (pids, memory, and freezer for killing) when this machine lets us
+  create them, with RLIMIT_FSIZE (and RLIMIT_NPROC/RLIMIT_AS when there is no cgroup).
+
+Why HOME and TMPDIR are mounted at /home/agent and /tmp rather than at their own host paths:
+programs that hard-code /tmp (or ignore TMPDIR) still land in the attempt's own directory instead
+of failing on a read-only root; HOME agrees with the synthetic /etc/passwd entry (getpwuid-based
+tools like ssh or git see the same home as $HOME); the paths are the same for every attempt,
+which keeps transcripts comparable; and the host layout of the run directory (.state/<task>/...)
+is not revealed inside.  The workspace itself stays at its host path, so paths the agent prints
+mean the same thing to the harness.
+
+Only the standard library is used.  Everything here is Linux-specific.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import contextlib
+import functools
+import importlib.metadata
+import importlib.util
+import logging
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+# Identity inside the sandbox.  Host root maps to this uid: files the sandbox creates in the
+# workspace are owned by the harness's own uid on the host.
+SANDBOX_UID = 1000
+SANDBOX_GID = 1000
+SANDBOX_USER = "agent"
+SANDBOX_HOME = Path("/home/agent")
+SANDBOX_TMP = Path("/tmp")
+SANDBOX_HOSTNAME = "sandbox"
+
+# Top-level directories made visible read-only.  /opt, /srv, /var, /run, /sys are not: pass
+# them through BwrapOptions.ro_paths if a suite needs something there.
+SYSTEM_RO_DIRS = ("/usr",)
+# On merged-/usr systems these are symlinks into /usr and are recreated as symlinks.
+SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+# The parts of /etc tools need.  /etc as a whole is not mounted: it can hold secrets (shadow,
+# ssh host keys, ssl/private, pip.conf/npmrc with index tokens, environment), and because the
+# sandbox uid maps to the host uid that owns them (root), owner-only files would be readable.
+# passwd, group and hosts are synthesized (see _synthetic_etc_files) rather than copied.
+ETC_ALLOWLIST = (
+    "alternatives",  # /usr/bin/awk, /usr/bin/editor... are links through here
+    "bash.bashrc",
+    "ca-certificates.conf",
+    "debian_version",
+    "gai.conf",
+    "host.conf",
+    "inputrc",
+    "java-*",  # JDK conf/ links into /etc/java-<n>-openjdk
+    "ld.so.cache",  # without it the dynamic loader misses /usr/lib/<triplet>
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "locale.alias",
+    "localtime",
+    "magic",
+    "magic.mime",
+    "mime.types",
+    "mtab",
+    "networks",
+    "nsswitch.conf",
+    "os-release",
+    "profile",
+    "protocols",
+    "python3*",
+    "resolv.conf",
+    "rpc",
+    "services",
+    "shells",
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "terminfo",
+    "timezone",
+)
+
+# Allowlisted /etc directories with more entries than this are bind-mounted, not copied.
+ETC_COPY_MAX_ENTRIES = 16
+
+# pid 1 inside the sandbox: runs the command in the foreground, reaping orphans while it
+# waits (sh waits with waitpid(-1)), and exits with the command's status.  Why not bwrap's
+# own pid 1: bwrap's outer process returns as soon as the *command* (pid 2) exits and does not
+# wait for its pid 1, which lingers while daemons the command left behind run, until
+# --die-with-parent's SIGKILL arrives (asynchronously), and is then an orphaned zombie that
+# the host's init must reap, holding a pids-cgroup charge until it does (seconds, on machines
+# whose init reaps lazily: 1 leaked charge per command).  With this init, its exit makes the
+# kernel kill and reap everything left in the PID namespace before bwrap's waitpid() returns,
+# so no process outlives the command, deterministically.  `exit $?` keeps sh from exec'ing
+# the command in place of itself.  A command killed by a signal makes sh print e.g. "Killed".
+SANDBOX_INIT = '"$@"\nexit $?'
+SANDBOX_INIT_NAME = "evalctl-init"
+
+# Exit status of the sh wrapper when it cannot apply a limit (it fails closed).
+WRAPPER_FAILED = 125
+
+_BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap")
+
+
+class SandboxError(RuntimeError):
+    """The sandbox cannot be set up as asked."""
+
+
+# --------------------------------------------------------------------------- bwrap itself
+
+
+def _find_bwrap() -> str | None:
+    found = shutil.which("bwrap")
+    if found:
+        return os.path.realpath(found)
+    return next((c for c in _BWRAP_CANDIDATES if os.access(c, os.X_OK)), None)
+
+
+@functools.cache
+def _bwrap_options_supported(bwrap: str) -> frozenset[str]:
+    """The long options this bwrap's --help lists (e.g. --disable-userns appeared in 0.8)."""
+    try:
+        done = subprocess.run(
+            [bwrap, "--help"], env={}, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    return frozenset(re.findall(r"(?m)^\s+(--[a-z][a-z0-9-]*)", done.stdout + done.stderr))
+
+
+def _system_mounts() -> list[str]:
+    """bwrap arguments for /usr and the /bin, /lib* links (or directories, if not merged)."""
+    args: list[str] = []
+    for directory in SYSTEM_RO_DIRS:
+        if os.path.isdir(directory):
+            args += ["--ro-bind", directory, directory]
+    for path in SYSTEM_LINKS:
+        if os.path.islink(path):
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
+
+
+def _namespace_args(bwrap: str, network: bool) -> list[str]:
+    """Namespaces, identity and capabilities: shared by probe() and BwrapJail.wrap()."""
+    args = [
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup",
+    ]
+    if not network:
+        args.append("--unshare-net")
+    args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
+    if "--disable-userns" in _bwrap_options_supported(bwrap):
+        args.append("--disable-userns")
+    # As uid 0 bwrap keeps every capability unless told otherwise (bubblewrap#561).
+    args += ["--cap-drop", "ALL", "--die-with-parent", "--new-session"]
+    # Our own init (SANDBOX_INIT) is pid 1, not bwrap's: see SANDBOX_INIT for why.
+    args.append("--as-pid-1")
+    args += ["--hostname", SANDBOX_HOSTNAME]
+    return args
+
+
+def _probe_with(bwrap: str | None) -> str | None:
+    """probe() without the cache, for a given bwrap path (None: not installed)."""
+    if bwrap is None:
+        return "bwrap not found; install the bubblewrap package (apt-get install bubblewrap)"
+    true = shutil.which("true", path="/usr/bin:/bin") or "/usr/bin/true"
+    argv = [bwrap, *_namespace_args(bwrap, network=False), *_system_mounts()]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--", true]
+    try:
+        done = subprocess.run(argv, env={}, capture_output=True, text=True, timeout=20, check=False)
+    except subprocess.TimeoutExpired:
+        return f"{bwrap} did not run a trivial command within 20 s"
+    except OSError as exc:
+        return f"cannot execute {bwrap}: {exc}"
+    if done.returncode == 0:
+        return None
+    lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    return lines[0] if lines else f"{bwrap} exited with status {done.returncode}"
+
+
+@functools.cache
+def probe() -> str | None:
+    """None when bwrap can run a trivial command here; else a one-line reason.  Cached."""
+    return _probe_with(_find_bwrap())
+
+
+# --------------------------------------------------------------------------- cgroups
+
+
+@dataclass(frozen=True)
+class CgroupSetup:
+    """Where this process may create per-attempt cgroups, as found by detect_cgroups().
+
+    version 1: `parents` maps controller ("pids", "memory", "freezer") to the directory under
+    which an attempt's cgroup for that controller is created.  version 2: `parents` has one
+    entry, "unified".  version 0: no usable cgroup; `reason` says why.
+    """
+
+    version: int
+    parents: Mapping[str, Path] = field(default_factory=dict)
+    controllers: frozenset[str] = frozenset()
+    reason: str = ""
+
+
+NO_CGROUPS = CgroupSetup(0, reason="cgroups disabled")
+
+
+def _unescape_mount_path(text: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def locate_cgroup_dirs(mountinfo: str, proc_cgroup: str) -> tuple[dict[str, Path], Path | None]:
+    """This process's own cgroup directories: ({v1 controller: dir}, cgroup v2 dir or None).
+
+    `mountinfo` is /proc/self/mountinfo and `proc_cgroup` is /proc/self/cgroup.  Pure, so it can
+    be tested with the text of other machines.
+    """
+    own: dict[str, str] = {}  # controller name ("" for v2) -> path in that hierarchy
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        for name in controllers.split(",") if controllers else [""]:
+            own[name] = path
+
+    def join(mount_root: str, mount_point: str, path: str) -> Path:
+        # The hierarchy's root may be mounted at a sub-cgroup (containers without cgroupns).
+        if mount_root != "/" and (path == mount_root or path.startswith(mount_root + "/")):
+            path = path[len(mount_root) :]
+        return Path(mount_point, path.lstrip("/"))
+
+    v1: dict[str, Path] = {}
+    v2: Path | None = None
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 3:
+            continue
+        root, mount_point = _unescape_mount_path(fields[3]), _unescape_mount_path(fields[4])
+        fstype, super_options = tail[0], tail[2].split(",")
+        if fstype == "cgroup2" and "" in own and v2 is None:
+            v2 = join(root, mount_point, own[""])
+        elif fstype == "cgroup":
+            for name in ("pids", "memory", "freezer"):
+                if name in super_options and name in own and name not in v1:
+                    v1[name] = join(root, mount_point, own[name])
+    return v1, v2
+
+
+def _read(path: str | Path) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as handle:
+        handle.write(value)
+
+
+def _try_child(parent: Path, control_file: str) -> str | None:
+    """Create and remove a probe cgroup under `parent`; None if that works, else why not."""
+    child = parent / f"evalctl-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        child.mkdir()
+    except OSError as exc:
+        return f"cannot create a cgroup under {parent}: {exc.strerror or exc}"
+    try:
+        if not (child / control_file).exists():
+            return f"{parent} does not behave like a cgroup ({control_file} missing)"
+        if not os.access(child / control_file, os.W_OK):
+            return f"{child / control_file} is not writable"
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            child.rmdir()
+
+
+def detect_cgroups(mountinfo: str | None = None, proc_cgroup: str | None = None) -> CgroupSetup:
+    """Find where per-attempt cgroups can be created, preferring v1 controllers when a hybrid
+    machine has bound pids/memory to v1 (they are then unavailable in the v2 hierarchy).
+
+    Attempt cgroups are created *below this process's own cgroup*, so they only ever narrow
+    what the harness is already allowed; nothing is created elsewhere in the hierarchy.
+    """
+    if mountinfo is None:
+        mountinfo = _read("/proc/self/mountinfo")
+    if proc_cgroup is None:
+        proc_cgroup = _read("/proc/self/cgroup")
+    v1, v2 = locate_cgroup_dirs(mountinfo, proc_cgroup)
+    reasons: list[str] = []
+
+    if "pids" in v1 or "memory" in v1:
+        usable: dict[str, Path] = {}
+        for name, control in (
+            ("pids", "pids.max"),
+            ("memory", "memory.limit_in_bytes"),
+            ("freezer", "freezer.state"),
+        ):
+            if name not in v1:
+                continue
+            why = _try_child(v1[name], control)
+            if why is None:
+                usable[name] = v1[name]
+            else:
+                reasons.append(f"v1 {name}: {why}")
+        if "pids" in usable or "memory" in usable:
+            return CgroupSetup(1, usable, frozenset(usable), "; ".join(reasons))
+
+    if v2 is not None:
+        why = _prepare_v2_parent(v2)
+        if why is None:
+            controllers = frozenset(_read(v2 / "cgroup.subtree_control").split())
+            return CgroupSetup(2, {"unified": v2}, controllers & {"pids", "memory"})
+        reasons.append(f"v2: {why}")
+    if not reasons:
+        reasons.append("no cgroup hierarchy with the pids or memory controller is mounted")
+    return CgroupSetup(0, reason="; ".join(reasons))
+
+
+def _enable_v2_controllers(parent: Path, names: list[str]) -> str | None:
+    for name in names:
+        try:
+            _write(parent / "cgroup.subtree_control", f"+{name}")
+        except OSError as exc:
+            return f"cannot enable {name} in {parent}/cgroup.subtree_control: {exc.strerror}"
+    return None
+
+
+def _prepare_v2_parent(parent: Path) -> str | None:
+    """Make pids and memory available to children of `parent` (cgroup v2); None when done.
+
+    Enabling a controller in cgroup.subtree_control fails (EBUSY) while `parent` itself holds
+    processes, unless it is the root cgroup (the "no internal processes" rule).  If the only
+    process in `parent` is this one (e.g. evalctl started with `systemd-run --scope -p
+    Delegate=yes`), it moves itself into the leaf `parent`/evalctl-harness first, as systemd's
+    delegation docs prescribe; a side effect of the first detect_cgroups().  If other
+    processes share the cgroup, they are left alone and we fall back to rlimits.
+    Untested on a real pure-v2 machine (the development machine is v1 hybrid).
+    """
+    available = set(_read(parent / "cgroup.controllers").split())
+    wanted = {"pids", "memory"} & available
+    if not wanted:
+        return f"{parent}/cgroup.controllers offers neither pids nor memory"
+    missing = sorted(wanted - set(_read(parent / "cgroup.subtree_control").split()))
+    why = _enable_v2_controllers(parent, missing)
+    if why is not None and _read(parent / "cgroup.procs").split() == [str(os.getpid())]:
+        leaf = parent / "evalctl-harness"
+        try:
+            leaf.mkdir(exist_ok=True)
+            _write(leaf / "cgroup.procs", str(os.getpid()))
+        except OSError as exc:
+            return f"{why}; moving this process into {leaf} failed: {exc.strerror}"
+        why = _enable_v2_controllers(parent, missing)
+    if why is not None:
+        return why
+    return _try_child(parent, "pids.max" if "pids" in wanted else "memory.max")
+
+
+@functools.cache
+def _machine_cgroups() -> CgroupSetup:
+    return detect_cgroups()
+
+
+def _describe_limits(setup: CgroupSetup, prlimit: str | None) -> dict[str, str]:
+    is_root = os.geteuid() == 0
+    limits: dict[str, str] = {}
+    if "pids" in setup.controllers:
+        limits["processes"] = f"cgroup v{setup.version} pids.max"
+    elif prlimit is None:
+        limits["processes"] = "none: no writable pids cgroup and no prlimit binary"
+    elif is_root:
+        limits["processes"] = "rlimit RLIMIT_NPROC (not enforced for root)"
+    else:
+        limits["processes"] = (
+            f"rlimit RLIMIT_NPROC (counts every process of uid {os.geteuid()} on the machine)"
+        )
+    if "memory" in setup.controllers:
+        limits["memory"] = (
+            "cgroup v1 memory.limit_in_bytes" if setup.version == 1 else "cgroup v2 memory.max"
+        )
+    elif prlimit is None:
+        limits["memory"] = "none: no writable memory cgroup and no prlimit binary"
+    else:
+        limits["memory"] = "rlimit RLIMIT_AS (address space per process, not a total)"
+    limits["file_size"] = "RLIMIT_FSIZE"
+    return limits
+
+
+def enforced_limits() -> dict[str, str]:
+    """Which per-task limits this machine enforces, and how (see _describe_limits)."""
+    return _describe_limits(_machine_cgroups(), shutil.which("prlimit"))
+
+
+# --------------------------------------------------------------------------- what to mount
+
+
+def _editable_finder_paths(finder: Path) -> list[str]:
+    """Directories named in a setuptools editable finder's MAPPING/NAMESPACES (read, not run)."""
+    try:
+        tree = ast.parse(finder.read_text(), str(finder))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    found: list[str] = []
+    for node in tree.body:
+        target: ast.expr | None = None
+        value_node: ast.expr | None = None
+        if isinstance(node, ast.AnnAssign):
+            target, value_node = node.target, node.value
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value_node = node.targets[0], node.value
+        if not (isinstance(target, ast.Name) and target.id in ("MAPPING", "NAMESPACES")):
+            continue
+        if value_node is None:
+            continue
+        try:
+            value = ast.literal_eval(value_node)
+        except (ValueError, TypeError, SyntaxError):
+            continue
+        if isinstance(value, dict):
+            for item in value.values():
+                found += [item] if isinstance(item, str) else [str(p) for p in item]
+    return found
+
+
+def _pth_paths(pth: Path) -> list[str]:
+    """Directories a .pth file adds to sys.path, including editable-finder mappings."""
+    found: list[str] = []
+    try:
+        lines = pth.read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith(("import ", "import\t")):
+            for module in dict.fromkeys(re.findall(r"__editable___[A-Za-z0-9_]+_finder", line)):
+                found += _editable_finder_paths(pth.parent / f"{module}.py")
+            continue
+        found.append(str(pth.parent / line))
+    return found
+
+
+def package_paths(distribution: str = "evalctl", entry_point_group: str = "evalctl") -> list[Path]:
+    """Source directories of the evalctl package and of its plugins' distributions.
+
+    For a regular install they are inside site-packages (already under sys.prefix); for an
+    editable install they are wherever the .pth files and editable finders point.  Found from
+    the imported module (if any), importlib's spec for the top-level package (which does not
+    import it), the distributions' .pth files, and the entry points of `entry_point_group`.
+    """
+    found: list[str] = []
+    module = sys.modules.get(distribution)
+    if module is not None:
+        if module.__file__:
+            found.append(os.path.dirname(module.__file__))
+        found += list(getattr(module, "__path__", []) or [])
+    with contextlib.suppress(Exception):  # a broken package must not break the sandbox
+        spec = importlib.util.find_spec(distribution)
+        if spec is not None:
+            found += list(spec.submodule_search_locations or [])
+            if spec.origin and os.path.isabs(spec.origin):
+                found.append(os.path.dirname(spec.origin))
+
+    names = {distribution}
+    with contextlib.suppress(Exception):
+        for entry_point in importlib.metadata.entry_points(group=entry_point_group):
+            if entry_point.dist is not None:
+                names.add(entry_point.dist.name)
+    for name in sorted(names):
+        try:
+            files = importlib.metadata.distribution(name).files or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for file in files:
+            if file.suffix == ".pth":
+                found += _pth_paths(Path(str(file.locate())))
+
+    result: list[Path] = []
+    for path in found:
+        real = Path(os.path.realpath(path))
+        if real.is_dir() and real not in result:
+            result.append(real)
+    return result
+
+
+@functools.cache
+def _python_paths() -> tuple[Path, ...]:
+    return tuple(python_paths())
+
+
+def python_paths() -> list[Path]:
+    """Read-only directories Python needs: prefixes, the interpreter's real directory, evalctl.
+
+    Jails use a per-process cache of this (finding entry points costs a few ms).
+    """
+    raw = [
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+    ]
+    result: list[Path] = []
+    for path in [Path(os.path.realpath(p)) for p in raw] + package_paths():
+        if path.is_dir() and path not in result:
+            result.append(path)
+    return result
+
+
+@dataclass(frozen=True)
+class _Mount:
+    """One bwrap filesystem operation: a read-only or read-write bind, or a symlink."""
+
+    kind: str  # "ro", "rw", "symlink"
+    source: str
+    dest: Path
+
+    def args(self) -> list[str]:
+        if self.kind == "symlink":
+            return ["--symlink", self.source, str(self.dest)]
+        return ["--ro-bind" if self.kind == "ro" else "--bind", self.source, str(self.dest)]
+
+
+def _etc_entries() -> list[Path]:
+    entries: list[Path] = []
+    for pattern in ETC_ALLOWLIST:
+        entries += sorted(Path("/etc").glob(pattern))
+    return entries
+
+
+def _count_entries(directory: Path, limit: int) -> int:
+    """Entries below `directory`, counting no further than `limit`."""
+    count = 0
+    for _, subdirs, files in os.walk(directory):
+        count += len(subdirs) + len(files)
+        if count > limit:
+            break
+    return count
+
+
+def _synthetic_etc_files() -> dict[str, str]:
+    """passwd, group and hosts for the sandbox identity and hostname."""
+    return {
+        "passwd": (
+            "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+            f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_GID}:{SANDBOX_USER}:{SANDBOX_HOME}:/bin/bash\n"
+            "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        ),
+        "group": f"root:x:0:\n{SANDBOX_USER}:x:{SANDBOX_GID}:\nnogroup:x:65534:\n",
+        "hosts": (
+            f"127.0.0.1\tlocalhost {SANDBOX_HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+        ),
+    }
+
+
+def _assemble_etc(target: Path) -> list[_Mount]:
+    """Build the sandbox's /etc in `target`; return the binds to lay over it.
+
+    Allowlisted files and small directories are copied (a snapshot taken at open()),
+    symlinks into /usr or /proc are recreated, passwd/group/hosts are synthesized, and big
+    directories (alternatives, ssl/certs...) are bind-mounted read-only over the copy.  One
+    bind for /etc instead of one per entry: bwrap's cost grows with every mount it makes.
+    """
+    binds: list[_Mount] = []
+    target.mkdir(mode=0o755)
+    for entry in _etc_entries():
+        dest = target / entry.relative_to("/etc")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if entry.is_symlink() and os.path.realpath(entry).startswith(("/usr/", "/proc/")):
+                os.symlink(os.readlink(entry), dest)
+            elif entry.is_dir():
+                if _count_entries(entry, ETC_COPY_MAX_ENTRIES) > ETC_COPY_MAX_ENTRIES:
+                    dest.mkdir(mode=0o755)
+                    binds.append(_Mount("ro", os.path.realpath(entry), entry))
+                else:
+                    shutil.copytree(entry, dest, symlinks=True)
+            elif entry.exists():  # a file, or a symlink elsewhere (e.g. into /run): copy it
+                shutil.copyfile(entry, dest)
+                dest.chmod(0o644)
+        except OSError as exc:
+            log.warning("not copying %s into the sandbox's /etc: %s", entry, exc)
+    for name, text in _synthetic_etc_files().items():
+        (target / name).write_text(text)
+        (target / name).chmod(0o644)
+    return binds
+
+
+def _remove_if_creator(directory: Path, creator: int) -> None:
+    if os.getpid() == creator:  # not from a forked child that exits through atexit
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@functools.cache
+def _shared_etc() -> tuple[Path, tuple[_Mount, ...]]:
+    """The sandbox's /etc, assembled once per process (it is the same for every jail, and
+    creating ~40 files costs ~15 ms here), and the binds over it.  Removed at exit."""
+    directory = Path(tempfile.mkdtemp(prefix="evalctl-bwrap-"))
+    atexit.register(_remove_if_creator, directory, os.getpid())
+    binds = _assemble_etc(directory / "etc")
+    return directory / "etc", tuple(binds)
+
+
+def _is_within(path: Path, ancestor: Path) -> bool:
+    return path == ancestor or path.is_relative_to(ancestor)
+
+
+def _order_mounts(mounts: list[_Mount]) -> list[_Mount]:
+    """Parents before children, dropping read-only binds already covered by a read-only parent.
+
+    A read-only bind of a path inside another read-only bind of the same host tree adds
+    nothing, unless a read-write bind sits between the two (then it re-protects a subtree).
+    """
+    identity_ro = [m for m in mounts if m.kind == "ro" and m.source == str(m.dest)]
+    others = [m.dest for m in mounts if not (m.kind == "ro" and m.source == str(m.dest))]
+    kept: list[_Mount] = []
+    for mount in mounts:
+        if mount in identity_ro:
+            covered = any(
+                parent.dest != mount.dest
+                and _is_within(mount.dest, parent.dest)
+                and not any(
+                    o != parent.dest and _is_within(o, parent.dest) and _is_within(mount.dest, o)
+                    for o in others
+                )
+                for parent in identity_ro
+            )
+            if covered:
+                continue
+        if all(k.dest != mount.dest for k in kept):
+            kept.append(mount)
+    return sorted(kept, key=lambda m: len(m.dest.parts))  # stable: siblings keep their order
+
+
+# --------------------------------------------------------------------------- the jail
+
+
+@dataclass
+class BwrapOptions:
+    network: bool = False
+    ro_paths: tuple[str, ...] = ()  # extra read-only binds, each at its own path
+    max_processes: int = 512  # whole attempt (bwrap and our init take 2 per running command)
+    memory_mb: int = 4096  # whole attempt with a cgroup; per process with RLIMIT_AS
+    file_size_mb: int = 1024  # largest single file any process may write
+
+
+class BwrapJail:
+    """One per task attempt, over one workspace.
+
+    open() once, wrap() for every command, close() at the end (or use it as a context manager).
+    Commands of one attempt share its cgroup, hence its process and memory budget.
+    """
+
+    def __init__(
+        self,
+        workspace: Path,
+        home: Path,
+        tmp: Path,
+        options: BwrapOptions,
+        *,
+        cgroups: CgroupSetup | None = None,  # None: what this machine offers (tests override)
+        hidden: tuple[Path, ...] = (),  # directories under a read-only mount shown empty
+    ) -> None:
+        self.workspace = Path(workspace).resolve(strict=True)
+        self.home = Path(home).resolve(strict=True)
+        self.tmp = Path(tmp).resolve(strict=True)
+        self.options = options
+        self.hidden = tuple(Path(os.path.realpath(p)) for p in hidden)
+        self._cgroups = _machine_cgroups() if cgroups is None else cgroups
+        self._bwrap = _find_bwrap()
+        self._prlimit = shutil.which("prlimit")
+        self._cgroup_dirs: dict[str, Path] = {}
+        self._static_args: list[str] | None = None
+        self._sh_prefix: list[str] = []
+
+    # -- lifecycle
+
+    def open(self) -> None:
+        """Create the attempt's cgroups (if this machine allows) and precompute the mounts."""
+        if self._static_args is not None:
+            raise SandboxError("BwrapJail.open() called twice")
+        reason = probe()
+        if reason is not None or self._bwrap is None:
+            raise SandboxError(f"bubblewrap is unusable here: {reason}")
+        try:
+            self._create_cgroups()
+            self._static_args = self._build_static_args()
+            self._sh_prefix = self._build_sh_prefix()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Kill whatever still runs in the attempt's cgroups and remove them.  Idempotent.
+
+        Without cgroups there is nothing to kill here: a command still running must be
+        stopped by killing the process wrap()'s argv started (bwrap then takes the sandbox
+        down with it, --die-with-parent).
+        """
+        if self._cgroup_dirs:
+            self._kill_cgroup_members()
+            for path in self._cgroup_dirs.values():
+                _rmdir_cgroup(path)
+            self._cgroup_dirs = {}
+        self._static_args = None
+
+    def __enter__(self) -> BwrapJail:
+        self.open()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def limits(self) -> dict[str, str]:
+        """enforced_limits() for this jail's cgroup setup."""
+        return _describe_limits(self._cgroups, self._prlimit)
+
+    @property
+    def cgroup_dirs(self) -> dict[str, Path]:
+        """Controller ("pids", "memory", "freezer" or "unified") -> this attempt's cgroup."""
+        return dict(self._cgroup_dirs)
+
+    # -- the command line
+
+    def wrap(self, argv: list[str], env: Mapping[str, str], cwd: Path) -> list[str]:
+        """The argv that runs `argv` in the sandbox with exactly `env` (plus HOME/TMPDIR), in
+        `cwd` (inside the workspace).  Exec it with env={}; it clears its environment anyway.
+        """
+        if self._static_args is None or self._bwrap is None:
+            raise SandboxError("BwrapJail.wrap() before open()")
+        if not argv:
+            raise ValueError("empty argv")
+        cwd = Path(cwd).resolve()
+        if not _is_within(cwd, self.workspace):
+            raise ValueError(f"cwd {cwd} is not inside the workspace {self.workspace}")
+        full_env = dict(env)
+        full_env["HOME"] = str(SANDBOX_HOME)
+        full_env["TMPDIR"] = str(SANDBOX_TMP)
+        env_args = ["--clearenv"]
+        for name, value in full_env.items():
+            if not name or "=" in name or "\0" in name or "\0" in value:
+                raise ValueError(f"invalid environment variable {name!r}")
+            env_args += ["--setenv", name, value]
+        return [
+            *self._sh_prefix,
+            self._bwrap,
+            *self._static_args,
+            *env_args,
+            "--chdir",
+            str(cwd),
+            "--",
+            "/bin/sh",
+            "-c",
+            SANDBOX_INIT,
+            SANDBOX_INIT_NAME,
+            *argv,
+        ]
+
+    def _build_static_args(self) -> list[str]:
+        assert self._bwrap is not None
+        mounts: list[_Mount] = []
+        for directory in SYSTEM_RO_DIRS:
+            if os.path.isdir(directory):
+                mounts.append(_Mount("ro", directory, Path(directory)))
+        for link in SYSTEM_LINKS:
+            if os.path.islink(link):
+                mounts.append(_Mount("symlink", os.readlink(link), Path(link)))
+            elif os.path.isdir(link):
+                mounts.append(_Mount("ro", link, Path(link)))
+        etc, etc_binds = _shared_etc()
+        mounts.append(_Mount("ro", str(etc), Path("/etc")))
+        mounts += etc_binds
+
+        run_dir = self.workspace.parent
+        extra = [Path(os.path.realpath(p)) for p in self.options.ro_paths]
+        for path in [*_python_paths(), *extra]:
+            if _is_within(run_dir, path):
+                raise SandboxError(
+                    f"refusing to mount {path} read-only: it contains {run_dir}, "
+                    "so every workspace, ledger and seed of the run would be visible"
+                )
+            if not path.exists():
+                raise SandboxError(f"read-only path {path} does not exist")
+            mounts.append(_Mount("ro", str(path), path))
+
+        mounts.append(_Mount("rw", str(self.tmp), SANDBOX_TMP))
+        mounts.append(_Mount("rw", str(self.home), SANDBOX_HOME))
+        mounts.append(_Mount("rw", str(self.workspace), self.workspace))
+
+        args = _namespace_args(self._bwrap, self.options.network)
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        ordered = _order_mounts(mounts)
+        for mount in ordered:
+            args += mount.args()
+        for path in self.hidden:  # an empty tmpfs laid over it, read-only with the root
+            if path.is_dir() and any(m.kind == "ro" and _is_within(path, m.dest)
+                                     for m in ordered):
+                args += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        # bwrap's root is a tmpfs; without this the sandbox could write anywhere outside the
+        # binds (into RAM).  Not recursive: the binds above keep their own flags.
+        args += ["--remount-ro", "/"]
+        return args
+
+    def _build_sh_prefix(self) -> list[str]:
+        """`env -i sh -c SCRIPT` that joins the cgroups, sets rlimits, then execs the rest.
+
+        `env -i` so that neither this sh nor bwrap carries the harness's environment, even if
+        the caller forgets env={}: bwrap's own pid 1 (not used here, see SANDBOX_INIT) would
+        expose it at /proc/1/environ inside, and same-uid processes can read it on the host.
+        """
+        file_blocks = self.options.file_size_mb * 2048  # ulimit -f counts 512-byte blocks
+        lines = [
+            # A write beyond RLIMIT_FSIZE then fails with EFBIG ("File too large") instead of
+            # killing the writer with SIGXFSZ.  An ignored disposition survives exec.
+            "trap '' XFSZ",
+            f"ulimit -c 0 && ulimit -f {file_blocks} || exit {WRAPPER_FAILED}",
+        ]
+        for path in self._cgroup_dirs.values():
+            procs = shlex.quote(str(path / "cgroup.procs"))
+            lines.append(
+                f"{{ echo $$ > {procs}; }} 2>/dev/null || {{ echo 'evalctl sandbox: cannot join "
+                f"cgroup {path}' >&2; exit {WRAPPER_FAILED}; }}"
+            )
+        lines += ["unset PWD OLDPWD", 'exec "$@"']
+        prefix = ["/usr/bin/env", "-i", "/bin/sh", "-c", "\n".join(lines), "evalctl-sandbox"]
+
+        # Without the cgroup controller, fall back to the per-process rlimit (see limits).
+        enforced = self._cgroups.controllers if self._cgroup_dirs else frozenset()
+        rlimits: list[str] = []
+        if "pids" not in enforced:
+            rlimits.append(f"--nproc={self.options.max_processes}")
+        if "memory" not in enforced:
+            rlimits.append(f"--as={self.options.memory_mb * 1024 * 1024}")
+        if rlimits and self._prlimit:
+            prefix += [self._prlimit, *rlimits, "--"]
+        return prefix
+
+    # -- cgroups
+
+    def _create_cgroups(self) -> None:
+        setup = self._cgroups
+        if setup.version == 0:
+            return
+        name = f"evalctl-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        memory = self.options.memory_mb * 1024 * 1024
+        try:
+            for controller, parent in setup.parents.items():
+                path = parent / name
+                path.mkdir()
+                self._cgroup_dirs[controller] = path
+                if setup.version == 1 and controller == "pids":
+                    _write(path / "pids.max", str(self.options.max_processes))
+                elif setup.version == 1 and controller == "memory":
+                    _write(path / "memory.limit_in_bytes", str(memory))
+                    # With swap accounting, also cap memory+swap so swap is no way out.
+                    if (path / "memory.memsw.limit_in_bytes").exists():
+                        _write(path / "memory.memsw.limit_in_bytes", str(memory))
+                elif setup.version == 2:
+                    if "pids" in setup.controllers:
+                        _write(path / "pids.max", str(self.options.max_processes))
+                    if "memory" in setup.controllers:
+                        _write(path / "memory.max", str(memory))
+                        if (path / "memory.swap.max").exists():
+                            _write(path / "memory.swap.max", "0")
+        except OSError as exc:
+            raise SandboxError(f"cannot set up the attempt's cgroups: {exc}") from exc
+
+    def _members(self) -> set[int]:
+        pids: set[int] = set()
+        for path in self._cgroup_dirs.values():
+            pids.update(int(p) for p in _read(path / "cgroup.procs").split())
+        return pids
+
+    def _kill_cgroup_members(self, timeout: float = 5.0) -> None:
+        """SIGKILL everything in the attempt's cgroups and wait until they are empty."""
+        unified = self._cgroup_dirs.get("unified")
+        if unified is not None and (unified / "cgroup.kill").exists():
+            with contextlib.suppress(OSError):
+                _write(unified / "cgroup.kill", "1")  # atomic, including racing forks
+        deadline = time.monotonic() + timeout
+        while (members := self._members()) and time.monotonic() < deadline:
+            # Freeze first so nothing forks between reading cgroup.procs and the kill.
+            with self._frozen():
+                for pid in members:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+        if self._members():
+            log.warning("processes survive in %s", ", ".join(map(str, self._cgroup_dirs.values())))
+
+    @contextlib.contextmanager
+    def _frozen(self) -> Iterator[None]:
+        freezer = self._cgroup_dirs.get("freezer")
+        unified = self._cgroup_dirs.get("unified")
+        state: Path | None = None
+        if freezer is not None:
+            state, frozen, thawed = freezer / "freezer.state", "FROZEN", "THAWED"
+        elif unified is not None and (unified / "cgroup.freeze").exists():
+            state, frozen, thawed = unified / "cgroup.freeze", "1", "0"
+        if state is None:
+            yield
+            return
+        try:
+            _write(state, frozen)
+            deadline = time.monotonic() + 1.0
+            while time.monotonic() < deadline:
+                if freezer is not None and _read(state).strip() == "FROZEN":
+                    break
+                if unified is not None and "frozen 1" in _read(unified / "cgroup.events"):
+                    break
+                time.sleep(0.002)
+        except OSError:
+            pass
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                _write(state, thawed)
+
+
+def _rmdir_cgroup(path: Path, timeout: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            path.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                log.warning("cannot remove cgroup %s: %s", path, exc)
+                return
+            time.sleep(0.01)

@@ -1,0 +1,1024 @@
+"""The bwrap jail: each isolation property is demonstrated by running something inside.
+
+The tests only look at processes and files they created: host pids of sandboxed processes are
+learned through SO_PEERCRED on a unix socket in the workspace (the kernel translates the pid
+into our PID namespace), or from the attempt's own cgroup.  Network tests use 127.0.0.1 only.
+Every subprocess has a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalctl.plugins.sandboxes import bwrap_jail as bs
+
+from .conftest import require_bwrap
+
+pytestmark = pytest.mark.usefixtures(require_bwrap.__name__)
+
+PY = sys.executable
+SECRET = "sk-secret-do-not-leak-7f3a"
+BASE_ENV = {"PATH": f"{os.path.dirname(PY)}:/usr/bin:/bin", "LANG": "C.UTF-8"}
+HAS_CGROUPS = bs._machine_cgroups().version != 0
+
+
+# --------------------------------------------------------------------------- fixtures/helpers
+
+
+@dataclass
+class Layout:
+    """A run directory shaped like evalctl's: workspaces side by side, state beside them."""
+
+    base: Path
+    run: Path
+    workspace: Path
+    home: Path
+    tmp: Path
+    sibling: Path
+    report: Path
+
+
+def make_layout(base: Path) -> Layout:
+    reports = base / "eval_reports"
+    run = reports / "workspaces-20260101-000000"
+    for task in ("task-a", "task-b"):
+        (run / task).mkdir(parents=True)
+        (run / ".state" / task / "home").mkdir(parents=True)
+        (run / ".state" / task / "tmp").mkdir(parents=True)
+        (run / ".seed" / task).mkdir(parents=True)
+        (run / ".seed" / task / "seed.txt").write_text("seed")
+    (run / ".ledgers").mkdir()
+    (run / ".ledgers" / "task-b.jsonl").write_text('{"secret": "ledger"}\n')
+    (run / "task-b" / "answer.txt").write_text("the sibling's answer")
+    report = reports / "report.json"
+    report.write_text("{}")
+    return Layout(
+        base=base,
+        run=run,
+        workspace=run / "task-a",
+        home=run / ".state" / "task-a" / "home",
+        tmp=run / ".state" / "task-a" / "tmp",
+        sibling=run / "task-b",
+        report=report,
+    )
+
+
+@pytest.fixture
+def layout() -> Iterator[Layout]:
+    """Outside /tmp, like evalctl's eval_reports/ (see test_workspace_under_host_tmp)."""
+    base = Path(tempfile.mkdtemp(prefix="bwrap-sandbox-test-", dir="/var/tmp"))
+    try:
+        yield make_layout(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def make_jail(layout: Layout) -> Iterator[Callable[..., bs.BwrapJail]]:
+    jails: list[bs.BwrapJail] = []
+
+    def make(cgroups: bs.CgroupSetup | None = None, **options: Any) -> bs.BwrapJail:
+        jail = bs.BwrapJail(
+            layout.workspace, layout.home, layout.tmp, bs.BwrapOptions(**options), cgroups=cgroups
+        )
+        jail.open()
+        jails.append(jail)
+        return jail
+
+    yield make
+    for jail in jails:
+        jail.close()
+
+
+def run(
+    jail: bs.BwrapJail,
+    script: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    outer_env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run a bash script in the jail's workspace; the outer process gets `outer_env` ({})."""
+    argv = jail.wrap(["bash", "-c", script], dict(BASE_ENV if env is None else env), jail.workspace)
+    return subprocess.run(
+        argv,
+        env=dict(outer_env) if outer_env is not None else {},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def starttime(pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat: with the pid, identifies one process over time."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def exists(pid: int, started: int | None) -> bool:
+    return started is not None and starttime(pid) == started
+
+
+REPORTER = """\
+import os, socket, sys
+# Tell the test our pid (it reads it with SO_PEERCRED), wait for its ack, become argv[2:].
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.recv(1)
+s.close()
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+
+class PidCollector:
+    """Accepts connections on a unix socket; records each peer's host pid and start time."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.pids: list[tuple[int, int | None]] = []
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.bind(str(path))
+        self._sock.listen(64)
+        self._sock.settimeout(0.1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+                pid = struct.unpack("3i", raw)[0]
+                self.pids.append((pid, starttime(pid)))
+                conn.sendall(b"k")
+
+    def wait_for(self, count: int, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.pids) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(self.pids) >= count, f"only {len(self.pids)} of {count} reporters connected"
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close()
+
+
+@pytest.fixture
+def collector(layout: Layout) -> Iterator[PidCollector]:
+    (layout.workspace / "report.py").write_text(REPORTER)
+    pids = PidCollector(layout.workspace / "pids.sock")
+    yield pids
+    pids.close()
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that records what it receives."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(8)
+        self._sock.settimeout(0.1)
+        self.port = self._sock.getsockname()[1]
+        self.received: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                with contextlib.suppress(OSError):
+                    self.received.append(conn.recv(100))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sock.close()
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    srv = Listener()
+    yield srv
+    srv.close()
+
+
+# --------------------------------------------------------------------------- probe and limits
+
+
+def test_probe_succeeds_here_and_is_cached() -> None:
+    assert bs.probe() is None
+    hits = bs.probe.cache_info().hits
+    assert bs.probe() is None
+    assert bs.probe.cache_info().hits == hits + 1
+
+
+def test_probe_reasons(tmp_path: Path) -> None:
+    assert bs._probe_with(None) == (
+        "bwrap not found; install the bubblewrap package (apt-get install bubblewrap)"
+    )
+    # A bwrap that fails the way it does when unprivileged user namespaces are disabled.
+    fake = tmp_path / "bwrap"
+    message = "bwrap: No permissions to create new namespace, likely because the kernel does not"
+    fake.write_text(f"#!/bin/sh\necho '{message}' >&2\necho 'second line' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    assert bs._probe_with(str(fake)) == message
+
+
+def test_enforced_limits_on_this_machine() -> None:
+    limits = bs.enforced_limits()
+    print("\nenforced_limits():", json.dumps(limits, indent=1))
+    assert set(limits) == {"processes", "memory", "file_size"}
+    assert limits["file_size"] == "RLIMIT_FSIZE"
+    setup = bs._machine_cgroups()
+    if setup.version == 1:
+        assert limits["processes"] == "cgroup v1 pids.max"
+        assert limits["memory"] == "cgroup v1 memory.limit_in_bytes"
+    elif setup.version == 2:
+        assert limits["processes"] == "cgroup v2 pids.max"
+        assert limits["memory"] == "cgroup v2 memory.max"
+
+
+HYBRID_MOUNTINFO = """\
+27 1 254:0 / / rw,relatime - ext4 /dev/vda rw
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+HYBRID_CGROUP = "8:pids:/\n6:freezer:/\n4:memory:/process_api/abc\n0::/\n"
+V2_MOUNTINFO = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+V2_CGROUP = "0::/user.slice/user-1000.slice/session-2.scope\n"
+
+
+def test_locate_cgroup_dirs_hybrid_and_pure_v2() -> None:
+    v1, v2 = bs.locate_cgroup_dirs(HYBRID_MOUNTINFO, HYBRID_CGROUP)
+    assert v1 == {
+        "pids": Path("/sys/fs/cgroup/pids"),
+        "memory": Path("/sys/fs/cgroup/memory/process_api/abc"),
+        "freezer": Path("/sys/fs/cgroup/freezer"),
+    }
+    assert v2 == Path("/sys/fs/cgroup/unified")
+    v1, v2 = bs.locate_cgroup_dirs(V2_MOUNTINFO, V2_CGROUP)
+    assert v1 == {}
+    assert v2 == Path("/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope")
+    # A container whose cgroup2 mount's root is its own cgroup (no cgroup namespace).
+    mountinfo = "30 23 0:26 /docker/ab /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"
+    assert bs.locate_cgroup_dirs(mountinfo, "0::/docker/ab\n")[1] == Path("/sys/fs/cgroup")
+
+
+def test_detect_falls_back_to_rlimits_when_cgroups_unusable(tmp_path: Path) -> None:
+    # A "cgroup2 mount" that is a plain directory: creating a child works, but it has no
+    # pids.max, so it is not a cgroup; and a v1 mount point that does not exist.
+    fake = tmp_path / "cg"
+    fake.mkdir()
+    (fake / "cgroup.controllers").write_text("pids memory\n")
+    (fake / "cgroup.subtree_control").write_text("pids memory\n")
+    mountinfo = f"30 23 0:26 / {fake} rw - cgroup2 cgroup2 rw\n"
+    setup = bs.detect_cgroups(mountinfo, "0::/\n")
+    assert setup.version == 0 and "pids.max missing" in setup.reason
+    mountinfo = f"39 31 0:36 / {tmp_path / 'absent'} rw - cgroup cgroup rw,pids\n"
+    setup = bs.detect_cgroups(mountinfo, "8:pids:/\n")
+    assert setup.version == 0 and "cannot create a cgroup" in setup.reason
+    assert not list(fake.glob("evalctl-probe-*"))  # probe children are removed
+
+    limits = bs._describe_limits(setup, "/usr/bin/prlimit")
+    if os.geteuid() == 0:
+        assert limits["processes"] == "rlimit RLIMIT_NPROC (not enforced for root)"
+    assert limits["memory"].startswith("rlimit RLIMIT_AS")
+    assert bs._describe_limits(setup, None)["memory"].startswith("none: ")
+
+
+# --------------------------------------------------------------------------- what to mount
+
+
+def test_package_paths_from_pth_and_editable_finder(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    src, core, plugins = tmp_path / "src", tmp_path / "repo" / "core", tmp_path / "repo" / "plugins"
+    for directory in (site, src, core, plugins):
+        directory.mkdir(parents=True)
+    (site / "__editable___demo_0_1_finder.py").write_text(
+        "import sys\n"
+        f"MAPPING: dict[str, str] = {{'demo': '{core}', 'demo.plugins': '{plugins}'}}\n"
+        "NAMESPACES: dict[str, list[str]] = {}\n"
+        "raise SystemExit('the finder must be read, never run')\n"
+    )
+    (site / "demo.pth").write_text(
+        f"# comment\n{src}\nimport __editable___demo_0_1_finder; "
+        "__editable___demo_0_1_finder.install()\n"
+    )
+    assert bs._pth_paths(site / "demo.pth") == [str(src), str(core), str(plugins)]
+    # And in this venv: evalctl (an editable install) and its judge plugin are found
+    # without importing evalctl (which may not even import mid-refactor).
+    found = bs.package_paths()
+    print("\npackage_paths():", [str(p) for p in found])
+    spec = __import__("importlib.util").util.find_spec("evalctl")
+    if spec is not None:
+        assert all(Path(p).resolve() in found for p in spec.submodule_search_locations or [])
+
+
+def test_mount_order_and_pruning() -> None:
+    mounts = [
+        bs._Mount("rw", "/host/ws", Path("/data/ws")),
+        bs._Mount("ro", "/data", Path("/data")),
+        bs._Mount("ro", "/data/ws/ro", Path("/data/ws/ro")),  # re-protects inside rw
+        bs._Mount("ro", "/data/lib", Path("/data/lib")),  # redundant under /data
+        bs._Mount("symlink", "usr/bin", Path("/bin")),
+    ]
+    ordered = [(m.kind, str(m.dest)) for m in bs._order_mounts(mounts)]
+    assert ordered == [
+        ("ro", "/data"),
+        ("symlink", "/bin"),
+        ("rw", "/data/ws"),
+        ("ro", "/data/ws/ro"),
+    ]
+
+
+# --------------------------------------------------------------------------- argv shape
+
+
+def test_wrap_argv_shape(make_jail: Callable[..., bs.BwrapJail], layout: Layout) -> None:
+    jail = make_jail()
+    argv = jail.wrap(["echo", "hi"], {"FOO": "bar"}, layout.workspace)
+    print("\nwrap() argv:", argv)
+    assert argv[:3] == ["/usr/bin/env", "-i", "/bin/sh"]
+    bwrap = bs._find_bwrap()
+    assert bwrap is not None
+    bwrap_at = argv.index(bwrap)
+    bwrap_args = argv[bwrap_at:]
+    for flag in (
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup",
+        "--unshare-net",
+        "--die-with-parent",
+        "--new-session",
+        "--as-pid-1",
+        "--clearenv",
+        "--disable-userns",
+    ):
+        assert flag in bwrap_args
+    assert bwrap_args[bwrap_args.index("--cap-drop") + 1] == "ALL"
+    assert bwrap_args[-7:] == ["--", "/bin/sh", "-c", bs.SANDBOX_INIT, "evalctl-init", "echo", "hi"]
+    pairs = [tuple(bwrap_args[i + 1 : i + 3]) for i, a in enumerate(bwrap_args) if a == "--setenv"]
+    assert pairs == [("FOO", "bar"), ("HOME", "/home/agent"), ("TMPDIR", "/tmp")]
+    with pytest.raises(ValueError):
+        jail.wrap(["true"], {}, layout.sibling)
+    with pytest.raises(ValueError):
+        jail.wrap(["true"], {"A=B": "x"}, layout.workspace)
+    unopened = bs.BwrapJail(layout.workspace, layout.home, layout.tmp, bs.BwrapOptions())
+    with pytest.raises(bs.SandboxError):
+        unopened.wrap(["true"], {}, layout.workspace)
+
+
+def test_refuses_read_only_path_that_exposes_the_run(layout: Layout) -> None:
+    jail = bs.BwrapJail(
+        layout.workspace, layout.home, layout.tmp, bs.BwrapOptions(ro_paths=(str(layout.base),))
+    )
+    with pytest.raises(bs.SandboxError, match="every workspace"):
+        jail.open()
+    assert jail.cgroup_dirs == {}  # a failed open() leaves nothing behind
+
+
+# --------------------------------------------------------------------------- filesystem
+
+
+CHECK_PATHS = """\
+import json, os, sys
+spec = json.loads(sys.argv[1])
+print(json.dumps({
+    "exists": {p: os.path.lexists(p) for p in spec["paths"]},
+    "listing": {d: sorted(os.listdir(d)) if os.path.isdir(d) else None for d in spec["dirs"]},
+}))
+"""
+
+
+def test_only_needed_paths_are_visible(
+    make_jail: Callable[..., bs.BwrapJail], layout: Layout
+) -> None:
+    extra = layout.base / "shared-ro"
+    extra.mkdir()
+    (extra / "data.txt").write_text("shared")
+    jail = make_jail(ro_paths=(str(extra),))
+    host_home = Path.home()
+    must_hide = [
+        host_home / ".bashrc",
+        host_home / ".cache",
+        host_home / ".claude",
+        host_home / ".npmrc",
+        host_home / ".config",
+        host_home / ".pyenv" / "shims",
+        Path("/work/scratch"),
+        Path("/work/main/.git"),
+        Path("/work/main/tests"),
+        Path("/work/main/pyproject.toml"),
+        layout.sibling,
+        layout.sibling / "answer.txt",
+        layout.run / ".ledgers",
+        layout.run / ".seed",
+        layout.run / ".state",
+        layout.home,
+        layout.tmp,
+        layout.report,
+        Path("/etc/shadow"),
+        Path("/etc/gshadow"),
+        Path("/etc/ssh"),
+        Path("/etc/ssl/private"),
+        Path("/etc/npmrc"),
+        Path("/etc/pip.conf"),
+        Path("/etc/environment"),
+        Path("/etc/sudoers"),
+        Path("/var/lib"),
+        Path("/var/log"),
+        Path("/var/cache"),
+        Path("/run"),
+        Path("/sys"),
+        Path("/opt"),
+        Path("/srv"),
+        Path("/mnt"),
+        Path("/sys/fs/cgroup"),
+        Path("/boot"),
+    ]
+    must_show = [
+        layout.workspace,
+        Path("/etc/resolv.conf"),
+        Path("/etc/passwd"),
+        Path("/etc/hosts"),
+        Path("/etc/ld.so.cache"),
+        Path("/etc/ssl/certs"),
+        Path("/usr/bin/env"),
+        Path("/bin/sh"),
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(os.path.realpath(PY)),
+        extra / "data.txt",
+        *bs.package_paths(),
+    ]
+    dirs = [layout.run, Path("/work"), Path("/work/main"), host_home, Path("/home"), Path("/")]
+    spec = {"paths": [str(p) for p in must_hide + must_show], "dirs": [str(d) for d in dirs]}
+    (layout.workspace / "check.py").write_text(CHECK_PATHS)
+    done = run(jail, f"python check.py '{json.dumps(spec)}'")
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    print("\nlistings inside:", json.dumps(seen["listing"], indent=1))
+    assert [p for p in map(str, must_hide) if seen["exists"][p]] == []
+    assert [p for p in map(str, must_show) if not seen["exists"][p]] == []
+
+    listing = seen["listing"]
+    assert listing[str(layout.run)] == ["task-a"]  # no sibling, .ledgers, .seed, .state
+    assert listing["/home"] == ["agent"]
+    # /root and /work only hold the path leading to what Python needs.
+    needed = {p for p in bs.python_paths() + [extra]}
+    for top in (host_home, Path("/work")):
+        expected = sorted({p.relative_to(top).parts[0] for p in needed if p.is_relative_to(top)})
+        assert listing[str(top)] == expected
+    assert set(listing["/"]) <= {
+        "bin",
+        "dev",
+        "etc",
+        "home",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "proc",
+        "root",
+        "sbin",
+        "tmp",
+        "usr",
+        "work",
+    } | {Path(str(p)).parts[1] for p in needed | {layout.workspace}}
+
+
+def test_only_workspace_home_and_tmp_are_writable(
+    make_jail: Callable[..., bs.BwrapJail], layout: Layout
+) -> None:
+    jail = make_jail()
+    (layout.workspace / "seeded.txt").write_text("seed")
+    writable = [
+        f"{layout.workspace}/new.txt",
+        "seeded.txt",
+        "/home/agent/home.txt",
+        "/tmp/tmp.txt",
+        "/dev/shm/x",
+    ]
+    read_only = [
+        "/new.txt",
+        "/usr/new.txt",
+        "/etc/new.txt",
+        "/etc/passwd",
+        "/etc/ssl/certs/x",
+        f"{sys.prefix}/new.txt",
+        f"{sys.base_prefix}/new.txt",
+        "/work/main/core/new.txt",
+        f"{Path.home()}/new.txt",
+        "/home/new.txt",
+        f"{layout.run}/new.txt",
+        "/proc/new.txt",
+    ]
+    script = "\n".join(
+        [
+            f'( echo data >> "{p}" ) 2>/dev/null && echo "WROTE {p}" || echo "DENIED {p}"'
+            for p in writable + read_only
+        ]
+        + ['echo "HOME=$HOME TMPDIR=$TMPDIR"', "mkdir -p sub/dir && touch sub/dir/f && rm -r sub"]
+    )
+    done = run(jail, script)
+    assert done.returncode == 0, done.stderr
+    print("\n" + done.stdout)
+    for path in writable:
+        assert f"WROTE {path}" in done.stdout
+    for path in read_only:
+        assert f"DENIED {path}" in done.stdout
+    assert "HOME=/home/agent TMPDIR=/tmp" in done.stdout
+    # The writes landed in the attempt's own directories on the host.
+    assert (layout.workspace / "new.txt").read_text() == "data\n"
+    assert (layout.workspace / "seeded.txt").read_text() == "seeddata\n"
+    assert (layout.home / "home.txt").read_text() == "data\n"
+    assert (layout.tmp / "tmp.txt").read_text() == "data\n"
+    assert (layout.workspace / "new.txt").stat().st_uid == os.geteuid()
+    assert not (layout.run / "new.txt").exists()
+
+
+def test_workspace_under_host_tmp(tmp_path: Path) -> None:
+    """A run directory under the host's /tmp still works, with one wrinkle: the path to the
+    workspace is then created inside the jail's own tmp (mounted at /tmp), so writes to the
+    workspace's parent land in the attempt's tmp directory, never in the real run directory.
+    """
+    layout = make_layout(tmp_path)
+    jail = bs.BwrapJail(layout.workspace, layout.home, layout.tmp, bs.BwrapOptions())
+    with jail:
+        done = run(jail, f"touch new.txt ../parent.txt && ls -A {layout.run}")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["parent.txt", "task-a"]
+    assert (layout.workspace / "new.txt").exists()
+    assert not (layout.run / "parent.txt").exists()
+    assert (layout.tmp / layout.run.relative_to("/tmp") / "parent.txt").exists()
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def test_namespaces_identity_and_no_capabilities(make_jail: Callable[..., bs.BwrapJail]) -> None:
+    jail = make_jail()
+    names = ["user", "mnt", "pid", "ipc", "uts", "net", "cgroup"]
+    script = "\n".join(
+        [
+            "echo uid=$(id -u) gid=$(id -g) user=$(id -un) host=$(hostname)",
+            "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status",
+            "unshare -U true 2>/dev/null && echo NESTED_USERNS=yes || echo NESTED_USERNS=no",
+            "unshare -r true 2>/dev/null && echo NESTED_ROOT=yes || echo NESTED_ROOT=no",
+            "echo SID=$(ps -o sid= -p $$ | tr -d ' ') PID=$$",
+            *[f"echo NS {n} $(readlink /proc/self/ns/{n})" for n in names],
+        ]
+    )
+    done = run(jail, script)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    print("\n" + out)
+    assert "uid=1000 gid=1000 user=agent host=sandbox" in out
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert f"{cap}:\t0000000000000000" in out
+    assert "NoNewPrivs:\t1" in out
+    assert "NESTED_USERNS=no" in out and "NESTED_ROOT=no" in out
+    sid, pid = (line for line in out.splitlines() if line.startswith("SID=")).__next__().split()
+    # --new-session: the session is led by the sandbox's pid 1, not by anything outside.
+    assert sid == "SID=1" and pid == "PID=2"
+    inside = {
+        line.split()[1]: line.split()[2] for line in out.splitlines() if line.startswith("NS ")
+    }
+    for name in names:
+        assert inside[name] != os.readlink(f"/proc/self/ns/{name}"), name
+
+
+# --------------------------------------------------------------------------- python inside
+
+
+SAMPLE_TESTS = """\
+import multiprocessing
+import os
+import ssl
+
+
+def test_tmp_path(tmp_path):
+    (tmp_path / "x").write_text("1")
+    assert str(tmp_path).startswith("/tmp/")
+
+
+def test_multiprocessing_needs_dev_shm():
+    with multiprocessing.Pool(2) as pool:
+        assert pool.map(abs, [-1, -2]) == [1, 2]
+
+
+def test_tls_context_loads_system_certificates():
+    assert ssl.create_default_context().cert_store_stats()["x509_ca"] > 0
+
+
+def test_identity():
+    assert os.getuid() == 1000 and os.environ["HOME"] == "/home/agent"
+"""
+
+
+def test_python_and_pytest_work_inside(
+    make_jail: Callable[..., bs.BwrapJail], layout: Layout
+) -> None:
+    jail = make_jail()
+    (layout.workspace / "tests").mkdir()
+    (layout.workspace / "tests" / "test_sample.py").write_text(SAMPLE_TESTS)
+    done = run(jail, "python -m pytest -q tests", timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 passed" in done.stdout
+    assert (layout.tmp / "pytest-of-agent").is_dir()  # pytest's basetemp went to the jail's tmp
+
+    probe_evalctl = (
+        "import importlib.util, importlib.metadata as m, json; "
+        "s = importlib.util.find_spec('evalctl'); "
+        "print(json.dumps([list(s.submodule_search_locations), m.version('evalctl')]))"
+    )
+    done = run(jail, f'python -c "{probe_evalctl}"')
+    assert done.returncode == 0, done.stderr
+    locations, version = json.loads(done.stdout)
+    assert locations and all(Path(p) in bs.package_paths() for p in locations)
+    assert version
+
+
+# --------------------------------------------------------------------------- environment
+
+
+ENV_PROBE = """\
+echo '== /proc/*/environ'; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'
+echo '== ps eww'; ps eww -e
+echo '== /proc/1/environ'; tr '\\0' '\\n' < /proc/1/environ
+echo "== /proc/$PPID/environ (PPID)"; tr '\\0' '\\n' < /proc/$PPID/environ
+echo '== /proc/1/cmdline'; tr '\\0' ' ' < /proc/1/cmdline; echo
+echo '== env'; env
+"""
+
+
+@pytest.mark.parametrize("outer", ["empty", "inherited"])
+def test_environment_is_exactly_env_and_no_secret_leaks(
+    make_jail: Callable[..., bs.BwrapJail], monkeypatch: pytest.MonkeyPatch, outer: str
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    jail = make_jail()
+    env = {**BASE_ENV, "VISIBLE": "marker-visible"}
+    # "inherited": the caller forgets env={} and hands over its own environment.
+    done = run(jail, ENV_PROBE, env=env, outer_env={} if outer == "empty" else dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in done.stdout + done.stderr
+    assert "marker-visible" in done.stdout  # the probes do read environments
+    assert "ANTHROPIC_API_KEY" not in done.stdout
+    # pid 1 inside is our init with the sandbox's environment; bwrap is not visible at all.
+    section = done.stdout.split("== /proc/1/environ\n", 1)[1].split("==", 1)[0]
+    assert "VISIBLE=marker-visible" in section.splitlines()
+    assert "bwrap" not in done.stdout.split("== ps eww", 1)[1].split("==", 1)[0]
+
+    script = "import json, os; print(json.dumps(dict(os.environ)))"
+    argv = jail.wrap([PY, "-I", "-c", script], env, jail.workspace)
+    done = subprocess.run(argv, env={}, capture_output=True, text=True, timeout=60, check=False)
+    seen = json.loads(done.stdout)
+    seen.pop("LC_CTYPE", None)  # Python's own locale coercion (PEP 538) adds it
+    expected = {**env, "HOME": "/home/agent", "TMPDIR": "/tmp", "PWD": str(jail.workspace)}
+    assert seen == expected  # bwrap adds PWD after --chdir; nothing else
+
+
+# --------------------------------------------------------------------------- processes
+
+
+ESCAPES = """\
+R="python report.py $PWD/pids.sock"
+setsid -f $R sleep 300
+nohup $R sleep 301 >/dev/null 2>&1 &
+( trap '' HUP TERM; exec $R sleep 302 ) &
+python -c '
+import os, sys
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp("python", ["python", "report.py", sys.argv[1], "sleep", "303"])
+    os._exit(0)
+os.wait()
+' $PWD/pids.sock
+disown -a
+for i in $(seq 400); do [ -e go ] && exit 0; sleep 0.05; done
+exit 3
+"""
+
+
+def test_no_process_outlives_its_command(
+    make_jail: Callable[..., bs.BwrapJail], layout: Layout, collector: PidCollector
+) -> None:
+    jail = make_jail()
+    argv = jail.wrap(["bash", "-c", ESCAPES], BASE_ENV, layout.workspace)
+    proc = subprocess.Popen(argv, env={}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        collector.wait_for(4)
+        learned = list(collector.pids)
+        assert all(exists(pid, started) for pid, started in learned)  # really running now
+        (layout.workspace / "go").touch()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == 0, err
+    survivors = [pid for pid, started in learned if exists(pid, started)]
+    print(f"\nescape attempts (host pids) {[p for p, _ in learned]}; survivors {survivors}")
+    assert survivors == []
+    for path in jail.cgroup_dirs.values():
+        assert (path / "cgroup.procs").read_text().split() == []
+
+
+def test_killing_the_wrapper_kills_the_sandbox(
+    make_jail: Callable[..., bs.BwrapJail], layout: Layout, collector: PidCollector
+) -> None:
+    """--die-with-parent (and the PID namespace): SIGKILL to the process we spawned is enough."""
+    jail = make_jail()
+    argv = jail.wrap(
+        ["bash", "-c", "python report.py $PWD/pids.sock sleep 300 & wait"],
+        BASE_ENV,
+        layout.workspace,
+    )
+    proc = subprocess.Popen(argv, env={}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        collector.wait_for(1)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    pid, started = collector.pids[0]
+    deadline = time.monotonic() + 5
+    while exists(pid, started) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not exists(pid, started)
+
+
+def test_exit_status_and_output_pass_through(make_jail: Callable[..., bs.BwrapJail]) -> None:
+    jail = make_jail()
+    done = run(jail, "echo out; echo err >&2; exit 42")
+    assert (done.returncode, done.stdout, done.stderr) == (42, "out\n", "err\n")
+    killed = run(jail, "kill -9 $$")
+    assert killed.returncode == 128 + 9  # a signal death reads like a shell's 128+N
+    argv = jail.wrap(["cat"], BASE_ENV, jail.workspace)
+    piped = subprocess.run(
+        argv,
+        env={},
+        input="stdin reaches the command",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert piped.stdout == "stdin reaches the command"
+
+
+@pytest.mark.skipif(not HAS_CGROUPS, reason="no writable cgroup on this machine")
+def test_commands_do_not_accumulate_process_charges(
+    make_jail: Callable[..., bs.BwrapJail],
+) -> None:
+    """With bwrap's own pid 1, each command left a zombie for the host's init to reap, holding
+    one pids charge: 14 commands exhausted max_processes=16.  With SANDBOX_INIT, none."""
+    jail = make_jail(max_processes=16)
+    pids = jail.cgroup_dirs.get("pids", jail.cgroup_dirs.get("unified"))
+    assert pids is not None
+    for _ in range(40):
+        done = run(jail, "sleep 30 & (sleep 30 &) ; true", timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert bs._read(pids / "pids.current").strip() == "0"
+
+
+@pytest.mark.skipif(not HAS_CGROUPS, reason="no writable cgroup on this machine")
+def test_close_kills_a_running_attempt_and_removes_its_cgroups(
+    layout: Layout, collector: PidCollector
+) -> None:
+    jail = bs.BwrapJail(layout.workspace, layout.home, layout.tmp, bs.BwrapOptions())
+    jail.open()
+    cgroups = jail.cgroup_dirs
+    assert cgroups and all(path.is_dir() for path in cgroups.values())
+    script = "R='python report.py pids.sock'; setsid -f $R sleep 300; $R sleep 301"
+    proc = subprocess.Popen(
+        jail.wrap(["bash", "-c", script], BASE_ENV, layout.workspace),
+        env={},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        collector.wait_for(2)
+        started = time.monotonic()
+        jail.close()
+        print(f"\nclose() took {1000 * (time.monotonic() - started):.1f} ms")
+        proc.wait(timeout=10)
+    finally:
+        jail.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == -9
+    assert [pid for pid, started in collector.pids if exists(pid, started)] == []
+    assert not any(path.exists() for path in cgroups.values())
+
+
+# --------------------------------------------------------------------------- network
+
+
+@pytest.mark.parametrize("network", [False, True])
+def test_network(make_jail: Callable[..., bs.BwrapJail], listener: Listener, network: bool) -> None:
+    jail = make_jail(network=network)
+    done = run(jail, f"echo hi > /dev/tcp/127.0.0.1/{listener.port}", timeout=30)
+    time.sleep(0.2)
+    if network:
+        assert done.returncode == 0, done.stderr
+        assert b"hi\n" in listener.received
+    else:
+        assert done.returncode != 0
+        assert "Connection refused" in done.stderr or "Network is unreachable" in done.stderr
+        assert listener.received == []
+        lo = run(jail, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '")
+        assert lo.stdout.split() == ["lo"]  # only a loopback of its own
+
+
+# --------------------------------------------------------------------------- limits
+
+
+FORK_COUNT = """\
+import os, time
+count = 0
+for _ in range(2000):
+    try:
+        pid = os.fork()
+    except OSError:
+        continue
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    count += 1
+print("forked", count, flush=True)
+"""
+
+
+def _sample_pids_current(jail: bs.BwrapJail, stop: threading.Event, peak: list[int]) -> None:
+    current = jail.cgroup_dirs.get("pids", jail.cgroup_dirs.get("unified", Path("/nonexistent")))
+    while not stop.is_set():
+        with_procs = bs._read(current / "pids.current").strip()
+        if with_procs:
+            peak.append(int(with_procs))
+        time.sleep(0.01)
+
+
+@pytest.mark.skipif(
+    "pids" not in bs._machine_cgroups().controllers, reason="no pids cgroup: see rlimit test"
+)
+def test_fork_bomb_stays_under_max_processes(
+    make_jail: Callable[..., bs.BwrapJail], layout: Layout
+) -> None:
+    jail = make_jail(max_processes=64)
+    (layout.workspace / "forks.py").write_text(FORK_COUNT)
+    stop, peak = threading.Event(), [0]
+    sampler = threading.Thread(target=_sample_pids_current, args=(jail, stop, peak), daemon=True)
+    sampler.start()
+    try:
+        precise = run(jail, "python forks.py", timeout=60)
+    finally:
+        stop.set()
+        sampler.join(timeout=5)
+    forked = int(precise.stdout.split()[-1])
+    # bwrap's outer process, its pid 1 and bash/python take 3 of the 64.
+    assert 50 <= forked <= 64 - 3
+    assert max(peak) <= 64
+    assert (jail.cgroup_dirs["pids"] / "pids.current").read_text().strip() == "0"
+
+
+MEMORY_HOG = """\
+import sys
+chunks = []
+for step in range(1, 129):  # up to 8 GiB in 64 MiB steps, each page touched
+    try:
+        chunks.append(b"x" * (64 << 20))
+    except MemoryError:
+        print("MemoryError after", (step - 1) * 64, "MiB", flush=True)
+        sys.exit(7)
+    print("allocated", step * 64, flush=True)
+print("allocated everything", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["machine", "rlimits"])
+def test_memory_hog_is_stopped(
+    make_jail: Callable[..., bs.BwrapJail], layout: Layout, mode: str
+) -> None:
+    jail = make_jail(memory_mb=256, cgroups=bs.NO_CGROUPS if mode == "rlimits" else None)
+    (layout.workspace / "hog.py").write_text(MEMORY_HOG)
+    done = run(jail, "python hog.py; echo rc=$?", timeout=120)
+    lines = done.stdout.splitlines()
+    allocated = [
+        int(line.split()[1])
+        for line in lines
+        if line.startswith("allocated ") and line.split()[1].isdigit()
+    ]
+    print(
+        f"\n{mode} ({jail.limits['memory']}): last lines {lines[-2:]} {done.stderr.strip()[-80:]}"
+    )
+    assert "allocated everything" not in done.stdout
+    assert max(allocated, default=0) <= 256
+    if "cgroup" in jail.limits["memory"]:
+        assert lines[-1] == "rc=137"  # SIGKILL from the cgroup's OOM killer
+        memory = jail.cgroup_dirs.get("memory")
+        if memory is not None:
+            assert "oom_kill 1" in bs._read(memory / "memory.oom_control")
+    else:
+        assert lines[-1] == "rc=7" and "MemoryError" in done.stdout
+
+
+@pytest.mark.parametrize("mode", ["machine", "rlimits"])
+def test_file_size_limit(make_jail: Callable[..., bs.BwrapJail], layout: Layout, mode: str) -> None:
+    jail = make_jail(file_size_mb=16, cgroups=bs.NO_CGROUPS if mode == "rlimits" else None)
+    script = (
+        "truncate -s 2G big; echo truncate=$?\n"
+        "dd if=/dev/zero of=big2 bs=1M count=64 status=none; echo dd=$?\n"
+        "python -c \"open('big3', 'wb').write(b'x' * (32 << 20))\"; echo python=$?\n"
+        "head -c 8M /dev/zero > small && echo small=ok\n"
+    )
+    done = run(jail, script)
+    print("\n" + done.stdout + done.stderr)
+    assert "truncate: failed to truncate 'big' at 2147483648 bytes: File too large" in done.stderr
+    assert "dd: error writing 'big2': File too large" in done.stderr
+    assert "OSError: [Errno 27] File too large" in done.stderr
+    assert "truncate=1" in done.stdout and "dd=1" in done.stdout and "python=1" in done.stdout
+    assert "small=ok" in done.stdout
+    for name in ("big", "big2", "big3"):
+        assert (layout.workspace / name).stat().st_size <= 16 << 20
+
+
+def test_rlimit_fallback_without_cgroups(
+    make_jail: Callable[..., bs.BwrapJail], layout: Layout
+) -> None:
+    """What a machine without writable cgroups gets; RLIMIT_NPROC does not hold for root."""
+    jail = make_jail(cgroups=bs.NO_CGROUPS, max_processes=64, memory_mb=512, file_size_mb=16)
+    assert jail.cgroup_dirs == {}
+    (layout.workspace / "forks.py").write_text(FORK_COUNT.replace("range(2000)", "range(200)"))
+    limits = run(jail, "cat /proc/self/limits; python forks.py", timeout=60)
+    assert limits.returncode == 0, limits.stderr
+    assert "Max processes             64" in limits.stdout
+    assert f"Max address space         {512 << 20}" in limits.stdout
+    assert f"Max file size             {16 << 20}" in limits.stdout
+    forked = int(limits.stdout.split()[-1])
+    print(f"\nrlimit fallback {jail.limits}: forked {forked} of 200 with RLIMIT_NPROC=64")
+    if os.geteuid() == 0:
+        assert jail.limits["processes"] == "rlimit RLIMIT_NPROC (not enforced for root)"
+        assert forked == 200  # the kernel exempts uid 0 (INIT_USER) from RLIMIT_NPROC
+    else:
+        assert forked < 64
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def _timed(argv: list[str], timeout: float = 10) -> float:
+    """Wall time of one run, waiting on a pidfd (Popen.wait(timeout) polls with back-off)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, env={}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        if not poller.poll(timeout * 1000):
+            proc.kill()
+        proc.wait(timeout=timeout)
+    finally:
+        os.close(pidfd)
+    assert proc.returncode == 0
+    return time.perf_counter() - started
