@@ -86,6 +86,33 @@ def list_plugins(ctx: click.Context, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.pass_context
+def doctor(ctx: click.Context, as_json: bool) -> None:
+    """Say which sandboxes can run here, what each isolates, and which per-task limits
+    this machine actually enforces."""
+    from evalctl._run.sandboxing import describe_sandboxes
+
+    findings = describe_sandboxes(_registry(ctx, strict=False))
+    if as_json:
+        import json
+
+        click.echo(json.dumps(findings, indent=2))
+        return
+    for finding in findings:
+        mark = "auto's choice" if finding["auto"] else \
+            ("available" if finding["available"] else "unavailable")
+        click.echo(f"{finding['name']} ({mark})")
+        if finding["reason"]:
+            click.echo(f"  cannot run: {finding['reason']}")
+        click.echo(f"  isolates: {finding['isolation'] or 'not described'}")
+        for limit, how in finding["limits"].items():
+            click.echo(f"  limit {limit}: {how}")
+    if not any(f["available"] for f in findings):
+        ctx.exit(EXIT_FAILED)
+
+
+@cli.command()
 @click.option("--builtins", is_flag=True,
               help="Only the graders that ship with evalctl (what schemas/ publishes).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),

@@ -61,8 +61,13 @@ def choose_sandbox(registry: Registry, provider: ProviderSpec, *, flag: str | No
     return SandboxChoice(spec, merged, chosen_by)
 
 
+def _ranked(registry: Registry) -> list[SandboxSpec]:
+    """The sandboxes in the order `auto` considers them."""
+    return sorted(registry.sandboxes.values(), key=lambda s: (-s.auto_priority, s.name))
+
+
 def _auto(registry: Registry) -> SandboxSpec:
-    ranked = sorted(registry.sandboxes.values(), key=lambda s: (-s.auto_priority, s.name))
+    ranked = _ranked(registry)
     for spec in ranked:
         if spec.available() is None:
             return spec
@@ -125,3 +130,19 @@ async def open_sandbox(choice: SandboxChoice, request: SandboxRequest) -> Sandbo
     if inspect.isawaitable(sandbox):
         sandbox = await sandbox
     return sandbox
+
+
+def describe_sandboxes(registry: Registry) -> list[dict[str, Any]]:
+    """What `evalctl doctor` reports: per sandbox, whether it can run here (and why not),
+    what it isolates, the limits it enforces on this machine, and which auto picks."""
+    findings = []
+    chosen = False
+    for spec in _ranked(registry):
+        reason = spec.available()
+        limits = dict(spec.limits()) if reason is None else {}
+        auto = reason is None and not chosen
+        chosen = chosen or auto
+        findings.append({"name": spec.name, "available": reason is None, "reason": reason,
+                         "auto": auto, "isolated": spec.isolated, "isolation": spec.isolation,
+                         "limits": limits})
+    return findings
