@@ -6,6 +6,7 @@ reports are written so a reader never sees half of one."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -34,8 +35,10 @@ def resolve_inside(root: Path, user_path: str) -> Path:
 
 
 def snapshot(root: Path) -> dict[str, str]:
-    """Relative path -> content hash of every file (symlinks by their target)."""
+    """Relative path -> content hash of every file (symlinks by their target; a FIFO,
+    socket or device by its kind alone: opening one could block or read forever)."""
     import hashlib  # here: plugins import this module, and list-plugins should stay quick
+    import stat
 
     found: dict[str, str] = {}
     for directory, subdirs, names in os.walk(root):
@@ -48,11 +51,19 @@ def snapshot(root: Path) -> dict[str, str]:
                 continue
             digest = hashlib.sha256()
             try:
-                with open(full, "rb") as handle:
-                    for block in iter(lambda h=handle: h.read(1 << 20), b""):
-                        digest.update(block)
+                fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError:
                 continue
+            with os.fdopen(fd, "rb") as handle:
+                kind = os.fstat(fd).st_mode
+                if not stat.S_ISREG(kind):
+                    found[relative] = f"special:{stat.filemode(kind)[0]}"
+                    continue
+                try:
+                    for block in iter(lambda h=handle: h.read(1 << 20), b""):
+                        digest.update(block)
+                except OSError:
+                    continue
             found[relative] = digest.hexdigest()
     return found
 
@@ -79,3 +90,69 @@ def write_atomically(path: str | os.PathLike[str], text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return target
+
+
+class NotARegularFile(ConfinementError):
+    """A path that is a directory, a FIFO, a device or a socket, or a hard-linked file:
+    nothing the file tools read or write."""
+
+
+def open_confined(root: Path, user_path: str, *, write: bool = False) -> int:
+    """A file descriptor for `user_path` inside `root`, opened with resolve-beneath
+    semantics: the path is resolved inside the root (links that stay inside are fine),
+    then opened one component at a time with O_NOFOLLOW, so a link swapped in after
+    resolving cannot lead out. Only a regular file with a single link is opened (a hard
+    link could be another name for a file outside; a FIFO would block). With `write`,
+    missing directories and the file are created, and the file is truncated only after
+    those checks. The caller owns the descriptor."""
+    import errno
+    import stat
+
+    target = resolve_inside(root, user_path)
+    base = root.resolve()
+    parts = target.relative_to(base).parts
+    if not parts:
+        raise NotARegularFile(f"{user_path!r} is the workspace itself")
+    directory = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            if write:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=directory)
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                dir_fd=directory)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise ConfinementError(f"{user_path!r} changed under evalctl while it was "
+                                           "opened (a link or a file where a directory was)") \
+                        from None
+                raise
+            os.close(directory)
+            directory = child
+        flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | \
+            ((os.O_RDWR | os.O_CREAT) if write else os.O_RDONLY)
+        try:
+            fd = os.open(parts[-1], flags, 0o644, dir_fd=directory)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ConfinementError(f"{user_path!r} became a link while it was opened") \
+                    from None
+            if exc.errno in (errno.ENXIO, errno.EISDIR):
+                raise NotARegularFile(f"{user_path!r} is not a regular file") from None
+            raise
+    finally:
+        os.close(directory)
+    info = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(info.st_mode):
+        problem = "is not a regular file (a directory, FIFO, device or socket)"
+    elif info.st_nlink > 1:
+        problem = "is a hard link (another name for a file that may be outside the workspace)"
+    if problem:
+        os.close(fd)
+        raise NotARegularFile(f"{user_path!r} {problem}; the file tools do not open it")
+    os.set_blocking(fd, True)
+    if write:
+        os.ftruncate(fd, 0)
+    return fd

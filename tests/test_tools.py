@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+import evalctl._files
 from evalctl._agent.tools import OUTPUT_LIMIT, Toolbox
 from evalctl._workspace import create_workspace, new_run_directory
 
@@ -229,3 +230,51 @@ def test_run_directories_are_unique(tmp_path):
     second = new_run_directory(tmp_path)
     assert first != second and first.is_dir() and second.is_dir()
     assert os.path.basename(second).startswith("workspaces-")
+
+
+def test_the_file_tools_refuse_fifos_hard_links_and_links_that_lead_out(workspace, tmp_path):
+    import time as clock
+
+    outside = tmp_path / "outside-secret.txt"
+    outside.write_text("secret\n")
+    os.mkfifo(workspace.root / "pipe")
+    os.link(outside, workspace.root / "hard.txt")
+    (workspace.root / "sub").mkdir()
+    (workspace.root / "sub" / "out").symlink_to(tmp_path)
+    box = toolbox(workspace)
+    started = clock.monotonic()
+    fifo = use(box, "read_file", path="pipe")
+    assert fifo.is_error and "not a regular file" in fifo.content
+    assert clock.monotonic() - started < 5  # it did not block on the FIFO
+    hard = use(box, "read_file", path="hard.txt")
+    assert hard.is_error and "hard link" in hard.content and "secret" not in hard.content
+    overwrite = use(box, "write_file", path="hard.txt", content="pwned")
+    assert overwrite.is_error and outside.read_text() == "secret\n"
+    escape = use(box, "write_file", path="sub/out/outside-secret.txt", content="pwned")
+    assert escape.is_error and outside.read_text() == "secret\n"
+    searched = use(box, "grep", pattern="secret")
+    assert "outside-secret" not in searched.content and "hard.txt:" not in searched.content
+    assert "pipe" in workspace.changed_files()  # hashing skipped the FIFO instead of blocking
+
+
+def test_open_confined_never_follows_a_link_swapped_in_after_resolving(workspace, tmp_path):
+    from evalctl._files import ConfinementError, open_confined
+
+    (workspace.root / "dir").mkdir()
+    (workspace.root / "dir" / "f.txt").write_text("inside")
+    real_resolve = evalctl._files.resolve_inside
+
+    def swap_then_resolve(root, user_path):
+        resolved = real_resolve(root, user_path)
+        # The race an agent would try: the directory becomes a link to outside.
+        (workspace.root / "dir" / "f.txt").unlink()
+        (workspace.root / "dir").rmdir()
+        (workspace.root / "dir").symlink_to(tmp_path)
+        return resolved
+
+    evalctl._files.resolve_inside = swap_then_resolve
+    try:
+        with pytest.raises(ConfinementError, match="changed under evalctl"):
+            open_confined(workspace.root, "dir/f.txt")
+    finally:
+        evalctl._files.resolve_inside = real_resolve

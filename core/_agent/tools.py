@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import io
 import os
 import re
 from collections.abc import Mapping
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalctl._files import IGNORED_DIRS, ConfinementError
+from evalctl._files import IGNORED_DIRS, ConfinementError, open_confined
 from evalctl._plugin.tooldefs import TOOL_DEFINITIONS, WRITING_TOOLS
 from evalctl._plugin.types import Sandbox
 from evalctl._process import OUTPUT_LIMIT
@@ -67,9 +68,11 @@ def _bounded_lines(handle: Any) -> Any:
         yield piece[:LINE_LIMIT] + f" [... line cut at {LINE_LIMIT} characters]"
 
 
-def _looks_binary(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        return looks_binary(handle.read(BINARY_SAMPLE_BYTES))
+def _looks_binary(handle: Any) -> bool:
+    """Whether an open binary file is binary by evalctl's rule; rewinds it."""
+    sample = handle.read(BINARY_SAMPLE_BYTES)
+    handle.seek(0)
+    return looks_binary(sample)
 
 
 @functools.cache
@@ -113,18 +116,26 @@ class Toolbox:
 
     # -- files --------------------------------------------------------------------
 
+    def _open(self, path: str, mode: str = "r") -> Any:
+        """A file of the workspace, opened with resolve-beneath semantics (see
+        evalctl._files.open_confined): never through a link out, never a FIFO, device or
+        hard link."""
+        return os.fdopen(open_confined(self.workspace.root, path, write="w" in mode),
+                         "wb" if "w" in mode else "rb")
+
     def read_file(self, path: str, offset: int = 1, limit: int = READ_DEFAULT_LINES) -> ToolOutcome:
         target = self.workspace.resolve(path)
         if not target.exists():
             return _error(f"read_file: {path} does not exist")
         if target.is_dir():
             return _error(f"read_file: {path} is a directory; use glob to list it")
-        size = target.stat().st_size
-        if _looks_binary(target):
-            return _error(f"read_file: {path} is a binary file ({size} bytes); not shown")
         lines: list[str] = []
         more = False
-        with open(target, encoding="utf-8", errors="replace") as handle:
+        with self._open(path) as raw:
+            size = os.fstat(raw.fileno()).st_size
+            if _looks_binary(raw):
+                return _error(f"read_file: {path} is a binary file ({size} bytes); not shown")
+            handle = io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
             for number, line in enumerate(_bounded_lines(handle), start=1):
                 if number < offset:
                     continue
@@ -144,21 +155,22 @@ class Toolbox:
         target = self.workspace.resolve(path)
         if target.is_dir():
             return _error(f"write_file: {path} is a directory")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
+        with self._open(path, "w") as raw:
+            raw.write(content.encode("utf-8", errors="surrogateescape"))
         return ToolOutcome(f"wrote {len(content)} characters to {path}")
 
     def edit_file(self, path: str, old_text: str, new_text: str,
                   replace_all: bool = False) -> ToolOutcome:
         target = self.workspace.resolve(path)
-        if not target.is_file():
+        if not target.exists() or target.is_dir():
             return _error(f"edit_file: {path} does not exist")
-        if target.stat().st_size > EDIT_MAX_FILE_BYTES:
-            return _error(f"edit_file: {path} is over {EDIT_MAX_FILE_BYTES // 1_000_000} MB; "
-                          "edit it with a bash command (sed, say) instead")
-        if _looks_binary(target):
-            return _error(f"edit_file: {path} is a binary file")
-        text = target.read_text(encoding="utf-8", errors="surrogateescape")
+        with self._open(path) as raw:
+            if os.fstat(raw.fileno()).st_size > EDIT_MAX_FILE_BYTES:
+                return _error(f"edit_file: {path} is over {EDIT_MAX_FILE_BYTES // 1_000_000} "
+                              "MB; edit it with a bash command (sed, say) instead")
+            if _looks_binary(raw):
+                return _error(f"edit_file: {path} is a binary file")
+            text = raw.read().decode("utf-8", errors="surrogateescape")
         count = text.count(old_text)
         if count == 0:
             return _error(f"edit_file: old_text not found in {path}; read the file and copy "
@@ -166,8 +178,8 @@ class Toolbox:
         if count > 1 and not replace_all:
             return _error(f"edit_file: old_text appears {count} times in {path}; include more "
                           "surrounding text to make it unique, or set replace_all")
-        target.write_text(text.replace(old_text, new_text), encoding="utf-8",
-                          errors="surrogateescape")
+        with self._open(path, "w") as raw:
+            raw.write(text.replace(old_text, new_text).encode("utf-8", errors="surrogateescape"))
         return ToolOutcome(f"replaced {count if replace_all else 1} occurrence(s) in {path}")
 
     def glob(self, pattern: str) -> ToolOutcome:
@@ -220,11 +232,17 @@ class Toolbox:
                 continue
             if not candidate.is_file():
                 continue
-            if candidate.stat().st_size > SEARCH_MAX_FILE_BYTES or _looks_binary(candidate):
-                skipped.append(candidate.relative_to(root.resolve()).as_posix())
-                continue
             relative = candidate.relative_to(root.resolve()).as_posix()
-            with open(candidate, encoding="utf-8", errors="replace") as handle:
+            try:
+                raw = self._open(relative)
+            except ConfinementError:
+                skipped.append(relative)
+                continue
+            with raw:
+                if os.fstat(raw.fileno()).st_size > SEARCH_MAX_FILE_BYTES or _looks_binary(raw):
+                    skipped.append(relative)
+                    continue
+                handle = io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
                 for number, line in enumerate(handle, start=1):
                     if regex.search(line):
                         total += 1
