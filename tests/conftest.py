@@ -60,9 +60,25 @@ def sandbox_for(workspace: Any, name: str = "local", **options: Any) -> evalctl.
     from evalctl._workspace import sandbox_environment
 
     spec = get_registry().sandboxes[name]
-    return spec.create(evalctl.SandboxRequest(
+    sandbox = spec.create(evalctl.SandboxRequest(
         workspace.root, workspace.home, workspace.tmp,
         sandbox_environment(workspace.home, workspace.tmp), options=options))
+    if asyncio.iscoroutine(sandbox):
+        sandbox = asyncio.run(sandbox)
+    _opened_sandboxes.append(sandbox)
+    return sandbox
+
+
+_opened_sandboxes: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_sandboxes():
+    """Sandboxes a test opened with sandbox_for are closed after it (a bwrap sandbox holds
+    cgroups until then)."""
+    yield
+    while _opened_sandboxes:
+        asyncio.run(_opened_sandboxes.pop().close())
 
 
 def registry_with(*plugins: tuple[str, Any]) -> Registry:

@@ -123,28 +123,38 @@ def test_tests_pass_runs_the_named_tests_and_each_must_pass(registry, workspace)
     assert not missing.passed
 
 
-@pytest.fixture(params=["local"])
+@pytest.fixture(params=["local", "bwrap"])
 def python_mode(request):
     """The sandbox the python grader's interpreter runs in."""
+    if request.param == "bwrap":
+        request.getfixturevalue("require_bwrap")
     return request.param
+
+
+def in_sandbox(workspace, name):
+    return agent_result(workspace, sandbox=sandbox_for(workspace, name))
 
 
 def test_python_assertion(registry, workspace, python_mode):
     good = {"type": "python", "code": "assert (workspace / 'notes.md').exists()\n"
                                       "assert result.exit_status == 'completed'\n"
                                       "assert result.usage.input_tokens == 10"}
-    assert check(registry, workspace, good).passed
+    assert check(registry, workspace, good, in_sandbox(workspace, python_mode)).passed
     bad = check(registry, workspace, {"type": "python",
-                                      "code": "x = 2\nassert x == 3, f'x is {x}'"})
+                                      "code": "x = 2\nassert x == 3, f'x is {x}'"},
+                in_sandbox(workspace, python_mode))
     assert not bad.passed and bad.detail.startswith("assertion failed: x is 2")
-    crash = check(registry, workspace, {"type": "python", "code": "import os\nos._exit(9)"})
+    crash = check(registry, workspace, {"type": "python", "code": "import os\nos._exit(9)"},
+                  in_sandbox(workspace, python_mode))
     assert not crash.passed and "exited with 9" in crash.detail
     hang = check(registry, workspace, {"type": "python", "code": "while True: pass",
-                                       "timeout": 0.5})
+                                       "timeout": 0.5}, in_sandbox(workspace, python_mode))
     assert not hang.passed and "timed out" in hang.detail
-    raised = check(registry, workspace, {"type": "python", "code": "{}['missing']"})
+    raised = check(registry, workspace, {"type": "python", "code": "{}['missing']"},
+                   in_sandbox(workspace, python_mode))
     assert not raised.passed and "KeyError: 'missing'" in raised.detail
-    printed = check(registry, workspace, {"type": "python", "code": "print('hello')"})
+    printed = check(registry, workspace, {"type": "python", "code": "print('hello')"},
+                    in_sandbox(workspace, python_mode))
     assert printed.passed and printed.detail == "the assertion held\nhello"
 
 
@@ -157,12 +167,12 @@ def test_python_checks_run_isolated(registry, workspace, python_mode, monkeypatc
         "assert 'ANTHROPIC_API_KEY' not in os.environ\n"
         f"assert os.getsid(0) != {os.getsid(0)}\n"  # a session of its own
         "assert helper.VALUE + 1 == 42")}
-    outcome = check(registry, workspace, isolated)
+    outcome = check(registry, workspace, isolated, in_sandbox(workspace, python_mode))
     assert outcome.passed, outcome.detail
     leftover = {"type": "python", "code": (
         "import subprocess\n"
         f"subprocess.Popen(['bash', '-c', 'sleep 2; touch {workspace.root}/late'])")}
-    assert check(registry, workspace, leftover).passed
+    assert check(registry, workspace, leftover, in_sandbox(workspace, python_mode)).passed
     time.sleep(2.5)
     assert not (workspace.root / "late").exists(), "a child of the check outlived it"
 

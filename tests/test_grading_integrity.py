@@ -20,8 +20,10 @@ BUGGY = {"calc.py": "def add(a, b):\n    return a - b\n",
 FIXED = "def add(a, b):\n    return a + b\n"
 
 
-@pytest.fixture(params=["local"])
+@pytest.fixture(params=["local", "bwrap"])
 def sandbox_name(request):
+    if request.param == "bwrap":
+        request.getfixturevalue("require_bwrap")
     return request.param
 
 

@@ -876,6 +876,8 @@ class BwrapJail:
         setup = self._cgroups
         if setup.version == 0:
             return
+        for parent in setup.parents.values():
+            _remove_stale_cgroups(parent)
         name = f"evalctl-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         memory = self.options.memory_mb * 1024 * 1024
         try:
@@ -953,7 +955,17 @@ class BwrapJail:
                 _write(state, thawed)
 
 
-def _rmdir_cgroup(path: Path, timeout: float = 2.0) -> None:
+def _remove_stale_cgroups(parent: Path) -> None:
+    """Remove the empty cgroups of evalctl processes that no longer exist (a run that was
+    SIGKILLed could not remove its own): they would otherwise pile up."""
+    for path in parent.glob("evalctl-*-*"):
+        owner = path.name.split("-")[1]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+def _rmdir_cgroup(path: Path, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
