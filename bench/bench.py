@@ -138,7 +138,7 @@ from evalctl._suite.loader import load_suite
 registry = get_registry()
 suite = load_suite(sys.argv[1], registry)
 options = RunOptions(out_dir=Path(sys.argv[2]), concurrency=int(sys.argv[3]) or None,
-                     provider_options={"latency": sys.argv[4]})
+                     provider_options={"latency": sys.argv[4]}, sandbox=sys.argv[5])
 prepared = prepare_run(suite, registry, options)
 started = time.perf_counter()
 result = asyncio.run(execute(prepared))
@@ -150,9 +150,9 @@ print(elapsed, result.count("passed"), len(result.tasks), peak)
 
 
 def run_in_process(suite: Path, out: Path, env: dict[str, str], concurrency: int = 0,
-                   latency: float = 0.0) -> tuple[float, int, int, float]:
+                   latency: float = 0.0, sandbox: str = "local") -> tuple[float, int, int, float]:
     done = subprocess.run([sys.executable, "-c", RUN_PROBE, str(suite), str(out),
-                           str(concurrency), str(latency)], env=env, check=True,
+                           str(concurrency), str(latency), sandbox], env=env, check=True,
                           capture_output=True, text=True)
     elapsed, passed, total, peak = done.stdout.split()
     return float(elapsed), int(passed), int(total), float(peak)
@@ -184,14 +184,14 @@ def bench_run(work: Path) -> None:
 
 
 def run_generated(work: Path, name: str, make_task, count: int, concurrency: int = 0,
-                  latency: float = 0.0) -> tuple[float, float]:
+                  latency: float = 0.0, sandbox: str = "local") -> tuple[float, float]:
     """Write a suite of `count` generated tasks, run it in process, check that every task
     passed, and return (seconds, peak RSS in MB)."""
     suite = work / f"{name}-{count}.yaml"
     suite.write_text("".join(make_task(i) for i in range(count)))
-    elapsed, passed, total, peak = run_in_process(suite, work / name,
+    elapsed, passed, total, peak = run_in_process(suite, work / f"{name}-{sandbox}",
                                                   environment(work / f"{name}-cache"),
-                                                  concurrency, latency)
+                                                  concurrency, latency, sandbox)
     assert passed == total == count, (passed, total)
     return elapsed, peak
 
@@ -200,6 +200,20 @@ def bench_overhead(work: Path) -> None:
     elapsed, _ = run_generated(work, "overhead", task_yaml, 1000)
     report("per-task overhead, 1,000 tasks (bash + file_exists + command)", elapsed / 1000,
            0.015, "ms")
+
+
+def bench_sandbox(work: Path) -> None:
+    """The agent-shaped 1,000-task suite under local and under bwrap, in one run: each task
+    spawns three sandboxed commands (its bash call, and the command check; file_exists
+    runs in process), so bwrap's cost per task is about three bwrap starts."""
+    figures = {}
+    for sandbox in ("local", "bwrap", "local", "bwrap"):
+        elapsed, _ = run_generated(work, "sandbox", task_yaml, 1000, sandbox=sandbox)
+        figures.setdefault(sandbox, []).append(elapsed / 1000)
+    local, bwrap = min(figures["local"]), min(figures["bwrap"])
+    report("per task, 1,000 tasks, local sandbox", local, 0.015, "ms")
+    report("per task, 1,000 tasks, bwrap sandbox", bwrap, 0.025, "ms")
+    report("bwrap's cost per task over local", bwrap - local, 0.010, "ms")
 
 
 def bench_concurrency(work: Path) -> None:
@@ -216,7 +230,8 @@ def bench_memory(work: Path) -> None:
 
 
 BENCHES = {"startup": bench_startup, "load": bench_load, "run": bench_run,
-           "overhead": bench_overhead, "concurrency": bench_concurrency,
+           "overhead": bench_overhead, "sandbox": bench_sandbox,
+           "concurrency": bench_concurrency,
            "memory": bench_memory}
 
 
