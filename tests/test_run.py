@@ -215,7 +215,7 @@ INTERRUPTIBLE = """\
             content: started
         - tool: bash
           input:
-            command: sleep 60
+            command: echo $$ > sleeper.pid && exec sleep 60
     - text: Done.
 - id: slow-2
   prompt: Wait, then write c.txt.
@@ -226,7 +226,7 @@ INTERRUPTIBLE = """\
     - tool_calls:
         - tool: bash
           input:
-            command: sleep 60
+            command: echo $$ > sleeper.pid && exec sleep 60
     - text: Done.
 - id: queued
   prompt: Never starts at concurrency 2.
@@ -239,8 +239,22 @@ INTERRUPTIBLE = """\
 def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(tmp_path):
     suite = tmp_path / "slow.yaml"
     suite.write_text(INTERRUPTIBLE)
+    # Another job's `sleep 60` on the same machine (a parallel CI job, say) must not
+    # matter: this one is the test's own, and must outlive the run it is not part of.
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        _interrupt_and_check(tmp_path, suite)
+        assert bystander.poll() is None, "the bystander was not the run's to end"
+    finally:
+        bystander.kill()
+        bystander.wait(timeout=10)
+
+
+def _interrupt_and_check(tmp_path: Path, suite: Path) -> None:
+    # --sandbox local: the sleepers' pids are then this machine's pids, to check by pid.
     process = subprocess.Popen(
         [sys.executable, "-m", "evalctl", "run", str(suite), "--concurrency", "2",
+         "--sandbox", "local",
          "--report", "r.json", "--reporter", "json", "--reporter", "junit"],
         cwd=tmp_path, env={**environment_without_evalctl_settings(), "EVALCTL_NO_CACHE": "1"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -249,8 +263,11 @@ def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(tmp_path):
     while time.monotonic() < deadline:
         ready = [p for p in ledgers.glob("workspaces-*/.ledgers/*.jsonl")]
         done = [p for p in ready if p.name == "quick-1.jsonl" and "task_end" in p.read_text()]
-        sleeping = [p for p in ready if p.name.startswith("slow") and "sleep 60" in p.read_text()]
-        if done and len(sleeping) == 2:
+        # Each sleeper writes its own pid, then becomes `sleep` (exec keeps the pid): the
+        # test watches exactly the processes this run started, never the whole machine.
+        sleepers = [p for p in ledgers.glob("workspaces-*/slow-*/sleeper.pid")
+                    if p.read_text().strip()]
+        if done and len(sleepers) == 2:
             break
         time.sleep(0.05)
     else:
@@ -273,8 +290,18 @@ def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(tmp_path):
     assert (Path(slow["workspace"]) / "partial.txt").read_text() == "started"
     assert '"status": "aborted"' in Path(slow["ledger"]).read_text()
     assert list((tmp_path / "eval_reports").glob("report-*.xml"))
-    leftover = subprocess.run(["pgrep", "-f", "sleep 60"], capture_output=True, text=True)
-    assert leftover.stdout.strip() == "", "a sleeping child outlived the interrupted run"
+    survivors = [pid for pid in (int(p.read_text()) for p in sleepers) if _is_sleep(pid)]
+    assert survivors == [], "a sleeping child outlived the interrupted run"
+
+
+def _is_sleep(pid: int) -> bool:
+    """Whether `pid` is still a `sleep` process (a recycled pid running anything else
+    is not the child we started)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return Path(command[0].decode()).name == "sleep" if command and command[0] else False
 
 
 def test_help_and_list_plugins_import_no_sdk():
