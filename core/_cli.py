@@ -16,10 +16,13 @@ class _Group(click.Group):
     """Turns evalctl's own errors into a message and an exit code, never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from evalctl._errors import EvalctlError
+        from evalctl._errors import EvalctlError, SuiteError
 
         try:
             return super().invoke(ctx)
+        except SuiteError as exc:  # its lines already say `file:line: error: ...`
+            click.echo(str(exc), err=True)
+            ctx.exit(exc.exit_code)
         except EvalctlError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
@@ -208,7 +211,7 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     """
     import asyncio
 
-    from evalctl._errors import UsageError
+    from evalctl._errors import ProviderSetupError, UsageError
     from evalctl._report.compare import compare_reports, gate
     from evalctl._report.console import RunView
     from evalctl._report.results import load_report
@@ -240,7 +243,10 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     reporter_names = reporters or tuple(config.get("reporters", DEFAULT_REPORTERS))
     for name in dict.fromkeys(reporter_names):
         registry.get("reporter", name)
-    prepared = prepare_run(loaded, registry, options)
+    try:
+        prepared = prepare_run(loaded, registry, options)
+    except ProviderSetupError as exc:
+        raise UsageError(f"{exc}; to run offline without a model, use --scripted") from None
     if not prepared.sandbox.spec.isolated:
         click.echo(f"warning: sandbox '{prepared.sandbox.spec.name}' does not isolate the agent: "
                    f"{prepared.sandbox.spec.isolation}", err=True)

@@ -222,6 +222,8 @@ def test_the_run_command_with_a_missing_key_exits_2_before_any_task(tmp_path, mo
                                       "anthropic"])
     assert result.exit_code == 2
     assert "ANTHROPIC_API_KEY" in result.output and "Traceback" not in result.output
+    # The way out offline is the run's to offer; the provider does not know who asked.
+    assert "to run offline without a model, use --scripted" in result.output
     assert not (tmp_path / "eval_reports").exists()
 
 

@@ -161,6 +161,26 @@ def test_pyproject_tool_section_is_read(tmp_path):
     assert bad.exit_code == 2 and "unknown key 'reporter'" in bad.output
 
 
+def test_the_pyproject_form_pasted_into_evalctl_toml_says_where_it_belongs(tmp_path):
+    (tmp_path / "evalctl.toml").write_text('[tool.evalctl]\nconcurrency = 8\n')
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"))
+    assert result.exit_code == 2
+    assert "evalctl.toml: unknown key 'tool'" in result.output
+    assert "[tool.evalctl] belongs in pyproject.toml" in result.output
+
+
+@pytest.mark.parametrize("line, wanted", [('concurrency = "8"', "a whole number"),
+                                          ("reporters = \"junit\"", "a list"),
+                                          ("provider = 3", "text"),
+                                          ("provider_options = 1", "a table")])
+def test_a_config_value_of_the_wrong_type_says_what_it_should_be(tmp_path, line, wanted):
+    (tmp_path / "evalctl.toml").write_text(line + "\n")
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"))
+    assert result.exit_code == 2
+    key = line.split(" ")[0]
+    assert f"'{key}' must be {wanted}" in result.output, result.output
+
+
 def test_a_broken_reporter_does_not_cost_the_other_reports(tmp_path):
     @evalctl.hookimpl
     def evalctl_register_reporters(register):

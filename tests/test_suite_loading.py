@@ -290,6 +290,11 @@ MALFORMED: dict[str, tuple[bytes, int, str]] = {
     "regex-and-text": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_contains\n"
                        b"      path: x\n      text: a\n      regex: b\n", 4,
                        "exactly one of 'text', 'regex'"),
+    "check-path-outside": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_exists\n"
+                           b"      path: ../../etc/passwd\n", 5, "that stays inside it"),
+    "check-path-absolute": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_contains\n"
+                            b"      path: /etc/passwd\n      text: root\n", 5,
+                            "that stays inside it"),
 }
 
 
@@ -316,10 +321,40 @@ def test_the_run_command_refuses_a_malformed_suite_before_starting(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_missing_file_is_a_clear_error(tmp_path):
-    result = CliRunner().invoke(cli, ["validate", str(tmp_path / "nope.yaml")])
-    assert result.exit_code == 2
-    assert "cannot read suite" in result.output
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_missing_file_or_a_directory_is_a_clear_error_without_an_invented_line(
+        tmp_path, command):
+    missing = CliRunner().invoke(cli, [command, str(tmp_path / "nope.yaml")])
+    assert missing.exit_code == 2
+    first = missing.output.splitlines()[0]
+    assert first.startswith(f"{tmp_path / 'nope.yaml'}: error: cannot read suite: "
+                            "No such file or directory"), missing.output
+    assert first.count("error:") == 1 and ".yaml:1:" not in missing.output
+    directory = CliRunner().invoke(cli, [command, str(tmp_path)])
+    assert directory.exit_code == 2
+    assert f"{tmp_path}: error: cannot read suite: it is a directory" in directory.output
+    assert directory.output.count("error:") == 1, directory.output
+
+
+def test_a_misspelled_text_or_regex_says_one_of_them_is_needed(write_suite):
+    path = write_suite("- id: a\n  prompt: p\n  checks:\n    - type: file_contains\n"
+                       "      path: x\n      txt: hi\n")
+    messages = [(p.line, p.message) for p in validate_suite(path)]
+    assert messages == [
+        (4, "task 'a', checks[0] (file_contains): needs exactly one of 'text', 'regex'"),
+        (6, "task 'a', checks[0] (file_contains): unexpected key 'txt' (did you mean 'text'?)"),
+    ]
+
+
+def test_duplicate_ids_are_reported_with_the_other_errors(write_suite):
+    path = write_suite(MINIMAL + "- id: one\n  prompt: p\n  checks:\n    - type: nope\n"
+                       "- id: two\n  checks:\n    - type: file_exists\n      path: x\n"
+                       "- id: two\n  prompt: p\n  checks: nothing\n")
+    messages = [(p.line, p.message) for p in validate_suite(path)]
+    assert (6, "duplicate task id 'one' (first used at line 1)") in messages
+    assert (14, "duplicate task id 'two' (first used at line 10)") in messages
+    assert any(line == 9 and "unknown check type 'nope'" in m for line, m in messages)
+    assert any(line == 10 and "missing required key 'prompt'" in m for line, m in messages)
 
 
 TRICKY_DOCUMENTS = [

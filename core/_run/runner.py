@@ -19,7 +19,7 @@ from typing import Any
 
 from evalctl._agent.loop import run_agent
 from evalctl._agent.tools import tool_validators
-from evalctl._errors import UsageError
+from evalctl._errors import ProviderSetupError, UsageError
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.specs import CheckResult, GraderSpec
 from evalctl._plugin.types import AgentResult, ExitStatus, SandboxRequest
@@ -104,7 +104,10 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
     provider_options = dict(options.provider_options)
     if options.model:
         provider_options["model"] = options.model
-    provider = spec.create(provider_options)
+    try:
+        provider = spec.create(provider_options)
+    except UsageError as exc:
+        raise ProviderSetupError(str(exc)) from None
     sandbox = choose_sandbox(
         registry, spec, flag=options.sandbox, flag_options=options.sandbox_options,
         suite_default=suite.sandbox, config_name=options.config_sandbox,
@@ -136,6 +139,10 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
         if not isinstance(answer, CheckResult):
             raise TypeError(f"grade() returned {type(answer).__name__}, expected "
                             "evalctl.CheckResult")
+    except UsageError as exc:  # configuration, not a bug: say so, without alarm
+        return CheckOutcome(spec.name, spec.kind, False,
+                            f"the {spec.name} check cannot run: {exc}", error=True,
+                            rate=spec.rate)
     except Exception as exc:
         return CheckOutcome(spec.name, spec.kind, False,
                             f"grader crashed: {type(exc).__name__}: {exc}", error=True,

@@ -74,14 +74,16 @@ def _explain(error: Any, located: Located, registry: Registry) -> list[tuple[int
     instance = error.instance
     if kind == "if":
         return []  # the `then`/`else` errors that follow say what is wrong
+    if kind == "oneOf" and all(set(b) == {"required"} for b in error.validator_value):
+        # Before the branches' own errors: "missing 'text'" and "missing 'regex'" would
+        # read as if both were required.
+        keys = ", ".join(f"'{b['required'][0]}'" for b in error.validator_value)
+        return [(line, f"{where}: needs exactly one of {keys}")]
     if kind in ("allOf", "anyOf", "oneOf") and error.context:
         return [item for sub in error.context for item in _explain(sub, located, registry)]
     if kind == "type" and not path:
         return [(line, "expected a list of tasks, or a mapping with 'tasks:'; got "
                        f"{_describe_value(instance)}")]
-    if kind == "oneOf" and all(set(b) == {"required"} for b in error.validator_value):
-        keys = ", ".join(f"'{b['required'][0]}'" for b in error.validator_value)
-        return [(line, f"{where}: needs exactly one of {keys}")]
     if kind == "type":
         expected = error.validator_value
         words = " or ".join(_TYPE_WORDS.get(t, t) for t in

@@ -117,9 +117,10 @@ class AnthropicProvider:
 def create(options: Mapping[str, Any]) -> AnthropicProvider:
     api_key = os.environ.get("ANTHROPIC_API_KEY")
     if not api_key:
+        # No advice beyond the key: a judge asks for this provider too, where running the
+        # agent offline would not help; `evalctl run` adds that advice for the agent.
         raise evalctl.UsageError(
-            "the anthropic provider needs ANTHROPIC_API_KEY in the environment; set it, or "
-            "run offline with --scripted")
+            "the anthropic provider needs ANTHROPIC_API_KEY in the environment")
     import anthropic
 
     def number(name: str, default: float, kind: type = int) -> Any:
