@@ -346,6 +346,62 @@ def test_a_misspelled_text_or_regex_says_one_of_them_is_needed(write_suite):
     ]
 
 
+SCRIPTED = MINIMAL + """\
+  script:
+    - tool_calls:
+        - tool: TOOL
+          input:
+            path: a.txt
+            ARGUMENTS
+    - text: Done.
+"""
+
+
+def scripted(tool: str, arguments: str) -> str:
+    return SCRIPTED.replace("TOOL", tool).replace("ARGUMENTS", arguments)
+
+
+def test_validate_checks_the_scripts_tool_names_at_their_line(write_suite):
+    problems = validate_suite(write_suite(scripted("create_file", "content: hi")))
+    assert [(p.line, p.severity) for p in problems] == [(8, "error")]
+    message = problems[0].message
+    assert message.startswith("task 'one', script[0], tool_calls[0] (create_file), 'tool': ")
+    assert "expected one of read_file, write_file, edit_file, bash, glob, grep" in message
+    assert "got the text 'create_file'" in message
+    close = validate_suite(write_suite(scripted("writefile", "content: hi")))
+    assert "(did you mean 'write_file'?)" in close[0].message
+
+
+def test_validate_checks_the_scripts_arguments_against_the_tools_schema(write_suite):
+    problems = validate_suite(write_suite(scripted("edit_file", "old: 8080\n            "
+                                                   "new: 9090")))
+    messages = [(p.line, p.message) for p in problems]
+    where = "task 'one', script[0], tool_calls[0] (edit_file), 'input'"
+    assert messages == [
+        (9, f"{where}: missing required key 'new_text'"),
+        (9, f"{where}: missing required key 'old_text'"),
+        (11, f"{where}: unexpected key 'old' (did you mean 'old_text'?)"),
+        (12, f"{where}: unexpected key 'new' (did you mean 'new_text'?)"),
+    ]
+    wrong_type = validate_suite(write_suite(scripted("read_file", "offset: first")))
+    assert [(p.line, p.message) for p in wrong_type] == [
+        (11, f"{where.replace('edit_file', 'read_file')}, 'offset': expected a whole number, "
+             "got the text 'first'")]
+
+
+def test_a_tool_with_required_arguments_needs_its_input(write_suite):
+    path = write_suite(MINIMAL + "  script:\n    - tool_calls:\n        - tool: bash\n"
+                       "    - text: Done.\n")
+    problems = validate_suite(path)
+    assert [(p.line, p.message) for p in problems] == [
+        (8, "task 'one', script[0], tool_calls[0] (bash): missing required key 'input'")]
+
+
+def test_every_built_in_tool_call_in_the_built_in_suites_is_valid():
+    for path in SUITES.glob("*.yaml"):
+        assert validate_suite(path) == [], path
+
+
 def test_duplicate_ids_are_reported_with_the_other_errors(write_suite):
     path = write_suite(MINIMAL + "- id: one\n  prompt: p\n  checks:\n    - type: nope\n"
                        "- id: two\n  checks:\n    - type: file_exists\n      path: x\n"
