@@ -228,11 +228,16 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     loaded = load_suite(suite, registry)
     for warning in loaded.warnings:
         click.echo(str(warning), err=True)
+    configured = config.get("provider", "scripted")
+    chosen = "scripted" if scripted else provider or configured
+    # The config's model and options are for the config's provider: `--scripted` in a
+    # team that runs anthropic must not hand the scripted provider a model.
+    from_config = chosen == configured
     options = RunOptions(
-        provider="scripted" if scripted else provider or config.get("provider", "scripted"),
-        model=model or config.get("model"),
-        provider_options={**config.get("provider_options", {}), **_parse_options(
-            provider_options)},
+        provider=chosen,
+        model=model or (config.get("model") if from_config else None),
+        provider_options={**(config.get("provider_options", {}) if from_config else {}),
+                          **_parse_options(provider_options)},
         concurrency=concurrency or config.get("concurrency"),
         out_dir=out or Path(config.get("out", "eval_reports")),
         only=only, tags=tags, repeat=repeat,

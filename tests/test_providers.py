@@ -260,3 +260,15 @@ def test_the_price_table_is_dated_and_well_formed():
     assert anthropic_prices.price_for("claude-opus-4-1-20250805").input == 15.00
     assert anthropic_prices.price_for("claude-opus-4-5-20251101").input == 5.00
     assert anthropic_prices.price_for("gpt-5") is None
+
+
+def test_create_provider_checks_and_types_the_options_as_a_run_does():
+    import evalctl
+
+    with pytest.raises(UsageError, match="provider 'scripted' has no option 'model'"):
+        evalctl.create_provider("scripted", {"model": "gpt-4"})
+    provider = evalctl.create_provider("scripted", {"latency": "0.5"})
+    assert provider.latency == 0.5
+    with pytest.raises(ValueError, match="options_schema must be an object schema"):
+        evalctl.ProviderSpec(name="odd", create=lambda options: None,
+                             options_schema={"type": "array"})

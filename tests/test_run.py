@@ -142,6 +142,37 @@ def test_usage_errors_exit_2_before_any_task(tmp_path, args, message):
     assert not (tmp_path / "eval_reports").exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--provider-option", "foo=bar"],
+     "provider 'scripted' has no option 'foo'; its options: latency"),
+    (["--model", "gpt-4"], "provider 'scripted' has no option 'model' (--model); its options: "
+                           "latency"),
+    (["--provider-option", "latency=soon"],
+     "provider 'scripted' option 'latency': expected a number, got 'soon'"),
+    (["--provider", "anthropic", "--provider-option", "max_token=100"],
+     "provider 'anthropic' has no option 'max_token' (did you mean 'max_tokens'?); its "
+     "options: model, max_tokens, max_retries, timeout, temperature, base_url"),
+    (["--provider", "anthropic", "--provider-option", "max_tokens=lots"],
+     "provider 'anthropic' option 'max_tokens': expected a whole number, got 'lots'"),
+    (["--sandbox", "local", "--sandbox-option", "memory=1"],
+     "sandbox 'local' options: Additional properties are not allowed ('memory' was "
+     "unexpected) (known options: none)"),
+])
+def test_unknown_or_mistyped_options_are_refused_with_the_known_ones(tmp_path, args, message):
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "eval_reports").exists()
+
+
+def test_the_configs_model_is_for_the_configs_provider_not_for_scripted(tmp_path):
+    (tmp_path / "evalctl.toml").write_text('provider = "anthropic"\nmodel = "claude-haiku-4-5"\n'
+                                           '[provider_options]\nmax_tokens = 1024\n')
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--scripted", "--only",
+                     "write-file")
+    assert result.exit_code == 0, result.output
+
+
 def test_team_defaults_from_config_and_flags_override(tmp_path):
     (tmp_path / "evalctl.toml").write_text('reporters = ["junit"]\nout = "reports"\n')
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file")

@@ -20,6 +20,7 @@ from typing import Any
 from evalctl._agent.loop import run_agent
 from evalctl._agent.tools import tool_validators
 from evalctl._errors import ProviderSetupError, UsageError
+from evalctl._plugin.options import provider_options as checked_provider_options
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.specs import CheckResult, GraderSpec
 from evalctl._plugin.types import AgentResult, ExitStatus, SandboxRequest
@@ -104,6 +105,7 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
     provider_options = dict(options.provider_options)
     if options.model:
         provider_options["model"] = options.model
+    provider_options = checked_provider_options(spec, provider_options)
     try:
         provider = spec.create(provider_options)
     except UsageError as exc:

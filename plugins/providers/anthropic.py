@@ -17,6 +17,20 @@ DEFAULT_MAX_TOKENS = 8192
 DEFAULT_MAX_RETRIES = 4
 CACHE = {"type": "ephemeral"}
 _OVERFLOW_HINTS = ("prompt is too long", "context window", "context_window")
+OPTIONS = {"type": "object", "properties": {
+    "model": {"type": "string", "minLength": 1,
+              "description": f"The model id (also --model; default {DEFAULT_MODEL})."},
+    "max_tokens": {"type": "integer", "minimum": 1,
+                   "description": f"Most output tokens per turn (default {DEFAULT_MAX_TOKENS})."},
+    "max_retries": {"type": "integer", "minimum": 0,
+                    "description": f"Retries of a transient failure (default "
+                                   f"{DEFAULT_MAX_RETRIES})."},
+    "timeout": {"type": "number", "exclusiveMinimum": 0,
+                "description": "Seconds per request (default 600)."},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 1},
+    "base_url": {"type": "string", "minLength": 1,
+                 "description": "The API's URL (default: ANTHROPIC_BASE_URL, else the SDK's)."},
+}}
 
 
 def to_api_messages(messages: list[evalctl.Message]) -> list[dict[str, Any]]:
@@ -150,4 +164,5 @@ def evalctl_register_providers(register):
         description="Claude through the official anthropic SDK. Needs ANTHROPIC_API_KEY. "
                     "Options: model, max_tokens, max_retries, timeout, temperature, base_url.",
         default_concurrency=4,
+        options_schema=OPTIONS,
     ))

@@ -160,4 +160,8 @@ def evalctl_register_providers(register):
         live=False,
         task_schema={"script": SCRIPT},
         error_statuses=(SCRIPT_ERROR,),
+        options_schema={"type": "object", "properties": {
+            "latency": {"type": "number", "minimum": 0,
+                        "description": "Seconds to wait before each turn (for benchmarks)."},
+        }},
     ))
