@@ -217,7 +217,7 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     from evalctl._report.results import load_report
     from evalctl._report.writing import write_reports
     from evalctl._run.config import load_config
-    from evalctl._run.runner import RunOptions, execute, prepare_run
+    from evalctl._run.runner import RunOptions, execute, prepare_run, select_tasks
     from evalctl._suite.loader import load_suite
 
     if scripted and provider and provider != "scripted":
@@ -248,6 +248,8 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     reporter_names = reporters or tuple(config.get("reporters", DEFAULT_REPORTERS))
     for name in dict.fromkeys(reporter_names):
         registry.get("reporter", name)
+    if baseline_report is not None:
+        _shares_a_task(baseline, baseline_report, select_tasks(loaded, only, tags))
     try:
         prepared = prepare_run(loaded, registry, options)
     except ProviderSetupError as exc:
@@ -270,12 +272,26 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
         ctx.exit(EXIT_INTERRUPTED)
     if baseline_report is not None:
         comparison = compare_reports(baseline_report, result)
-        click.echo(comparison.to_markdown())
         reasons = gate(comparison, max_drop, fail_on_flip)
+        for warning in comparison.warnings():
+            click.echo(f"warning: {warning}", err=True)
+        click.echo(comparison.to_markdown(gate_reasons=reasons))
         for reason in reasons:
             click.echo(f"regression against {baseline}: {reason}", err=True)
         ctx.exit(EXIT_FAILED if reasons or failures else EXIT_OK)
     ctx.exit(EXIT_OK if result.all_passed and not failures else EXIT_FAILED)
+
+
+def _shares_a_task(path: Path, baseline: Any, tasks: list[Any]) -> None:
+    """A baseline with none of the run's tasks could only ever say "no regression":
+    refuse it before any task starts."""
+    from evalctl._errors import UsageError
+
+    before = {t.task_id for t in baseline.by_task()}
+    if not before & {t.id for t in tasks}:
+        raise UsageError(f"{path} shares no task with this run: nothing to gate against "
+                         f"(the baseline ran {baseline.suite_path}: "
+                         f"{', '.join(sorted(before)) or 'no task'})")
 
 
 @cli.command()
@@ -296,11 +312,17 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
     """
     import json
 
+    from evalctl._errors import UsageError
     from evalctl._files import write_atomically
     from evalctl._report.compare import compare_reports
     from evalctl._report.results import load_report
 
     comparison = compare_reports(load_report(baseline), load_report(current), alpha)
+    unusable = comparison.nothing_in_common()
+    if unusable:
+        raise UsageError(unusable)
+    for warning in comparison.warnings():
+        click.echo(f"warning: {warning}", err=True)
     text = json.dumps(comparison.to_dict(), indent=2) + "\n" if as_json else \
         comparison.to_markdown()
     click.echo(text, nl=False)
