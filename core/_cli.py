@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-DEFAULT_REPORTERS = ("json", "markdown")
+ALWAYS_REPORTED = "json"
+DEFAULT_REPORTERS = ("markdown",)
 
 
 class _Group(click.Group):
@@ -168,7 +169,9 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
 @cli.command()
 @click.argument("suite", type=click.Path(path_type=Path))
 @click.option("--only", multiple=True, metavar="ID", help="Run only this task (repeatable).")
-@click.option("--tag", "tags", multiple=True, metavar="T", help="Run tasks with this tag.")
+@click.option("--tag", "tags", multiple=True, metavar="T",
+              help="Run tasks with this tag (repeatable: tasks with any of the tags; with "
+                   "--only, a task must be named and tagged).")
 @click.option("--scripted", is_flag=True, help="Use the scripted provider (the default).")
 @click.option("--provider", metavar="NAME", help="The model provider, e.g. anthropic.")
 @click.option("--model", metavar="M", help="The model the provider should use.")
@@ -186,7 +189,8 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report to this path.")
 @click.option("--reporter", "reporters", multiple=True, metavar="NAME",
-              help="Report format (repeatable; default json and markdown).")
+              help="Another report format, e.g. junit (repeatable; default markdown). The "
+                   "JSON report is always written: compare and --baseline read it.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Directory for workspaces and reports (default eval_reports).")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
@@ -245,7 +249,10 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
         config_sandbox=config.get("sandbox"),
         config_sandbox_options=config.get("sandbox_options", {}),
     )
-    reporter_names = reporters or tuple(config.get("reporters", DEFAULT_REPORTERS))
+    # The JSON report is always written: it is the run's record, and what compare and
+    # --baseline read. --reporter (or the config's reporters) choose the others.
+    reporter_names = tuple(dict.fromkeys(
+        (ALWAYS_REPORTED, *(reporters or config.get("reporters", DEFAULT_REPORTERS)))))
     for name in dict.fromkeys(reporter_names):
         registry.get("reporter", name)
     if baseline_report is not None:
@@ -258,7 +265,7 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
         click.echo(f"warning: sandbox '{prepared.sandbox.spec.name}' does not isolate the agent: "
                    f"{prepared.sandbox.spec.isolation}", err=True)
 
-    view = RunView(len(prepared.tasks) * repeat)
+    view = RunView(len(prepared.tasks) * repeat, repeat=repeat)
     with view:
         result = asyncio.run(execute(prepared, progress=view.update))
     view.print_summary(result)

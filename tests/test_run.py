@@ -118,6 +118,67 @@ def test_junit_marks_infrastructure_errors_as_errors(tmp_path, write_suite):
     assert report["summary"]["errors"] == 1 and report["summary"]["failed"] == 0
 
 
+TAGGED = "".join(f"""\
+- id: {task_id}
+  prompt: Make a.txt.
+  tags:
+{"".join(f"    - {tag}{chr(10)}" for tag in tags)}  checks:
+    - type: file_exists
+      path: a.txt
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: a.txt
+            content: a
+    - text: Wrote a.txt.
+""" for task_id, tags in (("one", ["fast"]), ("two", ["slow"]), ("three", ["fast", "io"])))
+
+
+def test_several_tags_select_any_and_only_with_tag_needs_both(tmp_path, write_suite):
+    suite = str(write_suite(TAGGED))
+
+    def ran(*args: str) -> list[str]:
+        result = run_cli(tmp_path, suite, "--report", "r.json", *args)
+        assert result.exit_code == 0, result.output
+        return [t["id"] for t in json.loads((tmp_path / "r.json").read_text())["tasks"]]
+
+    assert ran("--tag", "slow", "--tag", "io") == ["two", "three"]
+    assert ran("--only", "one", "--only", "two", "--tag", "fast") == ["one"]
+    help_text = run_cli(tmp_path, "--help").output
+    assert "repeatable: tasks with any of the tags" in " ".join(help_text.split())
+
+
+def test_an_unknown_reporter_hint_names_a_package_never_a_checkout_path(tmp_path):
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--reporter", "html")
+    assert result.exit_code == 2
+    assert "pip install evalctl-html" in result.output
+    assert "plugins/" not in result.output
+
+
+def test_a_provider_failing_before_its_first_turn_is_an_error_with_no_grading_noise(tmp_path):
+    class Unreachable:
+        async def complete(self, request):
+            raise evalctl.ProviderError("cannot reach the model")
+
+    @evalctl.hookimpl
+    def evalctl_register_providers(register):
+        register(evalctl.ProviderSpec(name="unreachable", live=False,
+                                      create=lambda options: Unreachable()))
+
+    plugin = types.ModuleType("unreachable")
+    plugin.evalctl_register_providers = evalctl_register_providers
+    set_registry(registry_with(("unreachable", plugin)))
+    result = run_cli(tmp_path, str(SUITES / "core.yaml"), "--provider", "unreachable",
+                     "--only", "fizzbuzz", "--report", "r.json")
+    assert result.exit_code == 1, result.output
+    task = json.loads((tmp_path / "r.json").read_text())["tasks"][0]
+    assert (task["status"], task["exit_status"], task["turns"]) == ("error", "provider_error", 0)
+    assert task["error"] == "cannot reach the model"
+    assert task["checks"] == []  # nothing the agent did to grade: no FileNotFoundError noise
+    assert "FileNotFoundError" not in result.output
+
+
 def test_only_and_tag_select_tasks(tmp_path, write_suite):
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "edit-file")
     assert result.exit_code == 0
@@ -177,16 +238,31 @@ def test_team_defaults_from_config_and_flags_override(tmp_path):
     (tmp_path / "evalctl.toml").write_text('reporters = ["junit"]\nout = "reports"\n')
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file")
     assert result.exit_code == 0, result.output
-    assert [p.suffix for p in (tmp_path / "reports").glob("report-*")] == [".xml"]
+    assert sorted(p.suffix for p in (tmp_path / "reports").glob("report-*")) == [".json", ".xml"]
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file",
                      "--reporter", "markdown", "--out", "elsewhere")
-    assert [p.suffix for p in (tmp_path / "elsewhere").glob("report-*")] == [".md"]
+    assert sorted(p.suffix for p in (tmp_path / "elsewhere").glob("report-*")) == \
+        [".json", ".md"]
+
+
+def test_a_junit_run_still_writes_the_json_a_later_baseline_needs(tmp_path):
+    """The README's CI example: --reporter junit, then --baseline on its JSON."""
+    first = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "edit-file",
+                    "--reporter", "junit")
+    assert first.exit_code == 0, first.output
+    assert sorted(p.suffix for p in (tmp_path / "eval_reports").glob("report-*")) == \
+        [".json", ".xml"]
+    base = next((tmp_path / "eval_reports").glob("report-*.json"))
+    again = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "edit-file",
+                    "--baseline", str(base), "--out", "again")
+    assert again.exit_code == 0, again.output
 
 
 def test_pyproject_tool_section_is_read(tmp_path):
-    (tmp_path / "pyproject.toml").write_text('[tool.evalctl]\nreporters = ["markdown"]\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.evalctl]\nreporters = ["junit"]\n')
     assert run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file").exit_code == 0
-    assert [p.suffix for p in (tmp_path / "eval_reports").glob("report-*")] == [".md"]
+    assert sorted(p.suffix for p in (tmp_path / "eval_reports").glob("report-*")) == \
+        [".json", ".xml"]
     (tmp_path / "pyproject.toml").write_text('[tool.evalctl]\nreporter = ["markdown"]\n')
     bad = run_cli(tmp_path, str(SUITES / "harness.yaml"))
     assert bad.exit_code == 2 and "unknown key 'reporter'" in bad.output

@@ -182,6 +182,10 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
         agent = await run_agent(task, prepared.provider, workspace, sandbox)
     finally:
         await sandbox.close()  # nothing the agent started outlives its turn at the work
+    if agent.turns == 0 and agent.exit_status in prepared.error_statuses:
+        # The model never answered: the workspace is the seed, and grading it would only
+        # add failures that are not the agent's (a missing file, say) to the error.
+        return _result(task, ERROR, [], agent, workspace, attempt)
     # Between the agent and the graders: evidence of tampering, then the hidden files.
     integrity = [outcome for outcome in (
         protected_changes(task, agent.files_changed), restore_seed(task, workspace),
@@ -205,6 +209,11 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
         status = PASSED
     else:
         status = FAILED
+    return _result(task, status, checks, agent, workspace, attempt)
+
+
+def _result(task: Task, status: str, checks: list[CheckOutcome], agent: AgentResult,
+            workspace: Workspace, attempt: int) -> TaskResult:
     return TaskResult(
         task_id=task.id, status=status, checks=checks, exit_status=agent.exit_status,
         error=agent.error, turns=agent.turns, tool_calls=agent.tool_calls, usage=agent.usage,
