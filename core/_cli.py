@@ -40,7 +40,8 @@ def cli(ctx: click.Context, strict_plugins: bool) -> None:
 
     \b
     Quick start (offline, no API key):
-      evalctl run suites/harness.yaml
+      evalctl run harness         a built-in suite (evalctl suites lists them)
+      evalctl init my-evals       a starter suite of your own, and what to run next
     """
     ctx.obj = {"strict": strict_plugins}
 
@@ -134,17 +135,52 @@ def schema(ctx: click.Context, builtins: bool, output: Path | None) -> None:
         click.echo(text, nl=False)
 
 
+@cli.command("suites")
+@click.option("--json", "as_json", is_flag=True, help="Print them as JSON.")
+def list_suites(as_json: bool) -> None:
+    """List the built-in suites: what each is for, and how many tasks it has."""
+    from evalctl._suite.builtin import builtin_suites
+
+    suites = builtin_suites()
+    if as_json:
+        import json
+
+        click.echo(json.dumps([s.to_dict() for s in suites], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="built-in suites")
+    for column, justify in (("suite", "left"), ("tasks", "right"), ("scripted", "right"),
+                            ("what it is for", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for suite in suites:
+        table.add_row(suite.name, str(suite.tasks), str(suite.scripted), suite.description)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    console.print(table)
+    console.print("Scripted tasks run offline, with no API key: evalctl run NAME (a file "
+                  "named NAME in the current directory is run instead).", highlight=False)
+
+
 @cli.command()
 @click.argument("suites", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.pass_context
 def validate(ctx: click.Context, suites: tuple[Path, ...]) -> None:
-    """Check suites against the schema and the suite rules; report every problem."""
+    """Check suites (files, or built-in names) against the schema and the suite rules;
+    report every problem."""
+    from evalctl._errors import SuiteError
+    from evalctl._suite.builtin import resolve_suite
     from evalctl._suite.loader import validate_suite
 
     registry = _registry(ctx)
     errors = warnings = 0
-    for path in suites:
-        problems = validate_suite(path, registry)
+    for argument in suites:
+        try:
+            path = resolve_suite(argument)
+        except SuiteError as exc:
+            problems = exc.problems
+        else:
+            problems = validate_suite(path, registry)
         for problem in problems:
             click.echo(str(problem))
         errors += sum(1 for p in problems if p.severity == "error")
@@ -211,7 +247,9 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
         max_drop: float, fail_on_flip: bool) -> None:
     """Run a suite and grade it. Exit 0 all passed, 1 a task failed, 2 bad input.
 
-    With --baseline, the exit code says whether the run regressed against it instead.
+    SUITE is a file, or the name of a built-in suite (evalctl suites) when no file of
+    that name exists. With --baseline, the exit code says whether the run regressed
+    against it instead.
     """
     import asyncio
 
@@ -222,6 +260,7 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     from evalctl._report.writing import write_reports
     from evalctl._run.config import load_config
     from evalctl._run.runner import RunOptions, execute, prepare_run, select_tasks
+    from evalctl._suite.builtin import resolve_suite
     from evalctl._suite.loader import load_suite
 
     if scripted and provider and provider != "scripted":
@@ -229,7 +268,7 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     baseline_report = load_report(baseline) if baseline else None
     config = load_config()
     registry = _registry(ctx)
-    loaded = load_suite(suite, registry)
+    loaded = load_suite(resolve_suite(suite), registry)
     for warning in loaded.warnings:
         click.echo(str(warning), err=True)
     configured = config.get("provider", "scripted")
