@@ -135,6 +135,32 @@ def schema(ctx: click.Context, builtins: bool, output: Path | None) -> None:
         click.echo(text, nl=False)
 
 
+@cli.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite the suite and schema if they exist.")
+@click.pass_context
+def init(ctx: click.Context, directory: Path, force: bool) -> None:
+    """Write a starter suite into DIRECTORY (default: here): suite.yaml, with one task
+    that passes and one that shows a failure, and suite.schema.json for your editor."""
+    import shlex
+
+    from evalctl._suite.starter import FAILING_TASK, write_starter
+
+    written = write_starter(directory, _registry(ctx), force=force)
+    suite = shlex.quote(str(written.suite))
+    click.echo(f"wrote {written.suite}: two tasks that run offline, one passing and one "
+               "showing a failure")
+    click.echo(f"wrote {written.schema}: the schema of the installed plugins, for your "
+               "editor (the suite's first line points at it)")
+    click.echo("\nnext:")
+    for command, why in (
+            (f"evalctl validate {suite}", "every problem, at file:line"),
+            (f"evalctl run {suite}", "1 of 2 passes; the table says which checks failed"),
+            (f"${{EDITOR:-vi}} {suite}", f"uncomment the script of {FAILING_TASK}, run again: "
+                                         "2 of 2 pass")):
+        click.echo(f"  {command:<{len(suite) + 18}} # {why}")
+
+
 @cli.command("suites")
 @click.option("--json", "as_json", is_flag=True, help="Print them as JSON.")
 def list_suites(as_json: bool) -> None:
@@ -158,8 +184,9 @@ def list_suites(as_json: bool) -> None:
         table.add_row(suite.name, str(suite.tasks), str(suite.scripted), suite.description)
     console = Console(width=None if sys.stdout.isatty() else 120)
     console.print(table)
-    console.print("Scripted tasks run offline, with no API key: evalctl run NAME (a file "
-                  "named NAME in the current directory is run instead).", highlight=False)
+    console.print("Scripted tasks run offline, with no API key. Run a suite by its name, "
+                  "e.g. evalctl run harness (a file of that name here is run instead).",
+                  highlight=False)
 
 
 @cli.command()

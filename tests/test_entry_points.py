@@ -184,6 +184,12 @@ def test_the_installed_wheel_runs_a_built_in_suite_green_from_an_empty_directory
                             cwd=empty, env=environment, timeout=60)
     assert {s["name"] for s in json.loads(listed.stdout)} == {"core", "general", "harness",
                                                               "live"}
+    started = subprocess.run([str(script), "init", "my-evals"], capture_output=True, text=True,
+                             cwd=empty, env=environment, timeout=60)
+    assert started.returncode == 0, started.stderr
+    ran = subprocess.run([str(script), "run", "my-evals/suite.yaml"], capture_output=True,
+                         text=True, cwd=empty, env=environment, timeout=300)
+    assert ran.returncode == 1 and "1/2 tasks passed" in ran.stdout, ran.stdout + ran.stderr
 
 
 @pytest.mark.parametrize("distribution, tests", [("extras", 2), ("wordcount", 3)])

@@ -34,11 +34,14 @@ class BuiltinSuite:
 def builtin_directory() -> Path | None:
     """Where the built-in suites are: inside the installed package, or the checkout's
     suites/ in an editable install. None when evalctl was installed without them."""
-    try:
-        import evalctl.suites
+    from importlib.util import find_spec
+
+    try:  # found, not imported: the package is data, and this module sits below the facade
+        spec = find_spec("evalctl.suites")
     except ImportError:
         return None
-    return next((Path(entry) for entry in evalctl.suites.__path__), None)
+    locations = spec.submodule_search_locations if spec is not None else None
+    return next((Path(entry) for entry in locations or ()), None)
 
 
 def builtin_paths() -> dict[str, Path]:
