@@ -182,8 +182,8 @@ def test_the_installed_wheel_runs_a_built_in_suite_green_from_an_empty_directory
     assert report["suite"]["path"].startswith(str(site / "evalctl" / "suites"))
     listed = subprocess.run([str(script), "suites", "--json"], capture_output=True, text=True,
                             cwd=empty, env=environment, timeout=60)
-    assert {s["name"] for s in json.loads(listed.stdout)} == {"core", "general", "harness",
-                                                              "live"}
+    assert {s["name"] for s in json.loads(listed.stdout)} == {"adversarial", "core", "general",
+                                                              "harness", "live"}
     started = subprocess.run([str(script), "init", "my-evals"], capture_output=True, text=True,
                              cwd=empty, env=environment, timeout=60)
     assert started.returncode == 0, started.stderr
