@@ -65,10 +65,13 @@ def create_provider(name: str, options: Mapping[str, Any] | None = None) -> Any:
     """A provider from the installed plugins, created as `evalctl run --provider NAME`
     would create it, from the registry of the run in progress (or the installed
     plugins outside a run). For graders that ask a model (judges). Raises UsageError
-    for an unknown name or a bad configuration (a missing API key, say)."""
+    for an unknown name or a bad configuration (an option the provider does not take,
+    a missing API key)."""
+    from evalctl._plugin.options import provider_options
     from evalctl._plugin.registry import active_registry
 
-    return active_registry().get("provider", name).create(dict(options or {}))
+    spec = active_registry().get("provider", name)
+    return spec.create(provider_options(spec, options or {}))
 
 
 __all__ = [

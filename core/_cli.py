@@ -9,17 +9,21 @@ from typing import Any
 import click
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-DEFAULT_REPORTERS = ("json", "markdown")
+ALWAYS_REPORTED = "json"
+DEFAULT_REPORTERS = ("markdown",)
 
 
 class _Group(click.Group):
     """Turns evalctl's own errors into a message and an exit code, never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from evalctl._errors import EvalctlError
+        from evalctl._errors import EvalctlError, SuiteError
 
         try:
             return super().invoke(ctx)
+        except SuiteError as exc:  # its lines already say `file:line: error: ...`
+            click.echo(str(exc), err=True)
+            ctx.exit(exc.exit_code)
         except EvalctlError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
@@ -36,7 +40,8 @@ def cli(ctx: click.Context, strict_plugins: bool) -> None:
 
     \b
     Quick start (offline, no API key):
-      evalctl run suites/harness.yaml
+      evalctl run harness         a built-in suite (evalctl suites lists them)
+      evalctl init my-evals       a starter suite of your own, and what to run next
     """
     ctx.obj = {"strict": strict_plugins}
 
@@ -131,16 +136,78 @@ def schema(ctx: click.Context, builtins: bool, output: Path | None) -> None:
 
 
 @cli.command()
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Overwrite the suite and schema if they exist.")
+@click.pass_context
+def init(ctx: click.Context, directory: Path, force: bool) -> None:
+    """Write a starter suite into DIRECTORY (default: here): suite.yaml, with one task
+    that passes and one that shows a failure, and suite.schema.json for your editor."""
+    import shlex
+
+    from evalctl._suite.starter import FAILING_TASK, write_starter
+
+    written = write_starter(directory, _registry(ctx), force=force)
+    suite = shlex.quote(str(written.suite))
+    click.echo(f"wrote {written.suite}: two tasks that run offline, one passing and one "
+               "showing a failure")
+    click.echo(f"wrote {written.schema}: the schema of the installed plugins, for your "
+               "editor (the suite's first line points at it)")
+    click.echo("\nnext:")
+    for command, why in (
+            (f"evalctl validate {suite}", "every problem, at file:line"),
+            (f"evalctl run {suite}", "1 of 2 passes; the table says which checks failed"),
+            (f"${{EDITOR:-vi}} {suite}", f"uncomment the script of {FAILING_TASK}, run again: "
+                                         "2 of 2 pass")):
+        click.echo(f"  {command:<{len(suite) + 18}} # {why}")
+
+
+@cli.command("suites")
+@click.option("--json", "as_json", is_flag=True, help="Print them as JSON.")
+def list_suites(as_json: bool) -> None:
+    """List the built-in suites: what each is for, and how many tasks it has."""
+    from evalctl._suite.builtin import builtin_suites
+
+    suites = builtin_suites()
+    if as_json:
+        import json
+
+        click.echo(json.dumps([s.to_dict() for s in suites], indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="built-in suites")
+    for column, justify in (("suite", "left"), ("tasks", "right"), ("scripted", "right"),
+                            ("what it is for", "left")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for suite in suites:
+        table.add_row(suite.name, str(suite.tasks), str(suite.scripted), suite.description)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    console.print(table)
+    console.print("Scripted tasks run offline, with no API key. Run a suite by its name, "
+                  "e.g. evalctl run harness (a file of that name here is run instead).",
+                  highlight=False)
+
+
+@cli.command()
 @click.argument("suites", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.pass_context
 def validate(ctx: click.Context, suites: tuple[Path, ...]) -> None:
-    """Check suites against the schema and the suite rules; report every problem."""
+    """Check suites (files, or built-in names) against the schema and the suite rules;
+    report every problem."""
+    from evalctl._errors import SuiteError
+    from evalctl._suite.builtin import resolve_suite
     from evalctl._suite.loader import validate_suite
 
     registry = _registry(ctx)
     errors = warnings = 0
-    for path in suites:
-        problems = validate_suite(path, registry)
+    for argument in suites:
+        try:
+            path = resolve_suite(argument)
+        except SuiteError as exc:
+            problems = exc.problems
+        else:
+            problems = validate_suite(path, registry)
         for problem in problems:
             click.echo(str(problem))
         errors += sum(1 for p in problems if p.severity == "error")
@@ -165,7 +232,9 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
 @cli.command()
 @click.argument("suite", type=click.Path(path_type=Path))
 @click.option("--only", multiple=True, metavar="ID", help="Run only this task (repeatable).")
-@click.option("--tag", "tags", multiple=True, metavar="T", help="Run tasks with this tag.")
+@click.option("--tag", "tags", multiple=True, metavar="T",
+              help="Run tasks with this tag (repeatable: tasks with any of the tags; with "
+                   "--only, a task must be named and tagged).")
 @click.option("--scripted", is_flag=True, help="Use the scripted provider (the default).")
 @click.option("--provider", metavar="NAME", help="The model provider, e.g. anthropic.")
 @click.option("--model", metavar="M", help="The model the provider should use.")
@@ -183,7 +252,8 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report to this path.")
 @click.option("--reporter", "reporters", multiple=True, metavar="NAME",
-              help="Report format (repeatable; default json and markdown).")
+              help="Another report format, e.g. junit (repeatable; default markdown). The "
+                   "JSON report is always written: compare and --baseline read it.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Directory for workspaces and reports (default eval_reports).")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
@@ -204,17 +274,20 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
         max_drop: float, fail_on_flip: bool) -> None:
     """Run a suite and grade it. Exit 0 all passed, 1 a task failed, 2 bad input.
 
-    With --baseline, the exit code says whether the run regressed against it instead.
+    SUITE is a file, or the name of a built-in suite (evalctl suites) when no file of
+    that name exists. With --baseline, the exit code says whether the run regressed
+    against it instead.
     """
     import asyncio
 
-    from evalctl._errors import UsageError
+    from evalctl._errors import ProviderSetupError, UsageError
     from evalctl._report.compare import compare_reports, gate
     from evalctl._report.console import RunView
     from evalctl._report.results import load_report
     from evalctl._report.writing import write_reports
     from evalctl._run.config import load_config
-    from evalctl._run.runner import RunOptions, execute, prepare_run
+    from evalctl._run.runner import RunOptions, execute, prepare_run, select_tasks
+    from evalctl._suite.builtin import resolve_suite
     from evalctl._suite.loader import load_suite
 
     if scripted and provider and provider != "scripted":
@@ -222,14 +295,19 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     baseline_report = load_report(baseline) if baseline else None
     config = load_config()
     registry = _registry(ctx)
-    loaded = load_suite(suite, registry)
+    loaded = load_suite(resolve_suite(suite), registry)
     for warning in loaded.warnings:
         click.echo(str(warning), err=True)
+    configured = config.get("provider", "scripted")
+    chosen = "scripted" if scripted else provider or configured
+    # The config's model and options are for the config's provider: `--scripted` in a
+    # team that runs anthropic must not hand the scripted provider a model.
+    from_config = chosen == configured
     options = RunOptions(
-        provider="scripted" if scripted else provider or config.get("provider", "scripted"),
-        model=model or config.get("model"),
-        provider_options={**config.get("provider_options", {}), **_parse_options(
-            provider_options)},
+        provider=chosen,
+        model=model or (config.get("model") if from_config else None),
+        provider_options={**(config.get("provider_options", {}) if from_config else {}),
+                          **_parse_options(provider_options)},
         concurrency=concurrency or config.get("concurrency"),
         out_dir=out or Path(config.get("out", "eval_reports")),
         only=only, tags=tags, repeat=repeat,
@@ -237,15 +315,23 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
         config_sandbox=config.get("sandbox"),
         config_sandbox_options=config.get("sandbox_options", {}),
     )
-    reporter_names = reporters or tuple(config.get("reporters", DEFAULT_REPORTERS))
+    # The JSON report is always written: it is the run's record, and what compare and
+    # --baseline read. --reporter (or the config's reporters) choose the others.
+    reporter_names = tuple(dict.fromkeys(
+        (ALWAYS_REPORTED, *(reporters or config.get("reporters", DEFAULT_REPORTERS)))))
     for name in dict.fromkeys(reporter_names):
         registry.get("reporter", name)
-    prepared = prepare_run(loaded, registry, options)
+    if baseline_report is not None:
+        _shares_a_task(baseline, baseline_report, select_tasks(loaded, only, tags))
+    try:
+        prepared = prepare_run(loaded, registry, options)
+    except ProviderSetupError as exc:
+        raise UsageError(f"{exc}; to run offline without a model, use --scripted") from None
     if not prepared.sandbox.spec.isolated:
         click.echo(f"warning: sandbox '{prepared.sandbox.spec.name}' does not isolate the agent: "
                    f"{prepared.sandbox.spec.isolation}", err=True)
 
-    view = RunView(len(prepared.tasks) * repeat)
+    view = RunView(len(prepared.tasks) * repeat, repeat=repeat)
     with view:
         result = asyncio.run(execute(prepared, progress=view.update))
     view.print_summary(result)
@@ -259,12 +345,26 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
         ctx.exit(EXIT_INTERRUPTED)
     if baseline_report is not None:
         comparison = compare_reports(baseline_report, result)
-        click.echo(comparison.to_markdown())
         reasons = gate(comparison, max_drop, fail_on_flip)
+        for warning in comparison.warnings():
+            click.echo(f"warning: {warning}", err=True)
+        click.echo(comparison.to_markdown(gate_reasons=reasons))
         for reason in reasons:
             click.echo(f"regression against {baseline}: {reason}", err=True)
         ctx.exit(EXIT_FAILED if reasons or failures else EXIT_OK)
     ctx.exit(EXIT_OK if result.all_passed and not failures else EXIT_FAILED)
+
+
+def _shares_a_task(path: Path, baseline: Any, tasks: list[Any]) -> None:
+    """A baseline with none of the run's tasks could only ever say "no regression":
+    refuse it before any task starts."""
+    from evalctl._errors import UsageError
+
+    before = {t.task_id for t in baseline.by_task()}
+    if not before & {t.id for t in tasks}:
+        raise UsageError(f"{path} shares no task with this run: nothing to gate against "
+                         f"(the baseline ran {baseline.suite_path}: "
+                         f"{', '.join(sorted(before)) or 'no task'})")
 
 
 @cli.command()
@@ -285,11 +385,17 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
     """
     import json
 
+    from evalctl._errors import UsageError
     from evalctl._files import write_atomically
     from evalctl._report.compare import compare_reports
     from evalctl._report.results import load_report
 
     comparison = compare_reports(load_report(baseline), load_report(current), alpha)
+    unusable = comparison.nothing_in_common()
+    if unusable:
+        raise UsageError(unusable)
+    for warning in comparison.warnings():
+        click.echo(f"warning: {warning}", err=True)
     text = json.dumps(comparison.to_dict(), indent=2) + "\n" if as_json else \
         comparison.to_markdown()
     click.echo(text, nl=False)

@@ -15,13 +15,18 @@ class UsageError(EvalctlError):
     """Bad input or configuration: exit 2 before any task starts."""
 
 
+class ProviderSetupError(UsageError):
+    """The run's provider refused its configuration (a missing API key, say)."""
+
+
 class PluginError(EvalctlError):
     """A plugin failed while strict mode is on, or a needed plugin is unusable."""
 
 
 @dataclass(frozen=True, order=True)
 class Problem:
-    """One finding in a suite file, printed as `file:line: severity: message`."""
+    """One finding in a suite file, printed as `file:line: severity: message` (or
+    `file: severity: message` when no line applies: line 0, a file that cannot be read)."""
 
     file: str
     line: int
@@ -29,7 +34,8 @@ class Problem:
     severity: str = "error"  # or "warning"
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.severity}: {self.message}"
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.severity}: {self.message}"
 
 
 class SuiteError(UsageError):

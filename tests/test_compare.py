@@ -208,7 +208,7 @@ def test_run_against_its_own_baseline_passes_even_with_known_failures(tmp_path):
     assert run_cli(tmp_path, str(SUITES / "core.yaml"), "--report", "base.json").exit_code == 1
     again = run_cli(tmp_path, str(SUITES / "core.yaml"), "--baseline", "base.json")
     assert again.exit_code == 0, again.output
-    assert "**No regression.**" in again.output
+    assert "**No regression against the baseline.**" in again.output
 
 
 def test_run_against_a_baseline_fails_on_a_flip_and_prints_it(tmp_path, write_suite):
@@ -221,19 +221,58 @@ def test_run_against_a_baseline_fails_on_a_flip_and_prints_it(tmp_path, write_su
     assert result.exit_code == 1
     assert "### Newly failing (1)" in result.output and "- `write-file`" in result.output
     assert "tasks that passed in the baseline now fail: write-file" in result.output
+    # One verdict: the headline says what the exit code says, with the gate's reasons.
+    assert "No regression" not in result.output, result.output
+    headline = next(line for line in result.output.splitlines()
+                    if line.startswith("**Regression against the baseline:** "))
+    assert headline.endswith("; tasks that passed in the baseline now fail: write-file.")
+    assert "warning: the suite changed between the runs" in result.output
     tolerant = run_cli(tmp_path, str(suite), "--baseline", "base.json", "--allow-flips",
                        "--max-drop", "0.25")
     assert tolerant.exit_code == 0, tolerant.output
 
 
-def test_run_against_a_baseline_of_another_suite_names_the_differences(tmp_path):
+def test_a_baseline_sharing_no_task_with_the_run_stops_it_before_any_task(tmp_path):
     assert run_cli(tmp_path, str(SUITES / "harness.yaml"), "--report",
                    "base.json").exit_code == 0
-    result = run_cli(tmp_path, str(SUITES / "general.yaml"), "--baseline", "base.json")
-    assert result.exit_code == 0
-    assert "### Added tasks (not compared) (6)" in result.output
-    assert "### Removed tasks (not compared) (5)" in result.output
-    assert "No task is in both runs" in result.output
+    result = run_cli(tmp_path, str(SUITES / "general.yaml"), "--baseline", "base.json",
+                     "--out", "again")
+    assert result.exit_code == 2, result.output
+    assert "base.json shares no task with this run: nothing to gate against" in result.output
+    assert "harness.yaml" in result.output
+    assert not (tmp_path / "again").exists()
+
+
+def test_compare_of_runs_with_no_task_in_common_is_unusable_not_no_regression(tmp_path):
+    base = make_report({"a": ["passed"], "b": ["passed"]})
+    now = make_report({"c": ["failed"]})
+    now.suite_path, now.suite_sha256 = "other.yaml", "1" * 64
+    result = CliRunner().invoke(cli, ["compare", str(write(tmp_path, "a.json", base)),
+                                      str(write(tmp_path, "b.json", now))])
+    assert result.exit_code == 2, result.output
+    assert "No regression" not in result.output
+    assert "nothing to compare: no task is in both runs" in result.output
+    assert "baseline s.yaml (2 tasks: a, b), current other.yaml (1 task: c)" in result.output
+
+
+def test_compare_warns_when_the_suites_differ_and_still_compares_the_common_tasks(tmp_path):
+    base = make_report({"a": ["passed"], "b": ["passed"]})
+    now = make_report({"a": ["passed"], "b": ["passed"]})
+    now.suite_sha256 = "1" * 64
+    result = CliRunner().invoke(cli, ["compare", str(write(tmp_path, "a.json", base)),
+                                      str(write(tmp_path, "b.json", now))])
+    assert result.exit_code == 0, result.output
+    warning = "the suite changed between the runs (s, sha256 000000000000 then " \
+              "111111111111)"
+    assert f"> **Warning:** {warning}" in result.output
+    assert f"warning: {warning}" in result.output
+    now.suite_path, now.suite_name = "elsewhere/t.yaml", "t"
+    other = compare_reports(base, now)
+    assert other.warnings() == ["the runs are of different suites: baseline s.yaml (sha256 "
+                                "000000000000), current elsewhere/t.yaml (sha256 111111111111);"
+                                " only the tasks in both are compared"]
+    assert other.to_dict()["warnings"] == other.warnings()
+    assert compare_reports(base, base).warnings() == []
 
 
 def test_an_unusable_baseline_stops_the_run_before_any_task(tmp_path):

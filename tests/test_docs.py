@@ -16,9 +16,16 @@ def code_blocks(language: str) -> list[str]:
 
 def test_the_readme_opens_with_the_two_commands_and_ci_runs_the_test_command():
     setup_and_run, setup_and_test = code_blocks("sh")[:2]
-    assert "evalctl run suites/harness.yaml" in setup_and_run
+    # A built-in suite by name: the same command works from a wheel, with no checkout
+    # (test_entry_points runs it from an empty directory).
+    assert setup_and_run.strip().endswith(".venv/bin/evalctl run harness")
     assert "pytest" in setup_and_test
     assert setup_and_test.strip() in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_readme_names_no_suite_by_a_checkout_path_a_wheel_user_lacks():
+    commands = "\n".join(code_blocks("sh"))
+    assert "suites/" not in commands
 
 
 def test_the_readme_plugin_example_is_the_tested_distribution():

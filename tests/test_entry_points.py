@@ -136,7 +136,9 @@ def test_the_wheel_holds_the_plugins_their_entry_points_and_the_schema(wheel):
                    "evalctl/_agent/loop.py",
                    "evalctl/plugins/graders/files.py", "evalctl/plugins/providers/scripted.py",
                    "evalctl/plugins/providers/anthropic.py",
-                   "evalctl/plugins/reporters/junit.py", "evalctl/schemas/suite.schema.json"):
+                   "evalctl/plugins/reporters/junit.py", "evalctl/schemas/suite.schema.json",
+                   "evalctl/suites/harness.yaml", "evalctl/suites/core.yaml",
+                   "evalctl/suites/general.yaml", "evalctl/suites/live.yaml"):
         assert module in names, module
     assert "[evalctl]" in declared
     for name in ("files = evalctl.plugins.graders.files", "scripted = evalctl.plugins.providers"
@@ -156,8 +158,38 @@ def test_the_installed_wheel_works(wheel, tmp_path):
     assert where.stdout == shipped
     probe = subprocess.run(
         [sys.executable, "-c", "import evalctl; print(evalctl.__file__)"], capture_output=True,
-        text=True, env={**environment_without_evalctl_settings(), "PYTHONPATH": str(site)})
+        text=True, env={**environment_without_evalctl_settings(), "PYTHONPATH": str(site)},
+        timeout=60)
     assert probe.stdout.strip().startswith(str(site))
+
+
+def test_the_installed_wheel_runs_a_built_in_suite_green_from_an_empty_directory(wheel,
+                                                                                 tmp_path):
+    """A wheel user's first command, with the `evalctl` script the wheel installs, in a
+    directory with nothing in it: no checkout, no suites/."""
+    site = tmp_path / "site"
+    _pip("install", "--no-deps", "--no-index", "--target", str(site), str(wheel))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    environment = {**environment_without_evalctl_settings(), "PYTHONPATH": str(site),
+                   "EVALCTL_NO_CACHE": "1"}
+    script = site / "bin" / "evalctl"
+    done = subprocess.run([str(script), "run", "harness"], capture_output=True, text=True,
+                          cwd=empty, env=environment, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "5/5 tasks passed" in done.stdout
+    report = json.loads(next((empty / "eval_reports").glob("report-*.json")).read_text())
+    assert report["suite"]["path"].startswith(str(site / "evalctl" / "suites"))
+    listed = subprocess.run([str(script), "suites", "--json"], capture_output=True, text=True,
+                            cwd=empty, env=environment, timeout=60)
+    assert {s["name"] for s in json.loads(listed.stdout)} == {"adversarial", "core", "general",
+                                                              "harness", "live"}
+    started = subprocess.run([str(script), "init", "my-evals"], capture_output=True, text=True,
+                             cwd=empty, env=environment, timeout=60)
+    assert started.returncode == 0, started.stderr
+    ran = subprocess.run([str(script), "run", "my-evals/suite.yaml"], capture_output=True,
+                         text=True, cwd=empty, env=environment, timeout=300)
+    assert ran.returncode == 1 and "1/2 tasks passed" in ran.stdout, ran.stdout + ran.stderr
 
 
 @pytest.mark.parametrize("distribution, tests", [("extras", 2), ("wordcount", 3)])

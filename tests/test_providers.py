@@ -222,6 +222,8 @@ def test_the_run_command_with_a_missing_key_exits_2_before_any_task(tmp_path, mo
                                       "anthropic"])
     assert result.exit_code == 2
     assert "ANTHROPIC_API_KEY" in result.output and "Traceback" not in result.output
+    # The way out offline is the run's to offer; the provider does not know who asked.
+    assert "to run offline without a model, use --scripted" in result.output
     assert not (tmp_path / "eval_reports").exists()
 
 
@@ -258,3 +260,15 @@ def test_the_price_table_is_dated_and_well_formed():
     assert anthropic_prices.price_for("claude-opus-4-1-20250805").input == 15.00
     assert anthropic_prices.price_for("claude-opus-4-5-20251101").input == 5.00
     assert anthropic_prices.price_for("gpt-5") is None
+
+
+def test_create_provider_checks_and_types_the_options_as_a_run_does():
+    import evalctl
+
+    with pytest.raises(UsageError, match="provider 'scripted' has no option 'model'"):
+        evalctl.create_provider("scripted", {"model": "gpt-4"})
+    provider = evalctl.create_provider("scripted", {"latency": "0.5"})
+    assert provider.latency == 0.5
+    with pytest.raises(ValueError, match="options_schema must be an object schema"):
+        evalctl.ProviderSpec(name="odd", create=lambda options: None,
+                             options_schema={"type": "array"})

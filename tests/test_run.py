@@ -118,6 +118,67 @@ def test_junit_marks_infrastructure_errors_as_errors(tmp_path, write_suite):
     assert report["summary"]["errors"] == 1 and report["summary"]["failed"] == 0
 
 
+TAGGED = "".join(f"""\
+- id: {task_id}
+  prompt: Make a.txt.
+  tags:
+{"".join(f"    - {tag}{chr(10)}" for tag in tags)}  checks:
+    - type: file_exists
+      path: a.txt
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: a.txt
+            content: a
+    - text: Wrote a.txt.
+""" for task_id, tags in (("one", ["fast"]), ("two", ["slow"]), ("three", ["fast", "io"])))
+
+
+def test_several_tags_select_any_and_only_with_tag_needs_both(tmp_path, write_suite):
+    suite = str(write_suite(TAGGED))
+
+    def ran(*args: str) -> list[str]:
+        result = run_cli(tmp_path, suite, "--report", "r.json", *args)
+        assert result.exit_code == 0, result.output
+        return [t["id"] for t in json.loads((tmp_path / "r.json").read_text())["tasks"]]
+
+    assert ran("--tag", "slow", "--tag", "io") == ["two", "three"]
+    assert ran("--only", "one", "--only", "two", "--tag", "fast") == ["one"]
+    help_text = run_cli(tmp_path, "--help").output
+    assert "repeatable: tasks with any of the tags" in " ".join(help_text.split())
+
+
+def test_an_unknown_reporter_hint_names_a_package_never_a_checkout_path(tmp_path):
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--reporter", "html")
+    assert result.exit_code == 2
+    assert "pip install evalctl-html" in result.output
+    assert "plugins/" not in result.output
+
+
+def test_a_provider_failing_before_its_first_turn_is_an_error_with_no_grading_noise(tmp_path):
+    class Unreachable:
+        async def complete(self, request):
+            raise evalctl.ProviderError("cannot reach the model")
+
+    @evalctl.hookimpl
+    def evalctl_register_providers(register):
+        register(evalctl.ProviderSpec(name="unreachable", live=False,
+                                      create=lambda options: Unreachable()))
+
+    plugin = types.ModuleType("unreachable")
+    plugin.evalctl_register_providers = evalctl_register_providers
+    set_registry(registry_with(("unreachable", plugin)))
+    result = run_cli(tmp_path, str(SUITES / "core.yaml"), "--provider", "unreachable",
+                     "--only", "fizzbuzz", "--report", "r.json")
+    assert result.exit_code == 1, result.output
+    task = json.loads((tmp_path / "r.json").read_text())["tasks"][0]
+    assert (task["status"], task["exit_status"], task["turns"]) == ("error", "provider_error", 0)
+    assert task["error"] == "cannot reach the model"
+    assert task["checks"] == []  # nothing the agent did to grade: no FileNotFoundError noise
+    assert "FileNotFoundError" not in result.output
+
+
 def test_only_and_tag_select_tasks(tmp_path, write_suite):
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "edit-file")
     assert result.exit_code == 0
@@ -142,23 +203,89 @@ def test_usage_errors_exit_2_before_any_task(tmp_path, args, message):
     assert not (tmp_path / "eval_reports").exists()
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--provider-option", "foo=bar"],
+     "provider 'scripted' has no option 'foo'; its options: latency"),
+    (["--model", "gpt-4"], "provider 'scripted' has no option 'model' (--model); its options: "
+                           "latency"),
+    (["--provider-option", "latency=soon"],
+     "provider 'scripted' option 'latency': expected a number, got 'soon'"),
+    (["--provider", "anthropic", "--provider-option", "max_token=100"],
+     "provider 'anthropic' has no option 'max_token' (did you mean 'max_tokens'?); its "
+     "options: model, max_tokens, max_retries, timeout, temperature, base_url"),
+    (["--provider", "anthropic", "--provider-option", "max_tokens=lots"],
+     "provider 'anthropic' option 'max_tokens': expected a whole number, got 'lots'"),
+    (["--sandbox", "local", "--sandbox-option", "memory=1"],
+     "sandbox 'local' options: Additional properties are not allowed ('memory' was "
+     "unexpected) (known options: none)"),
+])
+def test_unknown_or_mistyped_options_are_refused_with_the_known_ones(tmp_path, args, message):
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "eval_reports").exists()
+
+
+def test_the_configs_model_is_for_the_configs_provider_not_for_scripted(tmp_path):
+    (tmp_path / "evalctl.toml").write_text('provider = "anthropic"\nmodel = "claude-haiku-4-5"\n'
+                                           '[provider_options]\nmax_tokens = 1024\n')
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--scripted", "--only",
+                     "write-file")
+    assert result.exit_code == 0, result.output
+
+
 def test_team_defaults_from_config_and_flags_override(tmp_path):
     (tmp_path / "evalctl.toml").write_text('reporters = ["junit"]\nout = "reports"\n')
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file")
     assert result.exit_code == 0, result.output
-    assert [p.suffix for p in (tmp_path / "reports").glob("report-*")] == [".xml"]
+    assert sorted(p.suffix for p in (tmp_path / "reports").glob("report-*")) == [".json", ".xml"]
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file",
                      "--reporter", "markdown", "--out", "elsewhere")
-    assert [p.suffix for p in (tmp_path / "elsewhere").glob("report-*")] == [".md"]
+    assert sorted(p.suffix for p in (tmp_path / "elsewhere").glob("report-*")) == \
+        [".json", ".md"]
+
+
+def test_a_junit_run_still_writes_the_json_a_later_baseline_needs(tmp_path):
+    """The README's CI example: --reporter junit, then --baseline on its JSON."""
+    first = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "edit-file",
+                    "--reporter", "junit")
+    assert first.exit_code == 0, first.output
+    assert sorted(p.suffix for p in (tmp_path / "eval_reports").glob("report-*")) == \
+        [".json", ".xml"]
+    base = next((tmp_path / "eval_reports").glob("report-*.json"))
+    again = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "edit-file",
+                    "--baseline", str(base), "--out", "again")
+    assert again.exit_code == 0, again.output
 
 
 def test_pyproject_tool_section_is_read(tmp_path):
-    (tmp_path / "pyproject.toml").write_text('[tool.evalctl]\nreporters = ["markdown"]\n')
+    (tmp_path / "pyproject.toml").write_text('[tool.evalctl]\nreporters = ["junit"]\n')
     assert run_cli(tmp_path, str(SUITES / "harness.yaml"), "--only", "write-file").exit_code == 0
-    assert [p.suffix for p in (tmp_path / "eval_reports").glob("report-*")] == [".md"]
+    assert sorted(p.suffix for p in (tmp_path / "eval_reports").glob("report-*")) == \
+        [".json", ".xml"]
     (tmp_path / "pyproject.toml").write_text('[tool.evalctl]\nreporter = ["markdown"]\n')
     bad = run_cli(tmp_path, str(SUITES / "harness.yaml"))
     assert bad.exit_code == 2 and "unknown key 'reporter'" in bad.output
+
+
+def test_the_pyproject_form_pasted_into_evalctl_toml_says_where_it_belongs(tmp_path):
+    (tmp_path / "evalctl.toml").write_text('[tool.evalctl]\nconcurrency = 8\n')
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"))
+    assert result.exit_code == 2
+    assert "evalctl.toml: unknown key 'tool'" in result.output
+    assert "[tool.evalctl] belongs in pyproject.toml" in result.output
+
+
+@pytest.mark.parametrize("line, wanted", [('concurrency = "8"', "a whole number"),
+                                          ("reporters = \"junit\"", "a list"),
+                                          ("provider = 3", "text"),
+                                          ("provider_options = 1", "a table")])
+def test_a_config_value_of_the_wrong_type_says_what_it_should_be(tmp_path, line, wanted):
+    (tmp_path / "evalctl.toml").write_text(line + "\n")
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"))
+    assert result.exit_code == 2
+    key = line.split(" ")[0]
+    assert f"'{key}' must be {wanted}" in result.output, result.output
 
 
 def test_a_broken_reporter_does_not_cost_the_other_reports(tmp_path):
@@ -215,7 +342,7 @@ INTERRUPTIBLE = """\
             content: started
         - tool: bash
           input:
-            command: sleep 60
+            command: echo $$ > sleeper.pid && exec sleep 60
     - text: Done.
 - id: slow-2
   prompt: Wait, then write c.txt.
@@ -226,7 +353,7 @@ INTERRUPTIBLE = """\
     - tool_calls:
         - tool: bash
           input:
-            command: sleep 60
+            command: echo $$ > sleeper.pid && exec sleep 60
     - text: Done.
 - id: queued
   prompt: Never starts at concurrency 2.
@@ -239,8 +366,22 @@ INTERRUPTIBLE = """\
 def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(tmp_path):
     suite = tmp_path / "slow.yaml"
     suite.write_text(INTERRUPTIBLE)
+    # Another job's `sleep 60` on the same machine (a parallel CI job, say) must not
+    # matter: this one is the test's own, and must outlive the run it is not part of.
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        _interrupt_and_check(tmp_path, suite)
+        assert bystander.poll() is None, "the bystander was not the run's to end"
+    finally:
+        bystander.kill()
+        bystander.wait(timeout=10)
+
+
+def _interrupt_and_check(tmp_path: Path, suite: Path) -> None:
+    # --sandbox local: the sleepers' pids are then this machine's pids, to check by pid.
     process = subprocess.Popen(
         [sys.executable, "-m", "evalctl", "run", str(suite), "--concurrency", "2",
+         "--sandbox", "local",
          "--report", "r.json", "--reporter", "json", "--reporter", "junit"],
         cwd=tmp_path, env={**environment_without_evalctl_settings(), "EVALCTL_NO_CACHE": "1"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -249,8 +390,11 @@ def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(tmp_path):
     while time.monotonic() < deadline:
         ready = [p for p in ledgers.glob("workspaces-*/.ledgers/*.jsonl")]
         done = [p for p in ready if p.name == "quick-1.jsonl" and "task_end" in p.read_text()]
-        sleeping = [p for p in ready if p.name.startswith("slow") and "sleep 60" in p.read_text()]
-        if done and len(sleeping) == 2:
+        # Each sleeper writes its own pid, then becomes `sleep` (exec keeps the pid): the
+        # test watches exactly the processes this run started, never the whole machine.
+        sleepers = [p for p in ledgers.glob("workspaces-*/slow-*/sleeper.pid")
+                    if p.read_text().strip()]
+        if done and len(sleepers) == 2:
             break
         time.sleep(0.05)
     else:
@@ -273,8 +417,18 @@ def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(tmp_path):
     assert (Path(slow["workspace"]) / "partial.txt").read_text() == "started"
     assert '"status": "aborted"' in Path(slow["ledger"]).read_text()
     assert list((tmp_path / "eval_reports").glob("report-*.xml"))
-    leftover = subprocess.run(["pgrep", "-f", "sleep 60"], capture_output=True, text=True)
-    assert leftover.stdout.strip() == "", "a sleeping child outlived the interrupted run"
+    survivors = [pid for pid in (int(p.read_text()) for p in sleepers) if _is_sleep(pid)]
+    assert survivors == [], "a sleeping child outlived the interrupted run"
+
+
+def _is_sleep(pid: int) -> bool:
+    """Whether `pid` is still a `sleep` process (a recycled pid running anything else
+    is not the child we started)."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return Path(command[0].decode()).name == "sleep" if command and command[0] else False
 
 
 def test_help_and_list_plugins_import_no_sdk():

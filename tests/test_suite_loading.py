@@ -290,6 +290,11 @@ MALFORMED: dict[str, tuple[bytes, int, str]] = {
     "regex-and-text": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_contains\n"
                        b"      path: x\n      text: a\n      regex: b\n", 4,
                        "exactly one of 'text', 'regex'"),
+    "check-path-outside": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_exists\n"
+                           b"      path: ../../etc/passwd\n", 5, "that stays inside it"),
+    "check-path-absolute": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_contains\n"
+                            b"      path: /etc/passwd\n      text: root\n", 5,
+                            "that stays inside it"),
 }
 
 
@@ -316,10 +321,96 @@ def test_the_run_command_refuses_a_malformed_suite_before_starting(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_missing_file_is_a_clear_error(tmp_path):
-    result = CliRunner().invoke(cli, ["validate", str(tmp_path / "nope.yaml")])
-    assert result.exit_code == 2
-    assert "cannot read suite" in result.output
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_a_missing_file_or_a_directory_is_a_clear_error_without_an_invented_line(
+        tmp_path, command):
+    missing = CliRunner().invoke(cli, [command, str(tmp_path / "nope.yaml")])
+    assert missing.exit_code == 2
+    first = missing.output.splitlines()[0]
+    assert first.startswith(f"{tmp_path / 'nope.yaml'}: error: cannot read suite: "
+                            "No such file or directory"), missing.output
+    assert first.count("error:") == 1 and ".yaml:1:" not in missing.output
+    directory = CliRunner().invoke(cli, [command, str(tmp_path)])
+    assert directory.exit_code == 2
+    assert f"{tmp_path}: error: cannot read suite: it is a directory" in directory.output
+    assert directory.output.count("error:") == 1, directory.output
+
+
+def test_a_misspelled_text_or_regex_says_one_of_them_is_needed(write_suite):
+    path = write_suite("- id: a\n  prompt: p\n  checks:\n    - type: file_contains\n"
+                       "      path: x\n      txt: hi\n")
+    messages = [(p.line, p.message) for p in validate_suite(path)]
+    assert messages == [
+        (4, "task 'a', checks[0] (file_contains): needs exactly one of 'text', 'regex'"),
+        (6, "task 'a', checks[0] (file_contains): unexpected key 'txt' (did you mean 'text'?)"),
+    ]
+
+
+SCRIPTED = MINIMAL + """\
+  script:
+    - tool_calls:
+        - tool: TOOL
+          input:
+            path: a.txt
+            ARGUMENTS
+    - text: Done.
+"""
+
+
+def scripted(tool: str, arguments: str) -> str:
+    return SCRIPTED.replace("TOOL", tool).replace("ARGUMENTS", arguments)
+
+
+def test_validate_checks_the_scripts_tool_names_at_their_line(write_suite):
+    problems = validate_suite(write_suite(scripted("create_file", "content: hi")))
+    assert [(p.line, p.severity) for p in problems] == [(8, "error")]
+    message = problems[0].message
+    assert message.startswith("task 'one', script[0], tool_calls[0] (create_file), 'tool': ")
+    assert "expected one of read_file, write_file, edit_file, bash, glob, grep" in message
+    assert "got the text 'create_file'" in message
+    close = validate_suite(write_suite(scripted("writefile", "content: hi")))
+    assert "(did you mean 'write_file'?)" in close[0].message
+
+
+def test_validate_checks_the_scripts_arguments_against_the_tools_schema(write_suite):
+    problems = validate_suite(write_suite(scripted("edit_file", "old: 8080\n            "
+                                                   "new: 9090")))
+    messages = [(p.line, p.message) for p in problems]
+    where = "task 'one', script[0], tool_calls[0] (edit_file), 'input'"
+    assert messages == [
+        (9, f"{where}: missing required key 'new_text'"),
+        (9, f"{where}: missing required key 'old_text'"),
+        (11, f"{where}: unexpected key 'old' (did you mean 'old_text'?)"),
+        (12, f"{where}: unexpected key 'new' (did you mean 'new_text'?)"),
+    ]
+    wrong_type = validate_suite(write_suite(scripted("read_file", "offset: first")))
+    assert [(p.line, p.message) for p in wrong_type] == [
+        (11, f"{where.replace('edit_file', 'read_file')}, 'offset': expected a whole number, "
+             "got the text 'first'")]
+
+
+def test_a_tool_with_required_arguments_needs_its_input(write_suite):
+    path = write_suite(MINIMAL + "  script:\n    - tool_calls:\n        - tool: bash\n"
+                       "    - text: Done.\n")
+    problems = validate_suite(path)
+    assert [(p.line, p.message) for p in problems] == [
+        (8, "task 'one', script[0], tool_calls[0] (bash): missing required key 'input'")]
+
+
+def test_every_built_in_tool_call_in_the_built_in_suites_is_valid():
+    for path in SUITES.glob("*.yaml"):
+        assert validate_suite(path) == [], path
+
+
+def test_duplicate_ids_are_reported_with_the_other_errors(write_suite):
+    path = write_suite(MINIMAL + "- id: one\n  prompt: p\n  checks:\n    - type: nope\n"
+                       "- id: two\n  checks:\n    - type: file_exists\n      path: x\n"
+                       "- id: two\n  prompt: p\n  checks: nothing\n")
+    messages = [(p.line, p.message) for p in validate_suite(path)]
+    assert (6, "duplicate task id 'one' (first used at line 1)") in messages
+    assert (14, "duplicate task id 'two' (first used at line 10)") in messages
+    assert any(line == 9 and "unknown check type 'nope'" in m for line, m in messages)
+    assert any(line == 10 and "missing required key 'prompt'" in m for line, m in messages)
 
 
 TRICKY_DOCUMENTS = [

@@ -278,3 +278,49 @@ def test_open_confined_never_follows_a_link_swapped_in_after_resolving(workspace
             open_confined(workspace.root, "dir/f.txt")
     finally:
         evalctl._files.resolve_inside = real_resolve
+
+
+# -- docs/tools.md: generated from the definitions, and its examples are valid --------
+
+def test_docs_tools_is_generated_from_the_tool_definitions():
+    from evalctl._plugin.docs import render_tool_docs
+
+    from .conftest import ROOT
+
+    documented = (ROOT / "docs" / "tools.md").read_text()
+    assert documented == render_tool_docs(), \
+        "docs/tools.md is stale: run python -m evalctl._plugin.docs tools > docs/tools.md"
+    for tool in ("read_file", "write_file", "edit_file", "bash", "glob", "grep"):
+        assert f"## `{tool}`" in documented
+
+
+def test_every_documented_example_is_a_scripted_call_validate_accepts(write_suite):
+    import re
+
+    from evalctl._suite.loader import validate_suite
+
+    from .conftest import ROOT
+
+    examples = re.findall(r"```yaml\n(- tool: .*?)```", (ROOT / "docs" / "tools.md").read_text(),
+                          flags=re.S)
+    assert len(examples) == 6
+    for number, example in enumerate(examples):
+        call = "".join(f"        {line}\n" for line in example.splitlines())
+        suite = ("- id: t\n  prompt: p\n  checks:\n    - type: file_exists\n      path: x\n"
+                 "  script:\n    - tool_calls:\n" + call + "    - text: Done.\n")
+        path = write_suite(suite, name=f"example{number}.yaml")
+        assert validate_suite(path) == [], example
+
+
+def test_each_documented_example_runs_as_the_docs_say(workspace):
+    """The examples are real calls: in a workspace that has what they name, each works."""
+    from evalctl._plugin.tooldefs import TOOL_REFERENCE
+
+    (workspace.root / "config.ini").write_text("port = 8080\n")
+    (workspace.root / "words.txt").write_text("a b c\n")
+    (workspace.root / "src" / "slug.py").write_text("def slugify(text):\n    return text\n")
+    tools = toolbox(workspace)
+    for name in ("read_file", "write_file", "edit_file", "bash", "glob", "grep"):
+        outcome = use(tools, name, **TOOL_REFERENCE[name].example)
+        assert not outcome.is_error, (name, outcome.content)
+    assert (workspace.root / "config.ini").read_text() == "port = 9090\n"

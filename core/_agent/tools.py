@@ -17,19 +17,22 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._files import IGNORED_DIRS, ConfinementError, open_confined
-from evalctl._plugin.tooldefs import TOOL_DEFINITIONS, WRITING_TOOLS
+from evalctl._plugin.tooldefs import (
+    BASH_DEFAULT_TIMEOUT,
+    EDIT_MAX_FILE_BYTES,
+    GLOB_MAX_RESULTS,
+    GREP_LINE_LIMIT,
+    GREP_MAX_MATCHES,
+    LINE_LIMIT,
+    READ_DEFAULT_LINES,
+    SEARCH_MAX_FILE_BYTES,
+    TOOL_DEFINITIONS,
+    WRITING_TOOLS,
+)
 from evalctl._plugin.types import Sandbox
 from evalctl._process import OUTPUT_LIMIT
 from evalctl._text import BINARY_SAMPLE_BYTES, looks_binary, truncate
 from evalctl._workspace import Workspace
-
-READ_DEFAULT_LINES = 2_000
-LINE_LIMIT = 2_000
-GREP_MAX_MATCHES = 200
-GLOB_MAX_RESULTS = 500
-SEARCH_MAX_FILE_BYTES = 5_000_000
-EDIT_MAX_FILE_BYTES = 10_000_000
-BASH_DEFAULT_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -247,7 +250,8 @@ class Toolbox:
                     if regex.search(line):
                         total += 1
                         if len(matches) < GREP_MAX_MATCHES:
-                            matches.append(f"{relative}:{number}:{line.rstrip()[:500]}")
+                            matches.append(f"{relative}:{number}:"
+                                           f"{line.rstrip()[:GREP_LINE_LIMIT]}")
         note = (f"\n[not searched, binary or over {SEARCH_MAX_FILE_BYTES // 1_000_000} MB: "
                 f"{', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}]"
                 if skipped else "")

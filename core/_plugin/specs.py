@@ -86,7 +86,10 @@ class ProviderSpec:
 
     `create` runs before any task starts and raises evalctl.UsageError for bad
     configuration (a missing API key, say) so the run stops with exit 2.
-    `options` holds `model` and any `--provider-option key=value` pairs.
+    `options` holds `model` (`--model`) and any `--provider-option key=value` pairs.
+    `options_schema` is the JSON Schema (an object schema) of every option the provider
+    reads, `model` included if it takes one: options arrive typed by it, and one it
+    does not name is refused before any task, with the known ones listed.
     If the provider has `async def aclose()`, it is awaited when the run ends.
     `task_schema` maps task keys the provider reads from `ModelRequest.task` to their
     JSON Schemas (the scripted provider's `script:`); they join the published suite
@@ -104,11 +107,16 @@ class ProviderSpec:
     live: bool = True
     task_schema: Mapping[str, Any] = field(default_factory=dict)
     error_statuses: tuple[str, ...] = ()
+    options_schema: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}})
 
     def __post_init__(self) -> None:
         _check_name("provider", self.name)
         if not callable(self.create):
             raise TypeError(f"provider {self.name!r}: create must be callable")
+        schema = self.options_schema
+        if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
+            raise ValueError(f"provider {self.name!r}: options_schema must be an object schema")
         reserved = {"id", "prompt", "checks", "files", "tags", "permissions", "limits"}
         clashing = sorted(reserved & set(self.task_schema))
         if clashing:

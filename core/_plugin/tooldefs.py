@@ -1,9 +1,30 @@
-"""The six tools as the model sees them. Kept import-light: the suite loader reads
-the names to warn about prompts that dictate the method."""
+"""The six tools as the model sees them, their limits, and the reference that
+docs/tools.md is generated from. Kept import-light: the suite loader reads the names to
+warn about prompts that dictate the method.
+
+The limits live here, not in the tools' implementation, so that the agent's tools
+(`evalctl._agent.tools`) and the generated reference read the same numbers.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from evalctl._files import IGNORED_DIRS
 from evalctl._plugin.types import ToolDefinition
+from evalctl._process import OUTPUT_LIMIT
+
+READ_DEFAULT_LINES = 2_000
+LINE_LIMIT = 2_000
+GREP_MAX_MATCHES = 200
+GREP_LINE_LIMIT = 500
+GLOB_MAX_RESULTS = 500
+SEARCH_MAX_FILE_BYTES = 5_000_000
+EDIT_MAX_FILE_BYTES = 10_000_000
+BASH_DEFAULT_TIMEOUT = 60.0
+BASH_MAX_TIMEOUT = 600
 
 READ_FILE = ToolDefinition(
     "read_file",
@@ -27,8 +48,8 @@ WRITE_FILE = ToolDefinition(
     {
         "type": "object",
         "properties": {
-            "path": {"type": "string"},
-            "content": {"type": "string"},
+            "path": {"type": "string", "description": "Path relative to the workspace."},
+            "content": {"type": "string", "description": "The whole new content."},
         },
         "required": ["path", "content"],
         "additionalProperties": False,
@@ -41,10 +62,12 @@ EDIT_FILE = ToolDefinition(
     {
         "type": "object",
         "properties": {
-            "path": {"type": "string"},
-            "old_text": {"type": "string", "minLength": 1},
-            "new_text": {"type": "string"},
-            "replace_all": {"type": "boolean"},
+            "path": {"type": "string", "description": "Path relative to the workspace."},
+            "old_text": {"type": "string", "minLength": 1,
+                         "description": "The exact text to replace."},
+            "new_text": {"type": "string", "description": "What replaces it."},
+            "replace_all": {"type": "boolean",
+                            "description": "Replace every occurrence (default false)."},
         },
         "required": ["path", "old_text", "new_text"],
         "additionalProperties": False,
@@ -57,9 +80,11 @@ BASH = ToolDefinition(
     {
         "type": "object",
         "properties": {
-            "command": {"type": "string", "minLength": 1},
-            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 600,
-                        "description": "Seconds before the command is killed (default 60)."},
+            "command": {"type": "string", "minLength": 1,
+                        "description": "A bash script, run with bash -c."},
+            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": BASH_MAX_TIMEOUT,
+                        "description": "Seconds before the command is killed (default "
+                                       f"{BASH_DEFAULT_TIMEOUT:g})."},
         },
         "required": ["command"],
         "additionalProperties": False,
@@ -70,7 +95,8 @@ GLOB = ToolDefinition(
     "List workspace files matching a glob pattern such as '**/*.py'.",
     {
         "type": "object",
-        "properties": {"pattern": {"type": "string", "minLength": 1}},
+        "properties": {"pattern": {"type": "string", "minLength": 1,
+                                   "description": "A glob relative to the workspace."}},
         "required": ["pattern"],
         "additionalProperties": False,
     },
@@ -82,9 +108,11 @@ GREP = ToolDefinition(
     {
         "type": "object",
         "properties": {
-            "pattern": {"type": "string", "minLength": 1},
-            "path": {"type": "string"},
-            "glob": {"type": "string"},
+            "pattern": {"type": "string", "minLength": 1,
+                        "description": "A Python regular expression."},
+            "path": {"type": "string",
+                     "description": "A file or directory to search (default: everything)."},
+            "glob": {"type": "string", "description": "Only files matching this glob."},
         },
         "required": ["pattern"],
         "additionalProperties": False,
@@ -101,3 +129,71 @@ def tool_definitions() -> tuple[ToolDefinition, ...]:
     grep) as a provider receives them in `ModelRequest.tools`: name, description and
     the JSON Schema of their arguments."""
     return TOOL_DEFINITIONS
+
+
+@dataclass(frozen=True)
+class ToolReference:
+    """What docs/tools.md says of a tool beyond its schema: a scripted call's `input`,
+    the limits the tool enforces, and the errors the model can get back."""
+
+    example: Mapping[str, Any]
+    limits: tuple[str, ...]
+    errors: tuple[str, ...]
+
+
+_MB = 1_000_000
+_OUTSIDE = ("a path outside the workspace (`..`, an absolute path, a link that leads out) "
+            "is refused")
+_NOT_REGULAR = ("a hard link, or a file that is not a regular one (a FIFO, a device, a "
+                "socket), is refused")
+_READ_ONLY = "in a `permissions: read-only` task: permission denied (recorded as a denial)"
+_SHOWN = (f"output over {OUTPUT_LIMIT:,} characters keeps its head and tail, with a note "
+          "of what was cut")
+
+TOOL_REFERENCE: dict[str, ToolReference] = {
+    "read_file": ToolReference(
+        {"path": "config.ini"},
+        (f"shows at most `limit` lines (default {READ_DEFAULT_LINES:,}) from line `offset`, "
+         "numbered, and says where to continue",
+         f"a line over {LINE_LIMIT:,} characters is cut, with a note", _SHOWN),
+        ("the path does not exist", "the path is a directory (use glob to list it)",
+         "a binary file is not shown (its size is)", _OUTSIDE, _NOT_REGULAR)),
+    "write_file": ToolReference(
+        {"path": "notes/summary.md", "content": "# Summary\n"},
+        ("creates missing parent directories", "writes UTF-8 text, replacing the whole file"),
+        ("the path is a directory", _OUTSIDE, _NOT_REGULAR, _READ_ONLY)),
+    "edit_file": ToolReference(
+        {"path": "config.ini", "old_text": "port = 8080", "new_text": "port = 9090"},
+        ("`old_text` must match exactly, whitespace included, and once unless `replace_all` "
+         "is true",
+         f"files over {EDIT_MAX_FILE_BYTES // _MB} MB are refused (edit them with bash)"),
+        ("the file does not exist", "a binary file", "`old_text` is not found",
+         "`old_text` appears more than once (give more context, or set `replace_all`)",
+         _OUTSIDE, _NOT_REGULAR, _READ_ONLY)),
+    "bash": ToolReference(
+        {"command": "wc -w < words.txt"},
+        ("runs `bash -c COMMAND` in the attempt's sandbox, in the workspace, with an "
+         "environment built from nothing (PATH, the attempt's HOME and TMPDIR, a UTF-8 "
+         "locale)",
+         f"killed with everything it started after `timeout` seconds (default "
+         f"{BASH_DEFAULT_TIMEOUT:g}, at most {BASH_MAX_TIMEOUT})",
+         "standard output and error are merged; " + _SHOWN),
+        ("a non-zero exit code is an error result: `exit code N` and the output",
+         "a timeout: the command and its children were killed, with the output so far",
+         _READ_ONLY)),
+    "glob": ToolReference(
+        {"pattern": "**/*.py"},
+        (f"lists at most {GLOB_MAX_RESULTS} files, sorted, and how many more matched",
+         "files only; " + ", ".join(f"`{d}`" for d in sorted(IGNORED_DIRS)) + " are skipped"),
+        ("a pattern that is absolute or contains `..`",
+         "no match is not an error: the result says so")),
+    "grep": ToolReference(
+        {"pattern": "def slugify", "glob": "**/*.py"},
+        (f"at most {GREP_MAX_MATCHES} matches as `path:line:text`, and how many more there "
+         "were",
+         f"a matching line is cut at {GREP_LINE_LIMIT} characters",
+         f"binary files and files over {SEARCH_MAX_FILE_BYTES // _MB} MB are not searched, "
+         "and are named"),
+        ("an invalid regular expression (Python's `re` syntax)", "`path` does not exist",
+         "a `glob` that is absolute or contains `..`", _OUTSIDE)),
+}

@@ -42,6 +42,25 @@ class Comparison:
         """A drop in completion over the common tasks that is more than noise."""
         return self.completion_drop > 0 and bool(self.test.get("significant"))
 
+    def warnings(self) -> list[str]:
+        """What makes the comparison weaker than it looks: the suites differ."""
+        before, after = self.baseline, self.current
+        if before.suite_sha256 == after.suite_sha256:
+            return []
+        if before.suite_name == after.suite_name:
+            return [f"the suite changed between the runs ({after.suite_name}, sha256 "
+                    f"{before.suite_sha256[:12]} then {after.suite_sha256[:12]})"]
+        return [f"the runs are of different suites: baseline {before.suite_path} (sha256 "
+                f"{before.suite_sha256[:12]}), current {after.suite_path} (sha256 "
+                f"{after.suite_sha256[:12]}); only the tasks in both are compared"]
+
+    def nothing_in_common(self) -> str | None:
+        """Why the runs cannot be compared at all, or None when they can."""
+        if self.common:
+            return None
+        return ("nothing to compare: no task is in both runs (baseline "
+                f"{_tasks_of(self.baseline)}, current {_tasks_of(self.current)})")
+
     def rates(self) -> dict[str, dict[str, float | None]]:
         before, after = _rates(self.baseline), _rates(self.current)
         names = list(dict.fromkeys([*before, *after]))
@@ -72,18 +91,29 @@ class Comparison:
             "newly_passing": self.newly_passing,
             "added": self.added,
             "removed": self.removed,
+            "warnings": self.warnings(),
             "significance": self.test,
             "spend": self.spend(),
         }
 
-    def to_markdown(self) -> str:
+    def to_markdown(self, gate_reasons: list[str] | None = None) -> str:
+        """The comparison for people. With `gate_reasons` (from `gate`, for `run
+        --baseline`), the headline is the gate's verdict, the one the exit code gives;
+        without, it is whether completion dropped significantly."""
         def points(value: float | None) -> str:
             return "n/a" if value is None else f"{value * 100:+.1f} pts"
 
-        lines = ["## evalctl compare", "",
-                 f"**{'Regression' if self.regression else 'No regression'}.** "
-                 f"{self.test.get('statement', '')}", "",
-                 "| | baseline | current | change |", "|---|---:|---:|---:|"]
+        statement = self.test.get("statement", "")
+        if gate_reasons is None:
+            verdict = f"**{'Regression' if self.regression else 'No regression'}.** {statement}"
+        elif gate_reasons:
+            verdict = (f"**Regression against the baseline:** {'; '.join(gate_reasons)}.\n\n"
+                       f"{statement}")
+        else:
+            verdict = f"**No regression against the baseline.** {statement}"
+        lines = ["## evalctl compare", ""]
+        lines += [f"> **Warning:** {warning}\n" for warning in self.warnings()]
+        lines += [verdict, "", "| | baseline | current | change |", "|---|---:|---:|---:|"]
         labels = {"completion_rate": "completion", "judge_rate": "judge (apart)",
                   "pass_at_k": "pass@k", "pass_hat_k": "pass^k"}
         for name, row in self.rates().items():
@@ -107,6 +137,12 @@ class Comparison:
             if ids:
                 lines += ["", f"### {title} ({len(ids)})", ""] + [f"- `{i}`" for i in ids]
         return "\n".join(lines) + "\n"
+
+
+def _tasks_of(run: RunResult) -> str:
+    ids = [t.task_id for t in run.by_task()]
+    shown = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "")
+    return f"{run.suite_path} ({len(ids)} task{'' if len(ids) == 1 else 's'}: {shown})"
 
 
 def _identity(run: RunResult) -> dict[str, Any]:

@@ -11,8 +11,9 @@ from evalctl._text import money, percent
 
 
 class RunView:
-    def __init__(self, total: int, stream: Any = None):
+    def __init__(self, total: int, stream: Any = None, repeat: int = 1):
         self.total = total
+        self.repeat = repeat
         self.stream = stream or sys.stderr
         self.done = 0
         self.live = self.stream.isatty()
@@ -46,10 +47,11 @@ class RunView:
         if event != "finish" or result is None:
             return
         self.done += 1
-        line = f"[{self.done}/{self.total}] {result.status:<7} {task.id} " \
+        name = task.id if self.repeat == 1 else f"{task.id} #{result.attempt}"
+        line = f"[{self.done}/{self.total}] {result.status:<7} {name} " \
                f"({result.exit_status}, {result.duration:.1f}s)"
         if self._progress is not None:
-            self._progress.update(self._bar, advance=1, last=f"{task.id}: {result.status}")
+            self._progress.update(self._bar, advance=1, last=f"{name}: {result.status}")
         else:
             print(line, file=self.stream, flush=True)
 
@@ -77,5 +79,17 @@ class RunView:
         terminal = sys.stdout.isatty()
         console = Console(file=sys.stdout, width=None if terminal else 120)
         console.print(table)
-        passed = sum(1 for t in run.tasks if t.passed)
-        console.print(f"{passed}/{len(run.ran())} tasks passed", highlight=False)
+        console.print(summary_line(run), highlight=False)
+
+
+def summary_line(run: RunResult) -> str:
+    """How many passed, in words that say what was counted: with repeats, attempts and
+    tasks are not the same thing."""
+    passed = sum(1 for t in run.tasks if t.passed)
+    if run.repeat == 1:
+        return f"{passed}/{len(run.ran())} tasks passed"
+    per_task = run.by_task()
+    every = sum(1 for t in per_task if t.pass_hat_k)
+    some = sum(1 for t in per_task if t.pass_at_k)
+    return (f"{passed}/{len(run.ran())} attempts passed; tasks: {every}/{len(per_task)} passed "
+            f"every attempt (pass^k), {some}/{len(per_task)} at least one (pass@k)")

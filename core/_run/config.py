@@ -11,6 +11,7 @@ from evalctl._errors import UsageError
 
 KEYS = {"reporters": list, "provider": str, "model": str, "concurrency": int, "out": str,
         "provider_options": dict, "sandbox": str, "sandbox_options": dict}
+_TYPE_WORDS = {list: "a list", str: "text", int: "a whole number", dict: "a table"}
 
 
 @dataclass
@@ -43,9 +44,15 @@ def load_config(directory: Path | None = None) -> Config:
         for key, value in data.items():
             expected = KEYS.get(key)
             if expected is None:
-                raise UsageError(f"{where}: unknown key '{key}'; known: {', '.join(KEYS)}")
+                hint = ""
+                if key == "tool" and not keys:
+                    hint = ("; [tool.evalctl] belongs in pyproject.toml: in evalctl.toml, "
+                            "write the keys at the top level, without a table header")
+                raise UsageError(f"{where}: unknown key '{key}'; known: {', '.join(KEYS)}"
+                                 + hint)
             if not isinstance(value, expected) or isinstance(value, bool):
-                raise UsageError(f"{where}: '{key}' must be a {expected.__name__}")
+                raise UsageError(f"{where}: '{key}' must be {_TYPE_WORDS[expected]}, got "
+                                 f"{value!r}")
         if not all(isinstance(r, str) for r in data.get("reporters", [])):
             raise UsageError(f"{where}: 'reporters' must be a list of names")
         return Config(where, dict(data))

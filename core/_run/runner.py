@@ -19,7 +19,8 @@ from typing import Any
 
 from evalctl._agent.loop import run_agent
 from evalctl._agent.tools import tool_validators
-from evalctl._errors import UsageError
+from evalctl._errors import ProviderSetupError, UsageError
+from evalctl._plugin.options import provider_options as checked_provider_options
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.specs import CheckResult, GraderSpec
 from evalctl._plugin.types import AgentResult, ExitStatus, SandboxRequest
@@ -104,7 +105,11 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
     provider_options = dict(options.provider_options)
     if options.model:
         provider_options["model"] = options.model
-    provider = spec.create(provider_options)
+    provider_options = checked_provider_options(spec, provider_options)
+    try:
+        provider = spec.create(provider_options)
+    except UsageError as exc:
+        raise ProviderSetupError(str(exc)) from None
     sandbox = choose_sandbox(
         registry, spec, flag=options.sandbox, flag_options=options.sandbox_options,
         suite_default=suite.sandbox, config_name=options.config_sandbox,
@@ -136,6 +141,10 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
         if not isinstance(answer, CheckResult):
             raise TypeError(f"grade() returned {type(answer).__name__}, expected "
                             "evalctl.CheckResult")
+    except UsageError as exc:  # configuration, not a bug: say so, without alarm
+        return CheckOutcome(spec.name, spec.kind, False,
+                            f"the {spec.name} check cannot run: {exc}", error=True,
+                            rate=spec.rate)
     except Exception as exc:
         return CheckOutcome(spec.name, spec.kind, False,
                             f"grader crashed: {type(exc).__name__}: {exc}", error=True,
@@ -173,6 +182,10 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
         agent = await run_agent(task, prepared.provider, workspace, sandbox)
     finally:
         await sandbox.close()  # nothing the agent started outlives its turn at the work
+    if agent.turns == 0 and agent.exit_status in prepared.error_statuses:
+        # The model never answered: the workspace is the seed, and grading it would only
+        # add failures that are not the agent's (a missing file, say) to the error.
+        return _result(task, ERROR, [], agent, workspace, attempt)
     # Between the agent and the graders: evidence of tampering, then the hidden files.
     integrity = [outcome for outcome in (
         protected_changes(task, agent.files_changed), restore_seed(task, workspace),
@@ -196,6 +209,11 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
         status = PASSED
     else:
         status = FAILED
+    return _result(task, status, checks, agent, workspace, attempt)
+
+
+def _result(task: Task, status: str, checks: list[CheckOutcome], agent: AgentResult,
+            workspace: Workspace, attempt: int) -> TaskResult:
     return TaskResult(
         task_id=task.id, status=status, checks=checks, exit_status=agent.exit_status,
         error=agent.error, turns=agent.turns, tool_calls=agent.tool_calls, usage=agent.usage,

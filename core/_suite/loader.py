@@ -28,8 +28,12 @@ def load_suite(path: str | Path, registry: Registry | None = None,
     label = str(path)
     try:
         raw = path.read_bytes()
+    except IsADirectoryError:
+        raise SuiteError([Problem(label, 0, "cannot read suite: it is a directory; name a "
+                                            "suite file (a .yaml file)")]) from None
     except OSError as exc:
-        raise SuiteError([Problem(label, 1, f"cannot read suite: {exc.strerror or exc}")]) from None
+        raise SuiteError([Problem(label, 0, f"cannot read suite: {exc.strerror or exc}")]) \
+            from None
     schema = registry_schema(registry)
     # Rule 1 depends on which graders count, so that is part of the key too.
     not_counting = sorted(name for name, spec in registry.graders.items()

@@ -30,6 +30,17 @@ _TYPE_WORDS = {"string": "text", "integer": "a whole number", "number": "a numbe
                "null": "nothing"}
 
 
+def _suggest(word: str, options: Iterable[str]) -> str | None:
+    """The option `word` was probably meant to be: a close spelling, or the one option
+    it is the first or last part of (`old` for `old_text`)."""
+    options = [o for o in options if isinstance(o, str)]
+    close = difflib.get_close_matches(word, options, n=1)
+    if close:
+        return close[0]
+    parts = [o for o in options if o.startswith(f"{word}_") or o.endswith(f"_{word}")]
+    return parts[0] if len(parts) == 1 else None
+
+
 def _where(located: Located, path: tuple[Any, ...]) -> str:
     """A readable location: task 'x', checks[1] (file_exists), 'path'."""
     parts: list[str] = []
@@ -47,6 +58,9 @@ def _where(located: Located, path: tuple[Any, ...]) -> str:
             label = f"{owner}[{step}]" if owner is not None else f"[{step}]"
             if owner == "checks" and isinstance(node, dict) and isinstance(node.get("type"), str):
                 label += f" ({node['type']})"
+            if owner == "tool_calls" and isinstance(node, dict) and \
+                    isinstance(node.get("tool"), str):
+                label += f" ({node['tool']})"
             parts.append(label)
         else:
             parts.append(f"'{step}'")
@@ -74,14 +88,16 @@ def _explain(error: Any, located: Located, registry: Registry) -> list[tuple[int
     instance = error.instance
     if kind == "if":
         return []  # the `then`/`else` errors that follow say what is wrong
+    if kind == "oneOf" and all(set(b) == {"required"} for b in error.validator_value):
+        # Before the branches' own errors: "missing 'text'" and "missing 'regex'" would
+        # read as if both were required.
+        keys = ", ".join(f"'{b['required'][0]}'" for b in error.validator_value)
+        return [(line, f"{where}: needs exactly one of {keys}")]
     if kind in ("allOf", "anyOf", "oneOf") and error.context:
         return [item for sub in error.context for item in _explain(sub, located, registry)]
     if kind == "type" and not path:
         return [(line, "expected a list of tasks, or a mapping with 'tasks:'; got "
                        f"{_describe_value(instance)}")]
-    if kind == "oneOf" and all(set(b) == {"required"} for b in error.validator_value):
-        keys = ", ".join(f"'{b['required'][0]}'" for b in error.validator_value)
-        return [(line, f"{where}: needs exactly one of {keys}")]
     if kind == "type":
         expected = error.validator_value
         words = " or ".join(_TYPE_WORDS.get(t, t) for t in
@@ -102,8 +118,8 @@ def _explain(error: Any, located: Located, registry: Registry) -> list[tuple[int
             if key in allowed:
                 continue
             message = f"{where}: unexpected key '{key}'"
-            close = difflib.get_close_matches(key, allowed, n=1)
-            message += f" (did you mean '{close[0]}'?)" if close else \
+            close = _suggest(key, allowed)
+            message += f" (did you mean '{close}'?)" if close else \
                 f"; allowed: {', '.join(allowed)}"
             out.append((located.key_lines.get((*path, key), line), message))
         return out
@@ -112,7 +128,9 @@ def _explain(error: Any, located: Located, registry: Registry) -> list[tuple[int
                        f"{registry.explain_missing('grader', str(instance))}")]
     if kind == "enum":
         options = ", ".join(map(str, error.validator_value))
-        return [(line, f"{where}: expected one of {options}; got {_describe_value(instance)}")]
+        message = f"{where}: expected one of {options}; got {_describe_value(instance)}"
+        close = _suggest(instance, error.validator_value) if isinstance(instance, str) else None
+        return [(line, message + (f" (did you mean '{close}'?)" if close else ""))]
     if kind == "const":
         return [(line, f"{where}: expected {error.validator_value!r}, got "
                        f"{_describe_value(instance)}")]

@@ -27,8 +27,8 @@ def tasks_of(data: Any) -> list[Any]:
     return data if isinstance(data, list) else data["tasks"]
 
 
-def _well_formed_tasks(located: Located, registry: Registry) -> Iterable[tuple[tuple, dict]]:
-    """Tasks whose shape the rules can read, even when other parts have schema errors."""
+def _tasks_with_ids(located: Located) -> Iterable[tuple[tuple, dict]]:
+    """Every task that has a text id, however broken the rest of it is."""
     data = located.data
     tasks = data if isinstance(data, list) else data.get("tasks") if isinstance(data, dict) \
         else None
@@ -36,13 +36,19 @@ def _well_formed_tasks(located: Located, registry: Registry) -> Iterable[tuple[t
         return
     base = tasks_path(data)
     for index, task in enumerate(tasks):
-        if not (isinstance(task, dict) and isinstance(task.get("id"), str)
-                and isinstance(task.get("prompt"), str) and isinstance(task.get("checks"), list)):
+        if isinstance(task, dict) and isinstance(task.get("id"), str):
+            yield (*base, index), task
+
+
+def _well_formed_tasks(located: Located, registry: Registry) -> Iterable[tuple[tuple, dict]]:
+    """Tasks whose shape the rules can read, even when other parts have schema errors."""
+    for path, task in _tasks_with_ids(located):
+        if not (isinstance(task.get("prompt"), str) and isinstance(task.get("checks"), list)):
             continue
         checks = task["checks"]
         if checks and all(isinstance(c, dict) and c.get("type") in registry.graders
                           for c in checks):
-            yield (*base, index), task
+            yield path, task
 
 
 def counts_for_rule_one(spec: Any) -> bool:
@@ -52,21 +58,10 @@ def counts_for_rule_one(spec: Any) -> bool:
 
 
 def rule_problems(located: Located, label: str, registry: Registry) -> Iterable[Problem]:
-    first_seen: dict[str, int] = {}
-    by_folded_case: dict[str, str] = {}  # lower-cased id -> the first id spelled that way
+    yield from _id_problems(located, label)
     for path, task in _well_formed_tasks(located, registry):
         line = located.line_of(path)
         task_id = task["id"]
-        id_line = located.line_of((*path, "id"))
-        if task_id in first_seen:
-            yield Problem(label, id_line, f"duplicate task id '{task_id}' (first used at line "
-                                          f"{first_seen[task_id]})")
-        else:
-            first_seen[task_id] = id_line
-        folded = by_folded_case.setdefault(task_id.lower(), task_id)
-        if folded != task_id:
-            yield Problem(label, id_line, f"task id '{task_id}' differs from another only in "
-                                          "case; workspaces would collide on some systems")
         files, hidden = task.get("files"), task.get("verify_files")
         if isinstance(files, dict) and isinstance(hidden, dict):
             for shared in sorted(set(files) & set(hidden)):
@@ -85,6 +80,25 @@ def rule_problems(located: Located, label: str, registry: Registry) -> Iterable[
             yield Problem(label, located.line_of((*path, "prompt")), (
                 f"task '{task_id}': the prompt names the agent's tool(s) {', '.join(named)}; "
                 "state the goal, not the method"), severity="warning")
+
+
+def _id_problems(located: Located, label: str) -> Iterable[Problem]:
+    """Duplicate ids, over every task with an id: reported with the other errors, not
+    only once those are fixed."""
+    first_seen: dict[str, int] = {}
+    by_folded_case: dict[str, str] = {}  # lower-cased id -> the first id spelled that way
+    for path, task in _tasks_with_ids(located):
+        task_id = task["id"]
+        id_line = located.line_of((*path, "id"))
+        if task_id in first_seen:
+            yield Problem(label, id_line, f"duplicate task id '{task_id}' (first used at line "
+                                          f"{first_seen[task_id]})")
+        else:
+            first_seen[task_id] = id_line
+        folded = by_folded_case.setdefault(task_id.lower(), task_id)
+        if folded != task_id:
+            yield Problem(label, id_line, f"task id '{task_id}' differs from another only in "
+                                          "case; workspaces would collide on some systems")
 
 
 def _counting_examples(registry: Registry) -> str:

@@ -8,7 +8,13 @@ from typing import Any
 
 import evalctl
 
-PATH = {"type": "string", "minLength": 1, "description": "Path relative to the workspace."}
+# Relative, no `..` segment, no backslash or drive letter, not ending in a slash: a path
+# that leaves the workspace is refused by `evalctl validate` (and in editors), not only
+# when the check is graded. The same rule as the core's for a task's `files:`.
+INSIDE_WORKSPACE = r"^(?![/~])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\x00]*[^/\\\x00]$"
+PATH = {"type": "string", "minLength": 1, "pattern": INSIDE_WORKSPACE,
+        "description": "A path relative to the workspace that stays inside it (no '..', not "
+                       "absolute)."}
 
 
 def _target(workspace: Path, relative: str) -> Path | evalctl.CheckResult:

@@ -17,6 +17,20 @@ DEFAULT_MAX_TOKENS = 8192
 DEFAULT_MAX_RETRIES = 4
 CACHE = {"type": "ephemeral"}
 _OVERFLOW_HINTS = ("prompt is too long", "context window", "context_window")
+OPTIONS = {"type": "object", "properties": {
+    "model": {"type": "string", "minLength": 1,
+              "description": f"The model id (also --model; default {DEFAULT_MODEL})."},
+    "max_tokens": {"type": "integer", "minimum": 1,
+                   "description": f"Most output tokens per turn (default {DEFAULT_MAX_TOKENS})."},
+    "max_retries": {"type": "integer", "minimum": 0,
+                    "description": f"Retries of a transient failure (default "
+                                   f"{DEFAULT_MAX_RETRIES})."},
+    "timeout": {"type": "number", "exclusiveMinimum": 0,
+                "description": "Seconds per request (default 600)."},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 1},
+    "base_url": {"type": "string", "minLength": 1,
+                 "description": "The API's URL (default: ANTHROPIC_BASE_URL, else the SDK's)."},
+}}
 
 
 def to_api_messages(messages: list[evalctl.Message]) -> list[dict[str, Any]]:
@@ -117,9 +131,10 @@ class AnthropicProvider:
 def create(options: Mapping[str, Any]) -> AnthropicProvider:
     api_key = os.environ.get("ANTHROPIC_API_KEY")
     if not api_key:
+        # No advice beyond the key: a judge asks for this provider too, where running the
+        # agent offline would not help; `evalctl run` adds that advice for the agent.
         raise evalctl.UsageError(
-            "the anthropic provider needs ANTHROPIC_API_KEY in the environment; set it, or "
-            "run offline with --scripted")
+            "the anthropic provider needs ANTHROPIC_API_KEY in the environment")
     import anthropic
 
     def number(name: str, default: float, kind: type = int) -> Any:
@@ -149,4 +164,5 @@ def evalctl_register_providers(register):
         description="Claude through the official anthropic SDK. Needs ANTHROPIC_API_KEY. "
                     "Options: model, max_tokens, max_retries, timeout, temperature, base_url.",
         default_concurrency=4,
+        options_schema=OPTIONS,
     ))

@@ -19,6 +19,34 @@ CHARS_PER_TOKEN = 4
 TOOL_NAMES = ", ".join(t.name for t in evalctl.tool_definitions())
 SCRIPT_ERROR = "script_error"  # an exit status of this provider's: an error, not a failure
 
+def tool_call_schema() -> dict[str, Any]:
+    """One scripted tool call: a tool the agent has, with arguments its own input schema
+    accepts. Built from the tools' definitions, so `evalctl validate` (and an editor)
+    finds a misspelled tool or argument at its line, before a run turns it into an
+    agent that seems to fail."""
+    tools = evalctl.tool_definitions()
+    return {
+        "type": "object",
+        "properties": {
+            "tool": {"enum": [t.name for t in tools], "description": f"One of {TOOL_NAMES}."},
+            "input": {"type": "object",
+                      "description": "The tool's arguments (docs/tools.md lists them)."},
+        },
+        "required": ["tool"],
+        "additionalProperties": False,
+        "allOf": [
+            {
+                "if": {"properties": {"tool": {"const": tool.name}}, "required": ["tool"]},
+                "then": {
+                    "properties": {"input": dict(tool.input_schema)},
+                    **({"required": ["input"]} if tool.input_schema.get("required") else {}),
+                },
+            }
+            for tool in tools
+        ],
+    }
+
+
 SCRIPT = {
     "type": "array",
     "description": "The turns the scripted provider serves for this task, in order.",
@@ -29,15 +57,7 @@ SCRIPT = {
             "tool_calls": {
                 "type": "array",
                 "description": "Tool calls made this turn; several run concurrently.",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "tool": {"type": "string", "description": f"One of {TOOL_NAMES}."},
-                        "input": {"type": "object", "description": "The tool's arguments."},
-                    },
-                    "required": ["tool"],
-                    "additionalProperties": False,
-                },
+                "items": tool_call_schema(),
             },
             "usage": {
                 "type": "object",
@@ -140,4 +160,8 @@ def evalctl_register_providers(register):
         live=False,
         task_schema={"script": SCRIPT},
         error_statuses=(SCRIPT_ERROR,),
+        options_schema={"type": "object", "properties": {
+            "latency": {"type": "number", "minimum": 0,
+                        "description": "Seconds to wait before each turn (for benchmarks)."},
+        }},
     ))

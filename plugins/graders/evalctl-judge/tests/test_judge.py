@@ -217,3 +217,21 @@ def test_without_the_judge_installed_a_suite_using_it_says_how_to_install_it(tmp
     assert len(problems) == 1 and problems[0].line == 6
     assert "unknown check type 'judge'" in problems[0].message
     assert "pip install evalctl-judge" in problems[0].message
+
+
+def test_a_file_outside_the_workspace_is_refused_by_validate(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("- id: t\n  prompt: p\n  checks:\n    - type: file_exists\n      path: x\n"
+                    "    - type: judge\n      rubric: ok?\n      show:\n        - files\n"
+                    "      files:\n        - ../../etc/passwd\n")
+    problems = validate_suite(path)
+    assert [(p.line, p.severity) for p in problems] == [(11, "error")]
+    assert "'../../etc/passwd' is not valid" in problems[0].message
+
+
+def test_a_judge_without_a_key_says_it_cannot_run_and_offers_no_agent_advice(workspace):
+    outcome = judge(workspace, provider="anthropic")
+    assert (outcome.passed, outcome.error) == (False, True)
+    assert outcome.detail.startswith("the judge check cannot run: ")
+    assert "ANTHROPIC_API_KEY" in outcome.detail
+    assert "crashed" not in outcome.detail and "--scripted" not in outcome.detail

@@ -10,6 +10,9 @@ from typing import Any
 import evalctl
 
 DEFAULT_SHOW = ("summary", "diff")
+# A workspace path: relative, no `..` segment, no backslash or drive letter (refused by
+# `evalctl validate`, not only when the judge would read it).
+INSIDE_WORKSPACE = r"^(?![/~])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\x00]*[^/\\\x00]$"
 EVIDENCE_LIMIT = 40_000
 
 SYSTEM = """\
@@ -148,7 +151,8 @@ def evalctl_register_graders(register):
                 "show": {"type": "array", "uniqueItems": True, "minItems": 1,
                          "items": {"enum": ["summary", "files", "diff"]},
                          "description": "What the judge sees (default: summary and diff)."},
-                "files": {"type": "array", "items": {"type": "string", "minLength": 1},
+                "files": {"type": "array", "items": {"type": "string", "minLength": 1,
+                                                     "pattern": INSIDE_WORKSPACE},
                           "description": "Workspace files to show with `show: [files]`."},
                 "provider": {"type": "string", "minLength": 1,
                              "description": "The judge's provider plugin (default anthropic)."},

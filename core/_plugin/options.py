@@ -1,0 +1,58 @@
+"""A provider's options, typed and checked against the schema it declares, before any
+task starts: an option it does not know is refused, never silently ignored."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from evalctl._errors import UsageError
+from evalctl._plugin.specs import ProviderSpec
+
+_TYPE_WORDS = {"integer": "a whole number", "number": "a number", "boolean": "true or false",
+               "string": "text", "array": "a list", "object": "a mapping"}
+_FLAGS = {"model": " (--model)"}  # an option with a flag of its own, named in the message
+
+
+def provider_options(spec: ProviderSpec, options: Mapping[str, Any]) -> dict[str, Any]:
+    """`options` (text from `--provider-option KEY=VALUE`, or values from the config or a
+    plugin) typed by the provider's `options_schema` and checked against it. Raises a
+    UsageError naming the provider, the option and the options it has."""
+    properties: Mapping[str, Any] = spec.options_schema.get("properties", {})
+    known = list(properties)
+    typed: dict[str, Any] = {}
+    for key, value in options.items():
+        if key not in properties:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else _FLAGS.get(key, "")
+            raise UsageError(f"provider '{spec.name}' has no option '{key}'{hint}; its "
+                             f"options: {', '.join(known) or 'none'}")
+        typed[key] = _typed(spec.name, key, value, properties[key])
+    from jsonschema import Draft202012Validator
+
+    schema = {"additionalProperties": False, **dict(spec.options_schema)}
+    for error in sorted(Draft202012Validator(schema).iter_errors(typed), key=lambda e: e.path):
+        where = f" '{error.path[0]}'" if error.path else "s"
+        raise UsageError(f"provider '{spec.name}' option{where}: {error.message}")
+    return typed
+
+
+def _typed(provider: str, key: str, value: Any, schema: Mapping[str, Any]) -> Any:
+    """Text typed as the schema says; anything else (from the config, say) as it is."""
+    kind = schema.get("type", "string")
+    if not isinstance(value, str) or kind == "string":
+        return value
+    try:
+        if kind == "integer":
+            return int(value)
+        if kind == "number":
+            return float(value)
+        if kind == "boolean" and value.lower() in {"true", "false", "1", "0", "yes", "no"}:
+            return value.lower() in {"true", "1", "yes"}
+        if kind == "array":
+            return [part for part in value.split(",") if part]
+    except ValueError:
+        pass
+    raise UsageError(f"provider '{provider}' option '{key}': expected "
+                     f"{_TYPE_WORDS.get(kind, kind)}, got {value!r}")
