@@ -204,3 +204,21 @@ def test_the_adversarial_suite_validates_and_holds_exactly_the_named_attacks():
     assert result.exit_code == 0, result.output
     suite = load_suite(SUITES / "adversarial.yaml", use_cache=False)
     assert {task.id for task in suite.tasks} == set(NAMED)
+
+
+def test_the_builtin_suites_are_not_visible_in_the_sandbox(tmp_path, require_bwrap):
+    """They hold hidden tests (verify_files): an agent must not read them from evalctl's
+    own installation."""
+    import asyncio
+    import importlib.util
+
+    from evalctl._workspace import create_workspace, new_run_directory
+
+    from .conftest import sandbox_for
+
+    suites = importlib.util.find_spec("evalctl.suites").submodule_search_locations[0]
+    workspace = create_workspace(new_run_directory(tmp_path), "peek", {})
+    sandbox = sandbox_for(workspace, "bwrap")
+    seen = asyncio.run(sandbox.run(f"ls -A {suites}; cat {suites}/adversarial.yaml",
+                                   timeout=30, merge_stderr=True))
+    assert "CANARY-7d41" not in seen.stdout and "harness.yaml" not in seen.stdout, seen.stdout

@@ -72,8 +72,16 @@ def _plugin_code_paths() -> tuple[str, ...]:
 def _hidden_paths() -> tuple[Path, ...]:
     """Directories of evalctl's own that a mounted Python installation would otherwise
     show: the built-in suites hold their tasks' verify files (hidden tests)."""
-    package = Path(evalctl.__file__).resolve().parent
-    return tuple(path for path in (package / "suites",) if path.is_dir())
+    import importlib.util
+
+    found = {Path(evalctl.__file__).resolve().parent / "suites"}
+    try:
+        spec = importlib.util.find_spec("evalctl.suites")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None:
+        found.update(Path(p).resolve() for p in spec.submodule_search_locations or ())
+    return tuple(sorted(path for path in found if path.is_dir()))
 
 
 class BwrapSandbox:

@@ -809,6 +809,8 @@ class BwrapJail:
         run_dir = self.workspace.parent
         extra = [Path(os.path.realpath(p)) for p in self.options.ro_paths]
         for path in [*_python_paths(), *extra]:
+            if any(_is_within(path, hidden) for hidden in self.hidden):
+                continue  # not mounted at all
             if _is_within(run_dir, path):
                 raise SandboxError(
                     f"refusing to mount {path} read-only: it contains {run_dir}, "
