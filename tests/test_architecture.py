@@ -15,7 +15,9 @@ import evalctl
 from .conftest import ROOT
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-JUDGE_SOURCE = ROOT / "plugins" / "graders" / "evalctl-judge" / "src" / "evalctl_judge"
+PLUGIN_PACKAGES = [ROOT / "plugins" / "graders" / "evalctl-judge" / "src" / "evalctl_judge",
+                   ROOT / "tests" / "distributions" / "wordcount" / "src" / "evalctl_wordcount",
+                   ROOT / "tests" / "distributions" / "extras" / "src" / "evalctl_extras"]
 
 
 def assemble(target: Path) -> Path:
@@ -23,7 +25,8 @@ def assemble(target: Path) -> Path:
     skip = shutil.ignore_patterns("__pycache__", "evalctl-*", "tests")
     shutil.copytree(ROOT / "core", target / "evalctl", ignore=skip)
     shutil.copytree(ROOT / "plugins", target / "evalctl" / "plugins", ignore=skip)
-    shutil.copytree(JUDGE_SOURCE, target / "evalctl_judge", ignore=skip)
+    for package in PLUGIN_PACKAGES:
+        shutil.copytree(package, target / package.name, ignore=skip)
     shutil.copy(ROOT / "pyproject.toml", target / "pyproject.toml")
     return target
 
@@ -44,6 +47,8 @@ def test_the_contracts_hold(tmp_path):
     ("evalctl/plugins/graders/files.py", "from evalctl._files import resolve_inside",
      "Built-in plugins use only the public API"),
     ("evalctl_judge/__init__.py", "from evalctl._report import results",
+     "Built-in plugins use only the public API"),
+    ("evalctl_extras/__init__.py", "import evalctl._run.runner",
      "Built-in plugins use only the public API"),
     ("evalctl/_suite/rules.py", "from evalctl._run import runner",
      "The core's layers import downward only"),
