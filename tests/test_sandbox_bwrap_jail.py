@@ -1022,3 +1022,30 @@ def _timed(argv: list[str], timeout: float = 10) -> float:
         os.close(pidfd)
     assert proc.returncode == 0
     return time.perf_counter() - started
+
+
+def test_machine_wide_proc_files_are_read_only(make_jail: Callable[..., bs.BwrapJail]) -> None:
+    """Found by an attacker: as root, kernel.core_pattern (a program the kernel runs as host
+    root on a crash) and other sysctls were writable from inside."""
+    jail = make_jail()
+    before = Path("/proc/sys/vm/swappiness").read_text()
+    done = run(jail, "echo 17 > /proc/sys/vm/swappiness; echo swappiness=$?; "
+                     "echo '|/tmp/x %p' > /proc/sys/kernel/core_pattern; echo core=$?; "
+                     "find /proc -writable -type f 2>/dev/null | grep -v -E "
+                     "'^/proc/([0-9]+|self|thread-self)/' | head -5")
+    assert "swappiness=1" in done.stdout and "core=1" in done.stdout, done.stdout
+    assert done.stdout.strip().splitlines()[2:] == [], done.stdout  # nothing else writable
+    assert Path("/proc/sys/vm/swappiness").read_text() == before
+    assert "|/tmp/x" not in Path("/proc/sys/kernel/core_pattern").read_text()
+
+
+def test_no_setuid_file_survives_the_attempt(make_jail: Callable[..., bs.BwrapJail],
+                                             layout: Layout) -> None:
+    jail = make_jail()
+    done = run(jail, "cp /usr/bin/id ./id-copy && chmod 6755 ./id-copy && "
+                     "stat -c %a ./id-copy; mkdir -p $HOME/bin && cp ./id-copy $HOME/bin/ && "
+                     "chmod 4755 $HOME/bin/id-copy")
+    assert done.stdout.strip() == "6755", done.stdout + done.stderr
+    jail.close()
+    for path in (layout.workspace / "id-copy", layout.home / "bin" / "id-copy"):
+        assert path.stat().st_mode & 0o7777 == 0o755, oct(path.stat().st_mode)

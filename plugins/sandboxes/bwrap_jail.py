@@ -58,6 +58,15 @@ SANDBOX_USER = "agent"
 SANDBOX_HOME = Path("/home/agent")
 SANDBOX_TMP = Path("/tmp")
 SANDBOX_HOSTNAME = "sandbox"
+# The sandbox's uid is the harness's uid on the host: when evalctl runs as root, the
+# kernel's ownership checks treat sandboxed code as root for files it can reach. A fresh
+# /proc has root-owned files that change the whole machine (sysctls such as
+# kernel.core_pattern, which runs a program as root on the host; sysrq-trigger; PSI
+# triggers...): they are covered read-only. bwrap covers only some of them itself.
+PROC_COVERS = ("--ro-bind", "/proc/sys", "/proc/sys",
+               *(arg for name in ("sysrq-trigger", "irq", "bus", "fs", "acpi", "mtrr", "scsi",
+                                  "driver", "tty", "pressure", "kcore", "keys", "timer_list")
+                 for arg in ("--ro-bind-try", f"/proc/{name}", f"/proc/{name}")))
 
 # Top-level directories made visible read-only.  /opt, /srv, /var, /run, /sys are not: pass
 # them through BwrapOptions.ro_paths if a suite needs something there.
@@ -724,6 +733,20 @@ class BwrapJail:
             self.close()
             raise
 
+    def _strip_setid_bits(self) -> None:
+        """No setuid or setgid file the sandbox made stays behind: the attempt's files are
+        kept after the run, and one owned by root would be a way to root for anyone."""
+        import stat
+
+        for top in (self.workspace, self.home, self.tmp):
+            for directory, _, names in os.walk(top):
+                for name in names:
+                    path = os.path.join(directory, name)
+                    with contextlib.suppress(OSError):
+                        mode = os.lstat(path).st_mode
+                        if stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
+                            os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
+
     def close(self) -> None:
         """Kill whatever still runs in the attempt's cgroups and remove them.  Idempotent.
 
@@ -736,6 +759,8 @@ class BwrapJail:
             for path in self._cgroup_dirs.values():
                 _rmdir_cgroup(path)
             self._cgroup_dirs = {}
+        if self._static_args is not None:
+            self._strip_setid_bits()
         self._static_args = None
 
     def __enter__(self) -> BwrapJail:
@@ -825,7 +850,7 @@ class BwrapJail:
         mounts.append(_Mount("rw", str(self.workspace), self.workspace))
 
         args = _namespace_args(self._bwrap, self.options.network)
-        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--proc", "/proc", *PROC_COVERS, "--dev", "/dev"]
         ordered = _order_mounts(mounts)
         for mount in ordered:
             args += mount.args()
