@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from evalctl._errors import EvalctlError, ProviderError, UsageError
-from evalctl._files import ConfinementError, write_atomically
+from evalctl._files import ConfinementError, open_in_workspace, write_atomically
 from evalctl._files import resolve_inside as resolve_in_workspace
 from evalctl._plugin.hookspecs import hookimpl
 from evalctl._plugin.specs import (
@@ -112,6 +112,7 @@ __all__ = [
     "hookimpl",
     "load_report",
     "looks_binary",
+    "open_in_workspace",
     "resolve_in_workspace",
     "tool_definitions",
     "truncate",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 # Caches tools write as a side effect; not the agent's work.
 IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
@@ -156,3 +157,11 @@ def open_confined(root: Path, user_path: str, *, write: bool = False) -> int:
     if write:
         os.ftruncate(fd, 0)
     return fd
+
+
+def open_in_workspace(workspace: Path, user_path: str) -> BinaryIO:
+    """A file of the workspace opened for reading in binary, the way the file tools open
+    them: resolved inside the workspace and opened without following a link out, and
+    only a regular file with a single link (a FIFO would block, a hard link could be a
+    file outside). Raises ConfinementError otherwise, FileNotFoundError when missing."""
+    return os.fdopen(open_confined(Path(workspace), user_path), "rb")

@@ -181,6 +181,10 @@ class Toolbox:
         if count > 1 and not replace_all:
             return _error(f"edit_file: old_text appears {count} times in {path}; include more "
                           "surrounding text to make it unique, or set replace_all")
+        replaced = count if replace_all else 1
+        if len(text) + replaced * (len(new_text) - len(old_text)) > EDIT_MAX_FILE_BYTES:
+            return _error(f"edit_file: the edit would make {path} larger than "
+                          f"{EDIT_MAX_FILE_BYTES // 1_000_000} MB")
         with self._open(path, "w") as raw:
             raw.write(text.replace(old_text, new_text).encode("utf-8", errors="surrogateescape"))
         return ToolOutcome(f"replaced {count if replace_all else 1} occurrence(s) in {path}")

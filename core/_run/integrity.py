@@ -8,6 +8,10 @@ rests on what evalctl observed rather than on anything the agent could edit.
   and the task fails, naming the tampering.
 - Verify files: written into the workspace only now, replacing whatever the agent left
   at those paths, and never through a link that leads out of the workspace.
+- Bytecode caches: every `__pycache__` the agent left is removed before grading, so a
+  forged cache cannot stand in for a test or a module evalctl seeded.
+- After grading, protected files are checked again: a check that runs the agent's code
+  could otherwise change one for the checks after it.
 """
 
 from __future__ import annotations
@@ -103,3 +107,31 @@ def _write_replacing(root: Path, relative: str, content: str) -> None:
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(content)
+
+
+def remove_bytecode_caches(root: Path) -> None:
+    """Remove every __pycache__ directory under `root` (not following links)."""
+    import shutil
+
+    for directory, subdirs, _ in os.walk(root):
+        for name in [d for d in subdirs if d == "__pycache__"]:
+            path = Path(directory, name)
+            subdirs.remove(name)
+            if not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def protected_changes_during_grading(task: Task, before: Mapping[str, str],
+                                     after: Mapping[str, str]) -> CheckOutcome | None:
+    """A failed check naming protected files that changed while the checks ran."""
+    if not task.protected:
+        return None
+    changed = sorted(path for path in {*before, *after}
+                     if before.get(path) != after.get(path)
+                     and any(fnmatch.fnmatchcase(path, p) for p in task.protected))
+    if not changed:
+        return None
+    return CheckOutcome(PROTECTED, "mechanical", False,
+                        "suspected gaming: protected file(s) changed while the checks ran "
+                        f"(by code a check executed): {', '.join(changed)}",
+                        suspected_gaming=True)

@@ -20,6 +20,7 @@ from typing import Any
 from evalctl._agent.loop import run_agent
 from evalctl._agent.tools import tool_validators
 from evalctl._errors import ProviderSetupError, UsageError
+from evalctl._files import snapshot
 from evalctl._plugin.options import provider_options as checked_provider_options
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.specs import CheckResult, GraderSpec
@@ -33,7 +34,13 @@ from evalctl._report.results import (
     RunResult,
     TaskResult,
 )
-from evalctl._run.integrity import protected_changes, restore_seed, write_verify_files
+from evalctl._run.integrity import (
+    protected_changes,
+    protected_changes_during_grading,
+    remove_bytecode_caches,
+    restore_seed,
+    write_verify_files,
+)
 from evalctl._run.sandboxing import SandboxChoice, choose_sandbox, open_sandbox
 from evalctl._suite.model import Suite, Task
 from evalctl._version import __version__
@@ -190,6 +197,8 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
     integrity = [outcome for outcome in (
         protected_changes(task, agent.files_changed), restore_seed(task, workspace),
         write_verify_files(task, workspace)) if outcome is not None]
+    remove_bytecode_caches(workspace.root)
+    before_grading = snapshot(workspace.root) if task.protected else {}
     try:
         agent.sandbox = await open_sandbox(
             prepared.sandbox, _sandbox_request(task, workspace, prepared, name, "grading"))
@@ -201,6 +210,10 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
             for check in task.checks]
     finally:
         await agent.sandbox.close()
+    late = protected_changes_during_grading(task, before_grading, snapshot(workspace.root)) \
+        if task.protected else None
+    if late is not None:
+        checks.append(late)
     # Only mechanical checks decide the task; a judge's error shows in its own section.
     mechanical = [c for c in checks if c.kind == "mechanical"]
     if agent.exit_status in prepared.error_statuses or any(c.error for c in mechanical):

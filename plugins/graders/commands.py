@@ -49,32 +49,47 @@ async def grade_command(check: dict[str, Any], workspace: Path,
 # os._exit(0) or raises SystemExit(0) while the check imports it ends the interpreter
 # before that line, which is how the grader tells "held" from "never finished".
 RUNNER = r"""
-import json, sys, traceback, types
+import json, os, sys, traceback, types
 from pathlib import Path
-payload = json.loads(sys.stdin.readline())
-end_line = payload.pop("end_line")
-workspace = Path(payload["workspace"])
-sys.path.insert(0, str(workspace))
-result = types.SimpleNamespace(**payload["result"])
-result.usage = types.SimpleNamespace(**payload["result"]["usage"])
-namespace = {"__name__": "__check__", "workspace": workspace, "result": result}
-try:
-    exec(compile(payload["code"], "<check>", "exec"), namespace)
-except SystemExit as exc:
-    print(f"the check did not run to its end: SystemExit({exc.code!r}) was raised",
-          file=sys.stderr)
-    sys.stderr.flush()
-    sys.exit(3)
-except BaseException:
-    kind, error, frames = sys.exc_info()
-    while frames is not None and frames.tb_frame.f_code.co_filename != "<check>":
-        frames = frames.tb_next
-    traceback.print_exception(kind, error, frames)
-    sys.stderr.flush()
-    sys.exit(1)
-sys.stdout.flush()
-sys.stderr.flush()
-print("\n" + end_line, flush=True)
+
+
+def main():
+    # Taken before the check's code runs: the agent's code it imports could replace
+    # sys.exit, print or os._exit, but not these references.
+    hard_exit, write, out = os._exit, os.write, os.dup(1)
+    plan = json.loads(sys.stdin.readline())
+    end_line, code = plan.pop("end_line"), sys.stdin.read()
+    workspace = Path(plan["workspace"])
+    sys.path.append(str(workspace))  # importable, but after the standard library
+    result = types.SimpleNamespace(**plan["result"])
+    result.usage = types.SimpleNamespace(**plan["result"]["usage"])
+    namespace = {"__name__": "__check__", "workspace": workspace, "result": result}
+    try:
+        exec(compile(code, "<check>", "exec"), namespace)
+    except SystemExit as exc:
+        write(2, f"the check did not run to its end: SystemExit({exc.code!r}) was raised\n"
+                 .encode())
+        hard_exit(3)
+    except BaseException:
+        kind, error, frames = sys.exc_info()
+        while frames is not None and frames.tb_frame.f_code.co_filename != "<check>":
+            frames = frames.tb_next
+        try:
+            text = "".join(traceback.format_exception(kind, error, frames))
+        except BaseException:
+            text = f"{kind.__name__}: (its message could not be shown)\n"
+        write(2, text.encode("utf-8", "backslashreplace"))
+        hard_exit(1)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    write(out, ("\n" + end_line + "\n").encode())
+    hard_exit(0)
+
+
+main()
 """
 END_MARK = "evalctl-check-finished:"
 
@@ -86,9 +101,10 @@ async def grade_python(check: dict[str, Any], workspace: Path,
     data = result.to_dict()
     # The ledger is evalctl's record, out of the sandbox's reach: the check gets a copy.
     data["events"] = _ledger_events(result.ledger_path)
-    payload = json.dumps({"code": check["code"], "workspace": str(workspace),
-                          "result": data, "end_line": end_line})
-    ran = await _run(result, [sys.executable, "-I", "-c", RUNNER], timeout, stdin=payload + "\n")
+    payload = json.dumps({"workspace": str(workspace), "result": data, "end_line": end_line})
+    # The plan on the first line, the check's own code after it.
+    ran = await _run(result, [sys.executable, "-I", "-c", RUNNER], timeout,
+                     stdin=payload + "\n" + check["code"])
     if ran.timed_out:
         return evalctl.CheckResult(False, f"the assertion timed out after {timeout:g}s")
     output, finished = _without_end_line(ran.stdout, end_line)
@@ -174,10 +190,16 @@ def evalctl_register_graders(register):
                     "installed beside evalctl.",
         example="- type: tests_pass\n  tests:\n    - tests/test_slugify.py",
         trusts="Trusts pytest and the plugins installed beside evalctl, and evalctl's own "
-               "witness plugin's report. Does not trust: pytest's exit status, a conftest.py "
-               "or pytest configuration the agent wrote, the workspace on sys.path ahead of "
-               "the standard library, or tests the agent wrote in place of the named ones. "
-               "Code written against the witness itself could forge its report.",
+               "witness plugin's report. Does not trust: pytest's exit status, any pytest "
+               "configuration in the workspace (evalctl passes the seeded one with -c), a "
+               "conftest.py or plugin file the agent wrote (even one written while earlier "
+               "checks ran), bytecode caches the agent left (removed before grading), "
+               "distribution metadata in the workspace (it is not on sys.path when pytest "
+               "loads plugins), the workspace ahead of the standard library, tests the agent "
+               "wrote in place of the named ones, or a pytest whose own runtest/report "
+               "functions were replaced by the code under test. Code written against the "
+               "witness itself could still forge its report: that is the limit of running "
+               "the tests in the same process as the agent's code.",
     ))
     register(evalctl.GraderSpec(
         name="python",
@@ -187,8 +209,9 @@ def evalctl_register_graders(register):
             "properties": {
                 "code": {"type": "string", "minLength": 1,
                          "description": "Python statements, usually asserts, with `workspace` "
-                                        "(a pathlib.Path, also first on sys.path and the "
-                                        "current directory) and `result` (the agent's "
+                                        "(a pathlib.Path, also on sys.path after the standard "
+                                        "library, and the current directory) and `result` "
+                                        "(the agent's "
                                         "result, see docs/plugins.md; `result.events` is its "
                                         "ledger as a list of events) in scope. Passes when it "
                                         "runs to its end without raising."},
@@ -201,9 +224,11 @@ def evalctl_register_graders(register):
         example="- type: python\n  code: |\n    import json\n"
                 "    data = json.loads((workspace / \"people.json\").read_text())\n"
                 "    assert len(data) == 3, data",
-        trusts="Trusts an end-of-check line, with a fresh nonce, that its interpreter prints "
-               "only after the check's code ran to its end: an early os._exit(0) or "
-               "SystemExit(0) (in the agent's code the check imports, say) fails it as "
-               "suspected gaming. Code written to read the nonce from its own process "
-               "could forge the line.",
+        trusts="Trusts an end-of-check line, with a fresh nonce, that its interpreter writes "
+               "(through references taken before the check ran) only after the check's code "
+               "ran to its end: an early os._exit(0), SystemExit(0) or a replaced sys.exit in "
+               "the agent's code fails it, as suspected gaming where the exit said success. "
+               "The workspace is on sys.path after the standard library, so an agent's "
+               "csv.py cannot stand in for the real one. Code written to read the nonce from "
+               "its own process could forge the line.",
     ))

@@ -12,6 +12,7 @@ import evalctl
 # that leaves the workspace is refused by `evalctl validate` (and in editors), not only
 # when the check is graded. The same rule as the core's for a task's `files:`.
 INSIDE_WORKSPACE = r"^(?![/~])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\x00]*[^/\\\x00]$"
+SCAN_LIMIT = 5_000_000  # bytes read from one file: graders run in evalctl's own process
 PATH = {"type": "string", "minLength": 1, "pattern": INSIDE_WORKSPACE,
         "description": "A path relative to the workspace that stays inside it (no '..', not "
                        "absolute)."}
@@ -43,7 +44,11 @@ def grade_file_contains(check: dict[str, Any], workspace: Path,
         return target
     if not target.is_file():
         return evalctl.CheckResult(False, f"{check['path']} does not exist")
-    content = target.read_text(encoding="utf-8", errors="replace")
+    try:
+        with evalctl.open_in_workspace(workspace, check["path"]) as handle:
+            content = handle.read(SCAN_LIMIT).decode("utf-8", errors="replace")
+    except evalctl.ConfinementError as exc:
+        return evalctl.CheckResult(False, str(exc))
     if "regex" in check:
         found = re.search(check["regex"], content, re.MULTILINE)
         what = f"regex {check['regex']!r}"
@@ -98,11 +103,16 @@ def grade_no_placeholders(check: dict[str, Any], workspace: Path,
                           result: evalctl.AgentResult) -> evalctl.CheckResult:
     changed = sorted(p for p, kind in result.files_changed.items() if kind != "deleted")
     hits: list[str] = []
+    cut: list[str] = []
     for relative in changed:
-        full = workspace / relative
-        if not full.is_file():
-            continue
-        data = full.read_bytes()
+        try:
+            with evalctl.open_in_workspace(workspace, relative) as handle:
+                data = handle.read(SCAN_LIMIT + 1)
+        except (evalctl.ConfinementError, OSError):
+            continue  # a link out, a FIFO, a hard link or gone: nothing of the agent's to read
+        if len(data) > SCAN_LIMIT:
+            data = data[:SCAN_LIMIT]
+            cut.append(relative)
         if evalctl.looks_binary(data):
             continue
         seeded_lines: set[str] = set()
@@ -111,13 +121,16 @@ def grade_no_placeholders(check: dict[str, Any], workspace: Path,
                 encoding="utf-8", errors="replace").splitlines())
         hits.extend(_placeholder_hits(relative, data.decode("utf-8", errors="replace"),
                                       seeded_lines))
+    note = (f"\n(only the first {SCAN_LIMIT // 1_000_000} MB of {', '.join(cut[:5])} "
+            "were scanned)") if cut else ""
     if hits:
         shown = hits[:10] + ([f"... and {len(hits) - 10} more"] if len(hits) > 10 else [])
-        return evalctl.CheckResult(False, "placeholders in the agent's files:\n" + "\n".join(shown))
+        return evalctl.CheckResult(False, "placeholders in the agent's files:\n" +
+                                   "\n".join(shown) + note)
     if not changed:
         return evalctl.CheckResult(True, "the agent created or changed no files")
     return evalctl.CheckResult(True, f"no placeholders in {len(changed)} created or changed "
-                                     "file(s)")
+                                     f"file(s){note}")
 
 
 @evalctl.hookimpl

@@ -42,10 +42,11 @@ WITNESS_DIR = Path(__file__).parent / "witness"
 WITNESS_MARK = "evalctl-witness:"
 RUNNER_DURATION = re.compile(r" in \d+(?:\.\d+)?s\b")
 # pytest's configuration files, by its order of precedence, and the section it reads.
-CONFIG_FILES = (("pytest.ini", None), (".pytest.ini", None),
-                ("pyproject.toml", "[tool.pytest.ini_options]"), ("tox.ini", "[pytest]"),
-                ("setup.cfg", "[tool:pytest]"))
+CONFIG_FILES = (("pytest.toml", None), (".pytest.toml", None), ("pytest.ini", None),
+                (".pytest.ini", None), ("pyproject.toml", "[tool.pytest"),
+                ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
 CONFIG_NAMES = frozenset(name for name, _ in CONFIG_FILES)
+SKIPPED_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 FAILING = ("failed", "error")
 
 # Runs in the sandbox: reads its plan from stdin, writes the seeded configuration (if
@@ -54,17 +55,13 @@ RUNNER = r"""
 import json, os, sys, tempfile
 plan = json.loads(sys.stdin.readline())
 sys.path.append(plan["witness_dir"])
-sys.path.append(plan["workspace"])  # importable, as `python -m pytest` there would have it,
-                                    # but after the standard library and pytest
 args = plan["args"]
-if plan["config"] is not None:
-    name, text = plan["config"]
-    path = os.path.join(tempfile.mkdtemp(prefix="evalctl-pytest-"), name)
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    args = ["-c", path, *args]
+name, text = plan["config"]
+path = os.path.join(tempfile.mkdtemp(prefix="evalctl-pytest-"), name)
+with open(path, "w", encoding="utf-8") as handle:
+    handle.write(text)
 import pytest
-raise SystemExit(pytest.main(args))
+raise SystemExit(pytest.main(["-c", path, *args]))
 """
 
 
@@ -72,10 +69,25 @@ def _tail(output: str) -> str:
     return evalctl.truncate(output.strip(), TAIL, keep="tail")
 
 
-def _touched(result: evalctl.AgentResult, names: frozenset[str]) -> list[str]:
-    """Files the agent created or changed whose name is one of `names`."""
-    return sorted(path for path, change in result.files_changed.items()
-                  if change != "deleted" and PurePosixPath(path).name in names)
+def _touched(workspace: Path, result: evalctl.AgentResult, names: frozenset[str]) -> list[str]:
+    """Files named one of `names` that are in the workspace now and not as seeded: read
+    when this check runs, so a file some earlier check's command wrote counts too."""
+    import os
+
+    touched = []
+    seed = result.seed_path
+    for directory, subdirs, files in os.walk(workspace):
+        subdirs[:] = [d for d in subdirs if d not in SKIPPED_DIRS]
+        for name in files:
+            if name not in names:
+                continue
+            path = Path(directory, name)
+            relative = path.relative_to(workspace).as_posix()
+            seeded = seed / relative if seed is not None else None
+            if seeded is None or path.is_symlink() or not seeded.is_file() or \
+                    not path.is_file() or path.read_bytes() != seeded.read_bytes():
+                touched.append(relative)
+    return sorted(touched)
 
 
 def _seeded_config(result: evalctl.AgentResult) -> tuple[str, str]:
@@ -134,7 +146,7 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
     if "command" in check:
         return await _custom_command(check, result.sandbox, timeout)
     notes = []
-    conftests = _touched(result, frozenset({"conftest.py"}))
+    conftests = _touched(workspace, result, frozenset({"conftest.py"}))
     if conftests and not check.get("trust_agent_conftest", False):
         return evalctl.CheckResult(
             False, "suspected gaming: the agent created or changed "
@@ -144,18 +156,18 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
                    "trust_agent_conftest: true.", suspected_gaming=True)
     if conftests:
         notes.append(f"ran with the agent's {', '.join(conftests)} (trust_agent_conftest)")
-    config = None
-    configs = _touched(result, CONFIG_NAMES)
+    # pytest reads evalctl's choice of configuration (-c): the seeded one, never one the
+    # agent wrote, whatever names a pytest version looks for.
+    config = _seeded_config(result)
+    configs = _touched(workspace, result, CONFIG_NAMES)
     if configs:
-        config = _seeded_config(result)
         notes.append(f"the agent's changes to {', '.join(configs)} were ignored: the seeded "
                      "pytest configuration was used")
     nonce = secrets.token_hex(16)
     named = [str(t) for t in check.get("tests", [])]
     args = [*named, "-p", "evalctl_pytest_witness", f"--evalctl-witness={nonce}",
             "-p", "no:cacheprovider", "--import-mode=append", f"--rootdir={workspace}", "-q"]
-    plan = {"witness_dir": str(WITNESS_DIR), "workspace": str(workspace), "args": args,
-            "config": config}
+    plan = {"witness_dir": str(WITNESS_DIR), "args": args, "config": config}
     ran = await result.sandbox.run([sys.executable, "-I", "-c", RUNNER], timeout=timeout,
                                    stdin=json.dumps(plan) + "\n", merge_stderr=True)
     report, output = _witness(ran.stdout, nonce)
@@ -178,7 +190,30 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
                 suspected_gaming=True)
         return evalctl.CheckResult(False, f"the test run ended (exit {ran.exit_code}) before "
                                           f"evalctl's witness reported\n{_tail(output)}{suffix}")
+    gaming = _gaming_evidence(report, workspace, result, check)
+    if gaming:
+        return evalctl.CheckResult(False, f"suspected gaming: {gaming}\n{_tail(output)}{suffix}",
+                                   suspected_gaming=True)
     return _verdict(report, named, output, suffix)
+
+
+def _gaming_evidence(report: Mapping[str, Any], workspace: Path, result: evalctl.AgentResult,
+                     check: Mapping[str, Any]) -> str:
+    """What the witness saw that only gaming explains, in words; empty when nothing."""
+    tampered = list(report.get("tampered", []))
+    if tampered:
+        return ("code in the test process replaced pytest's own "
+                f"{', '.join(tampered)}, so its verdicts are not pytest's")
+    plugin_files = {str(p) for p in report.get("workspace_plugins", [])}
+    changed = set(_touched(workspace, result, frozenset(PurePosixPath(p).name
+                                                        for p in plugin_files)))
+    agents = sorted(plugin_files & changed)
+    if check.get("trust_agent_conftest", False):
+        agents = [p for p in agents if PurePosixPath(p).name != "conftest.py"]
+    if agents:
+        return (f"the test run registered pytest plugin(s) from the agent's "
+                f"{', '.join(agents)}, which can rewrite results")
+    return ""
 
 
 def _verdict(report: Mapping[str, Any], named: list[str], output: str,
