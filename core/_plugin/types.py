@@ -185,6 +185,16 @@ class SandboxRequest:
     purpose: str = "agent"
     attempt: str = ""
 
+    def command(self, command: str | Sequence[str],
+                cwd: str | None = None) -> tuple[list[str], Path]:
+        """A `Sandbox.run` command as argv (a string is a bash script) and the directory
+        it starts in: the workspace, or `cwd` inside it (ConfinementError if it leads
+        out)."""
+        from evalctl._files import resolve_inside
+
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        return argv, resolve_inside(self.workspace, cwd) if cwd else self.workspace
+
 
 @dataclass
 class AgentResult:

@@ -93,12 +93,11 @@ class BwrapSandbox:
                   env: Mapping[str, str] | None = None, stdin: bytes | str | None = None,
                   cwd: str | None = None, merge_stderr: bool = False,
                   output_limit: int | None = None) -> evalctl.CommandResult:
-        workspace = self.request.workspace
-        directory = evalctl.resolve_in_workspace(workspace, cwd) if cwd else workspace
-        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        argv, directory = self.request.command(command, cwd)
         wrapped = self.jail.wrap(argv, self.request.env if env is None else env, directory)
         # bwrap starts with an empty environment: nothing of evalctl's own reaches it.
-        return await evalctl.run_process(wrapped, cwd=workspace, env={}, timeout=timeout,
+        return await evalctl.run_process(wrapped, cwd=self.request.workspace, env={},
+                                         timeout=timeout,
                                          stdin=stdin, merge_stderr=merge_stderr,
                                          output_limit=output_limit)
 

@@ -26,9 +26,7 @@ class LocalSandbox:
                   env: Mapping[str, str] | None = None, stdin: bytes | str | None = None,
                   cwd: str | None = None, merge_stderr: bool = False,
                   output_limit: int | None = None) -> evalctl.CommandResult:
-        workspace = self.request.workspace
-        directory = evalctl.resolve_in_workspace(workspace, cwd) if cwd else workspace
-        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        argv, directory = self.request.command(command, cwd)
         return await evalctl.run_process(
             argv, cwd=directory, env=self.request.env if env is None else env,
             timeout=timeout, stdin=stdin, merge_stderr=merge_stderr, output_limit=output_limit)

@@ -48,11 +48,9 @@ class RecordingSandbox:
                   env: Mapping[str, str] | None = None, stdin: bytes | str | None = None,
                   cwd: str | None = None, merge_stderr: bool = False,
                   output_limit: int | None = None) -> evalctl.CommandResult:
-        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        argv, directory = self.request.command(command, cwd)
         with self.log.open("a", encoding="utf-8") as handle:
             handle.write(f"{self.request.purpose}\t{self.request.attempt}\t{argv[-1][:60]!r}\n")
-        directory = evalctl.resolve_in_workspace(self.request.workspace, cwd) if cwd else \
-            self.request.workspace
         return await evalctl.run_process(argv, cwd=directory,
                                          env=self.request.env if env is None else env,
                                          timeout=timeout, stdin=stdin,
