@@ -47,6 +47,7 @@ from evalctl._plugin.types import (
     UserMessage,
 )
 from evalctl._process import CommandResult, run_process
+from evalctl._report.compare import Comparison
 from evalctl._report.results import (
     CheckOutcome,
     Rate,
@@ -84,6 +85,7 @@ __all__ = [
     "AssistantMessage",
     "CheckOutcome",
     "CheckResult",
+    "Comparison",
     "ConfinementError",
     "EvalctlError",
     "ExitStatus",

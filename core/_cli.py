@@ -335,6 +335,8 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     with view:
         result = asyncio.run(execute(prepared, progress=view.update))
     view.print_summary(result)
+    if baseline_report is not None:  # before writing: reporters show the comparison too
+        result.comparison = compare_reports(baseline_report, result)
     written, failures = write_reports(result, registry, reporter_names, options.out_dir, report)
     for path in written:
         click.echo(f"wrote {path}")
@@ -343,8 +345,8 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     if result.interrupted:
         click.echo("interrupted: reports cover the tasks that finished", err=True)
         ctx.exit(EXIT_INTERRUPTED)
-    if baseline_report is not None:
-        comparison = compare_reports(baseline_report, result)
+    if result.comparison is not None:
+        comparison = result.comparison
         reasons = gate(comparison, max_drop, fail_on_flip)
         for warning in comparison.warnings():
             click.echo(f"warning: {warning}", err=True)
@@ -368,17 +370,20 @@ def _shares_a_task(path: Path, baseline: Any, tasks: list[Any]) -> None:
 
 
 @cli.command()
-@click.argument("baseline", type=click.Path(dir_okay=False, path_type=Path))
-@click.argument("current", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("baseline", type=click.Path(path_type=Path))
+@click.argument("current", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of Markdown.")
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               default=0.05, show_default=True, help="Significance level of the test.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the comparison to this file.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the current run's HTML report, with the comparison, here.")
 @click.pass_context
 def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, alpha: float,
-            output: Path | None) -> None:
-    """Compare two JSON reports: flips, rate and cost changes, and significance.
+            output: Path | None, html_path: Path | None) -> None:
+    """Compare two runs (JSON reports or run directories): flips, rate and cost changes,
+    and significance.
 
     Exit 0 when there is no regression (no significant drop in completion), 1 when
     there is one, 2 when a report is unusable.
@@ -388,9 +393,12 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
     from evalctl._errors import UsageError
     from evalctl._files import write_atomically
     from evalctl._report.compare import compare_reports
-    from evalctl._report.results import load_report
+    from evalctl._report.rundir import read_run
+    from evalctl._report.viewing import HTML_REPORTER
 
-    comparison = compare_reports(load_report(baseline), load_report(current), alpha)
+    html_reporter = _registry(ctx).get("reporter", HTML_REPORTER) if html_path else None
+    before, after = read_run(baseline).run, read_run(current).run
+    comparison = compare_reports(before, after, alpha)
     unusable = comparison.nothing_in_common()
     if unusable:
         raise UsageError(unusable)
@@ -401,7 +409,36 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
     click.echo(text, nl=False)
     if output:
         write_atomically(output, text)
+    if html_reporter is not None and html_path is not None:
+        after.comparison = comparison
+        click.echo(f"wrote {html_reporter.write(after, html_path)}", err=True)
     ctx.exit(EXIT_FAILED if comparison.regression else EXIT_OK)
+
+
+@cli.command()
+@click.argument("target", required=False, type=click.Path(path_type=Path))
+@click.option("--rerender", is_flag=True, help="Render the HTML again even if it is current.")
+@click.option("--no-open", is_flag=True, help="Print the report's path; start no browser.")
+@click.pass_context
+def view(ctx: click.Context, target: Path | None, rerender: bool, no_open: bool) -> None:
+    """Open a run's HTML report in your browser, rendering it first if needed.
+
+    TARGET is a run directory, a JSON report, or a directory of reports (the newest);
+    by default the newest run under the output directory (eval_reports). Where no
+    browser can be shown (CI, an SSH session) the path is printed instead.
+    """
+    from evalctl._report.rundir import read_run
+    from evalctl._report.viewing import browser_available, html_report, open_in_browser
+    from evalctl._run.config import load_config
+
+    if target is None:
+        target = Path(load_config().get("out", "eval_reports"))
+    path, reused = html_report(read_run(target), _registry(ctx), rerender)
+    click.echo(f"{'report' if reused else 'wrote'} {path}")
+    if not no_open and browser_available() and open_in_browser(path):
+        click.echo("opened it in your browser")
+    elif not no_open:
+        click.echo("no browser to open here: open the file above, or copy it where there is one")
 
 
 def main() -> None:

@@ -19,6 +19,18 @@ def _delta(before: float | None, after: float | None) -> float | None:
 
 @dataclass
 class Comparison:
+    """Two runs compared: which tasks flipped, how each rate moved, and whether the
+    change in completion is more than noise.
+
+    `newly_failing` / `newly_passing` are task ids in both runs whose every attempt
+    passed before and not now (and the reverse); `added` / `removed` are in one run
+    only and are not compared. `test` is the paired test's verdict: `method`,
+    `p_value` (exact McNemar, one attempt per task) or `interval` (bootstrap, with
+    repeats), `alpha`, `significant` and a one-line `statement`. `discordant()` lists
+    the pairs that evidence rests on. Reporters get one as `RunResult.comparison` when
+    the run had `--baseline`, or from `evalctl compare --html`.
+    """
+
     baseline: RunResult
     current: RunResult
     alpha: float
@@ -60,6 +72,17 @@ class Comparison:
             return None
         return ("nothing to compare: no task is in both runs (baseline "
                 f"{_tasks_of(self.baseline)}, current {_tasks_of(self.current)})")
+
+    def discordant(self) -> list[dict[str, Any]]:
+        """The common tasks whose outcome differs between the runs: the evidence the
+        test weighs (tasks with the same outcome in both runs carry none). Each is the
+        task `id` with `baseline` and `current` as [attempts passed, attempts run]."""
+        before = {t.task_id: t for t in self.baseline.by_task()}
+        after = {t.task_id: t for t in self.current.by_task()}
+        return [{"id": i, "baseline": [before[i].passed, before[i].ran],
+                 "current": [after[i].passed, after[i].ran]}
+                for i in before if i in after
+                and before[i].passed * after[i].ran != after[i].passed * before[i].ran]
 
     def rates(self) -> dict[str, dict[str, float | None]]:
         before, after = _rates(self.baseline), _rates(self.current)

@@ -16,11 +16,14 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalctl._errors import UsageError
 from evalctl._plugin.types import TokenUsage
 from evalctl._text import sum_costs
+
+if TYPE_CHECKING:
+    from evalctl._report.compare import Comparison
 
 PASSED, FAILED, ERROR, NOT_RUN = "passed", "failed", "error", "not_run"
 REPORT_FORMAT = "evalctl-run/1"
@@ -202,6 +205,9 @@ class RunResult:
     # the run fed them, so that reports of one setup always have the same keys.
     rate_names: tuple[str, ...] = ()
     sandbox: dict[str, Any] = field(default_factory=dict)  # name, options, isolated
+    # Against a baseline (`run --baseline`, `compare --html`), for reporters that show
+    # it; not part of the JSON report, which `evalctl compare` recomputes from two.
+    comparison: Comparison | None = None
 
     def ran(self) -> list[TaskResult]:
         return [t for t in self.tasks if t.status != NOT_RUN]

@@ -1,1 +1,1 @@
-"""Built-in reporters: json, markdown and junit."""
+"""Built-in reporters: json, markdown, junit and html."""

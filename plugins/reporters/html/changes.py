@@ -1,0 +1,172 @@
+"""What the agent left in its workspace, against the seed copy evalctl kept beside it
+(`<run>/.seed/<attempt>/`), as unified diffs for the HTML report.
+
+The workspace is the agent's and untrusted: links are never followed, special files
+(FIFOs, sockets, devices) are listed but never opened, big files are compared but not
+shown, and the walk and the diffs are capped, so a hostile or enormous workspace cannot
+stall or bloat the report.
+"""
+
+from __future__ import annotations
+
+import difflib
+import filecmp
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import evalctl
+
+# The caches tools write as a side effect, which evalctl's own change tracking ignores.
+IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+MAX_ENTRIES = 20_000  # entries walked per tree
+MAX_FILES_SHOWN = 200  # changed files listed per attempt
+MAX_DIFF_BYTES = 256_000  # files larger than this are compared, not shown
+MAX_DIFF_LINES = 400  # lines of one file's diff
+TASK_BUDGET = 150_000  # characters of diff per attempt
+
+
+@dataclass
+class Changes:
+    """The changed files (each `path`, `change`, and a `diff` or a `note`) and a
+    `problem` when the comparison is missing or incomplete."""
+
+    files: list[dict[str, Any]] = field(default_factory=list)
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class _Entry:
+    kind: str  # file, link, special
+    size: int = 0
+    target: str = ""
+
+
+def seed_of(workspace: str | Path) -> Path:
+    """Where evalctl keeps the pristine copy of an attempt's seeded files."""
+    workspace = Path(workspace)
+    return workspace.parent / ".seed" / workspace.name
+
+
+def _display(relative: str) -> str:
+    """A file name as text: bytes that are not UTF-8 shown as U+FFFD, never a crash."""
+    return os.fsencode(relative).decode("utf-8", "replace")
+
+
+def _walk(root: Path) -> tuple[dict[str, _Entry], bool]:
+    """Relative path -> entry for everything under root, without following links;
+    True as the second value when the walk stopped at MAX_ENTRIES."""
+    found: dict[str, _Entry] = {}
+    pending = [""]
+    while pending:
+        relative_dir = pending.pop()
+        try:
+            with os.scandir(root / relative_dir if relative_dir else root) as entries:
+                listed = sorted(entries, key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in listed:
+            relative = f"{relative_dir}/{entry.name}" if relative_dir else entry.name
+            try:
+                if entry.is_symlink():
+                    found[relative] = _Entry("link", target=os.readlink(entry.path))
+                elif entry.is_dir(follow_symlinks=False):
+                    if entry.name not in IGNORED_DIRS:
+                        pending.append(relative)
+                    continue
+                elif entry.is_file(follow_symlinks=False):
+                    found[relative] = _Entry("file", entry.stat(follow_symlinks=False).st_size)
+                else:
+                    found[relative] = _Entry("special")
+            except OSError:
+                continue
+            if len(found) >= MAX_ENTRIES:
+                return found, True
+    return found, False
+
+
+def _read_text(path: Path, size: int) -> str | None:
+    """A file's text for a diff, or None when it is binary or too large to show."""
+    if size > MAX_DIFF_BYTES:
+        return None
+    try:
+        data = path.read_bytes()[:MAX_DIFF_BYTES]
+    except OSError:
+        return None
+    if evalctl.looks_binary(data):
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def _diff(name: str, before: str, after: str) -> str:
+    lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(),
+                                      f"seed/{name}", f"workspace/{name}", lineterm=""))
+    if len(lines) > MAX_DIFF_LINES:
+        lines = lines[:MAX_DIFF_LINES] + [f"[... {len(lines) - MAX_DIFF_LINES} more diff lines "
+                                          "not shown; the file is in the workspace ...]"]
+    return "\n".join(lines)
+
+
+def _describe(entry: _Entry | None) -> str:
+    if entry is None:
+        return "nothing"
+    if entry.kind == "link":
+        return f"a link to {_display(entry.target)}"
+    if entry.kind == "special":
+        return "a special file (FIFO, socket or device; not opened)"
+    return f"{entry.size:,} bytes"
+
+
+def _changed(seed: Path, workspace: Path, relative: str, before: _Entry | None,
+             after: _Entry | None) -> dict[str, Any] | None:
+    """One file's change, or None when it did not change."""
+    name = _display(relative)
+    change = "created" if before is None else "deleted" if after is None else "modified"
+    if before is not None and after is not None and before == after and before.kind == "file":
+        try:
+            if filecmp.cmp(seed / relative, workspace / relative, shallow=False):
+                return None
+        except OSError:
+            return {"path": name, "change": change, "note": "could not be read"}
+    elif before is not None and before == after:
+        return None  # the same link target
+    if (before is None or before.kind == "file") and (after is None or after.kind == "file"):
+        old = "" if before is None else _read_text(seed / relative, before.size)
+        new = "" if after is None else _read_text(workspace / relative, after.size)
+        if old is not None and new is not None:
+            return {"path": name, "change": change, "diff": _diff(name, old, new)}
+        return {"path": name, "change": change,
+                "note": f"binary or larger than {MAX_DIFF_BYTES:,} bytes: "
+                        f"{_describe(before)} before, {_describe(after)} now"}
+    return {"path": name, "change": change,
+            "note": f"{_describe(before)} before, {_describe(after)} now"}
+
+
+def workspace_changes(workspace: str | Path | None) -> Changes:
+    """The attempt's changes against its seed copy, capped as the module says."""
+    if not workspace:
+        return Changes(problem="no workspace was recorded for this attempt")
+    root, seed = Path(workspace), seed_of(workspace)
+    if not root.is_dir():
+        return Changes(problem=f"the workspace {workspace} is gone")
+    if not seed.is_dir():
+        return Changes(problem=f"no seed copy at {seed} to compare against")
+    before, seed_capped = _walk(seed)
+    after, workspace_capped = _walk(root)
+    changes = Changes()
+    if seed_capped or workspace_capped:
+        changes.problem = f"more than {MAX_ENTRIES:,} files: only the first were compared"
+    spent = 0
+    for relative in sorted(before.keys() | after.keys()):
+        changed = _changed(seed, root, relative, before.get(relative), after.get(relative))
+        if changed is None:
+            continue
+        if len(changes.files) >= MAX_FILES_SHOWN or spent > TASK_BUDGET:
+            changes.problem = (f"more changed files than shown (cut after "
+                               f"{len(changes.files)}); the workspace has them all")
+            break
+        spent += len(changed.get("diff", ""))
+        changes.files.append(changed)
+    filecmp.clear_cache()  # its cache would otherwise grow with every attempt of the run
+    return changes
