@@ -40,21 +40,19 @@ def read_run(path: Path) -> StoredRun:
     recorded are rebased onto it.
     """
     path = Path(path)
-    if path.is_file():
-        report = path
-    elif path.is_dir() and _is_run_directory(path):
+    if not path.is_dir():
+        report = path  # a report, or a path load_report says it cannot read
+    elif _is_run_directory(path):
         report = path.parent / f"{REPORT_PREFIX}{path.name.removeprefix(RUN_DIRECTORY_PREFIX)}.json"
         if not report.is_file():
             raise UsageError(f"{path}: no JSON report for this run (looked for {report}); "
                              "pass the report written with --report instead")
-    elif path.is_dir():
+    else:
         reports = sorted(path.glob(f"{REPORT_PREFIX}*.json"), key=lambda p: p.stat().st_mtime)
         if not reports:
             raise UsageError(f"{path}: no run here (no {REPORT_PREFIX}*.json report, and not a "
                              "run directory); pass a run directory or a JSON report")
         report = reports[-1]
-    else:
-        raise UsageError(f"{path}: no such file or directory")
     run = load_report(report)
     _rebase(run, report.parent)
     return StoredRun(run, report, report.with_suffix(""))

@@ -13,7 +13,7 @@ import evalctl
 STATUSES = ("passed", "failed", "error", "not_run")
 MAX_TAGS = 15
 BINS = 20
-WIDTH = 560
+WIDTH = 390
 
 
 @dataclass
@@ -53,13 +53,13 @@ def outcomes_by_tag(tasks: Sequence[evalctl.TaskResult]) -> Chart:
     if not rows:
         chart.empty = "no attempts"
         return chart
-    label_width, bar_width, row_height = 170, 290, 24
+    label_width, bar_width, row_height = 140, 150, 24
     for index, (tag, row) in enumerate(rows):
         y = 4 + index * row_height
         total = sum(row.values())
         ran = total - row.get("not_run", 0)
         chart.texts.append({"x": label_width - 8, "y": y + 15, "anchor": "end",
-                            "text": _shorten(tag, 24), "title": tag})
+                            "text": _shorten(tag, 20), "title": tag})
         x = float(label_width)
         parts = ", ".join(f"{row[s]} {s.replace('_', ' ')}" for s in STATUSES if row.get(s))
         for status in STATUSES:
@@ -94,7 +94,7 @@ def histogram(title: str, values: Sequence[tuple[float, bool]],
         index = min(int((value - low) / step), bins - 1) if high > low else 0
         (passed if ok else other)[index] += 1
     tallest = max(p + o for p, o in zip(passed, other, strict=True))
-    left, top, plot_width, plot_height = 40, 10, WIDTH - 60, 110
+    left, top, plot_width, plot_height = 40, 10, WIDTH - 56, 110
     chart.height = top + plot_height + 30
     bar = plot_width / bins
     for index in range(bins):
@@ -123,9 +123,14 @@ def histogram(title: str, values: Sequence[tuple[float, bool]],
     return chart
 
 
+def seconds(value: float) -> str:
+    """A duration as a person reads it: milliseconds under a second."""
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
 def duration_chart(tasks: Sequence[evalctl.TaskResult]) -> Chart:
     values = [(t.duration, t.passed) for t in tasks if t.status != "not_run"]
-    return histogram("Duration", values, lambda s: f"{s:.1f} s", "no attempt ran")
+    return histogram("Duration", values, seconds, "no attempt ran")
 
 
 def cost_chart(tasks: Sequence[evalctl.TaskResult]) -> Chart:

@@ -47,7 +47,7 @@
   const statusLabel = (status) => status.replace("_", " ");
   const badge = (text, cls) => el("span", { class: "badge " + cls }, text);
   const money = (cost) => (cost === null || cost === undefined ? "unpriced" : "$" + cost.toFixed(4));
-  const seconds = (value) => value.toFixed(1) + " s";
+  const seconds = (value) => (value < 1 ? (value * 1000).toFixed(0) + " ms" : value.toFixed(1) + " s");
   const number = (value) => value.toLocaleString("en-US");
 
   /* ---- the view in the URL fragment ---- */
