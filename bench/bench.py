@@ -33,7 +33,8 @@ def wall(command: list[str], env: dict[str, str] | None = None, cwd: Path | None
 def report(name: str, value: float, target: float, unit: str = "s") -> None:
     ratio = value / target
     verdict = "ok" if ratio <= 1 else "OVER"
-    shown = f"{value * 1000:.0f} ms" if unit == "ms" else f"{value:.3f} {unit}"
+    shown = f"{value * 1000:.0f} ms" if unit == "ms" else f"{value:.0f} B" if unit == "B" \
+        else f"{value:.3f} {unit}"
     target_shown = f"{target * 1000:.0f} ms" if unit == "ms" else f"{target:g} {unit}"
     print(f"{name:<58} {shown:>12}  target {target_shown:>9}  ratio {ratio:5.2f}  {verdict}",
           flush=True)
@@ -229,10 +230,148 @@ def bench_memory(work: Path) -> None:
     report(f"10,000-task run, peak RSS ({elapsed:.0f} s)", peak, 300, "MB")
 
 
+MODULE_LINES = "".join(f"      def step_{n}(value):\n          return value + {n}\n"
+                       for n in range(30))
+
+
+def html_task_yaml(index: int) -> str:
+    """A task with a transcript of the usual shape: read a file, edit it, search, say
+    what was done; every seventh one fails its check."""
+    expected = "never-there" if index % 7 == 0 else "fixed"
+    tags = f"\n    - area-{index % 8}" + ("\n    - slow" if index % 5 == 0 else "")
+    return f"""\
+- id: html-{index}
+  prompt: In module.py set value to 1 and mark the line as fixed.
+  tags:{tags}
+  files:
+    module.py: |
+      value = 0
+{MODULE_LINES}  checks:
+    - type: file_contains
+      path: module.py
+      text: {expected}
+  script:
+    - text: I will read the module first.
+      tool_calls:
+        - tool: read_file
+          input:
+            path: module.py
+    - text: Now the fix, and where the steps are.
+      tool_calls:
+        - tool: edit_file
+          input:
+            path: module.py
+            old_text: value = 0
+            new_text: "value = 1  # fixed"
+        - tool: grep
+          input:
+            pattern: "def step_1"
+    - text: Set value to 1 in module.py.
+"""
+
+
+HTML_PROBE = """
+import asyncio, sys, time
+from pathlib import Path
+from evalctl._plugin.registry import get_registry
+from evalctl._report.writing import write_reports
+from evalctl._run.runner import RunOptions, execute, prepare_run
+from evalctl._suite.loader import load_suite
+registry = get_registry()
+out = Path(sys.argv[2])
+suite = load_suite(sys.argv[1], registry)
+prepared = prepare_run(suite, registry, RunOptions(out_dir=out, sandbox="local"))
+result = asyncio.run(execute(prepared))
+write_reports(result, registry, ["json"], out)
+html = out / "report.html"
+started = time.perf_counter()
+registry.get("reporter", "html").write(result, html)
+print(time.perf_counter() - started, len(result.tasks), html)
+"""
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-dev-shm-usage"]
+
+
+def wait_for(page, expression: str, timeout: float = 120.0) -> None:
+    """Poll from here: wait_for_function evals in the page, which its CSP forbids."""
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(f"() => Boolean({expression})"):
+        if time.monotonic() > deadline:
+            raise TimeoutError(expression)
+        time.sleep(0.002)
+
+
+def bench_html(work: Path) -> None:
+    """The HTML report of a 10,000-task run in headless Chromium (Debian's, driven by
+    Playwright): time to its overview and table, to a task page, and its size."""
+    from playwright.sync_api import sync_playwright
+
+    count = 10_000
+    suite = work / f"html-{count}.yaml"
+    suite.write_text("".join(html_task_yaml(i) for i in range(count)))
+    done = subprocess.run([sys.executable, "-c", HTML_PROBE, str(suite), str(work / "html")],
+                          env=environment(work / "html-cache"), check=True,
+                          capture_output=True, text=True)
+    render_seconds, tasks, html_path = done.stdout.split()
+    html = Path(html_path)
+    size = html.stat().st_size
+    text = html.read_bytes()
+    up_front = text.index(b'id="task-0"')
+    per_task = int(tasks)
+    print(f"{'  rendering the page (Python, Jinja2)':<58} {float(render_seconds):9.2f} s")
+    report("file size up front (overview, table rows, script) / task", up_front / per_task,
+           2048, "B")
+    print(f"{'  details (transcripts, checks, diffs), lazily parsed / task':<58} "
+          f"{(size - up_front) / per_task:9.0f} B   (file {size / 1e6:.1f} MB)")
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=os.environ.get(
+            "EVALCTL_CHROMIUM", "/usr/bin/chromium"), args=CHROMIUM_ARGS)
+        shown, loaded, walls, tasks_ms, task_walls, filters = [], [], [], [], [], []
+        for attempt in range(5):
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            started = time.perf_counter()
+            page.goto(html.as_uri(), wait_until="commit", timeout=120_000)
+            wait_for(page, "window.evalctlTiming && window.evalctlTiming.painted")
+            walls.append(time.perf_counter() - started)
+            shown.append(page.evaluate("window.evalctlTiming.painted") / 1000)
+            page.wait_for_load_state("load", timeout=120_000)
+            loaded.append(page.evaluate(
+                "performance.getEntriesByType('navigation')[0].loadEventEnd") / 1000)
+            rows = page.locator("#task-table tbody tr.row").count()
+            assert rows == 100, rows
+            for index in (17, 2_500, 5_000, 7_500, 9_999)[attempt:attempt + 1] * 3:
+                renders = page.evaluate("window.evalctlTiming.taskRenders")
+                begun = time.perf_counter()
+                page.evaluate(f"location.hash = '#task=html-{index}'")
+                wait_for(page, f"window.evalctlTiming.taskRenders > {renders}")
+                task_walls.append(time.perf_counter() - begun)
+                tasks_ms.append(page.evaluate("window.evalctlTiming.lastTask") / 1000)
+                assert page.locator("#task details.call").count() == 3
+                page.evaluate("location.hash = ''")
+                page.wait_for_selector("#tasks:not([hidden])")
+            page.select_option("#f-status", "failed")
+            filters.append(page.evaluate("window.evalctlTiming.lastTable") / 1000)
+            assert "of 1,429 attempts" in page.inner_text("#count")
+            page.close()
+        browser.close()
+    report("10,000 tasks: overview and table painted (in page)", statistics.median(shown), 2.0)
+    report("10,000 tasks: the same, wall from navigation", statistics.median(walls), 2.0)
+    print(f"{'  (the whole file parsed: load event)':<58} {statistics.median(loaded):9.2f} s")
+    report("10,000 tasks: a task page rendered (in page)", statistics.median(tasks_ms), 0.200,
+           "ms")
+    report("10,000 tasks: a task page, wall from the click", statistics.median(task_walls),
+           0.200, "ms")
+    report("10,000 tasks: filter the table by status (in page)", statistics.median(filters),
+           0.200, "ms")
+
+
 BENCHES = {"startup": bench_startup, "load": bench_load, "run": bench_run,
            "overhead": bench_overhead, "sandbox": bench_sandbox,
            "concurrency": bench_concurrency,
-           "memory": bench_memory}
+           "memory": bench_memory, "html": bench_html}
 
 
 def main() -> None:

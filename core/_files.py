@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -75,8 +76,10 @@ def _umask() -> int:
     return current
 
 
-def write_atomically(path: str | os.PathLike[str], text: str) -> Path:
-    """Write `text` to `path` through a temporary file and a rename."""
+def write_atomically(path: str | os.PathLike[str], text: str | Iterable[str]) -> Path:
+    """Write `text` to `path` through a temporary file and a rename, so a reader sees
+    the old file or the whole new one. `text` may be an iterable of strings, written as
+    they come: a large report need not be held in memory whole."""
     import tempfile  # here, not at import: `import evalctl` stays cheap for --help
 
     target = Path(path)
@@ -85,7 +88,7 @@ def write_atomically(path: str | os.PathLike[str], text: str) -> Path:
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide reports from CI users
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+            handle.writelines([text] if isinstance(text, str) else text)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,18 @@ def run(tmp_path_factory) -> ViewerRun:
     return viewer_run(tmp_path_factory.mktemp("viewer"))
 
 
+def wait_for(tab, expression: str, timeout: float = 20.0) -> None:
+    """Poll a JavaScript expression from here until it is truthy. (Playwright's
+    wait_for_function evaluates its predicate with eval inside the page, which the
+    report's Content-Security-Policy rightly forbids; evaluate() goes through the
+    debugging protocol instead.)"""
+    deadline = time.monotonic() + timeout
+    while not tab.evaluate(f"() => Boolean({expression})"):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still false after {timeout} s: {expression}")
+        time.sleep(0.01)
+
+
 class Page:
     """A browser tab that records anything the report should never do: a script error,
     a console error (a Content-Security-Policy violation is one), a dialog, a request
@@ -82,7 +95,7 @@ class Page:
     def open(self, path: Path, fragment: str = "") -> None:
         self.tab.goto("about:blank")  # a fresh load, even when only the fragment differs
         self.tab.goto(path.as_uri() + fragment)
-        self.tab.wait_for_function("window.evalctlTiming && window.evalctlTiming.ready")
+        wait_for(self.tab, "window.evalctlTiming && window.evalctlTiming.ready")
 
     def figures(self) -> dict[str, str]:
         return dict(self.tab.locator("[data-figure]").evaluate_all(
@@ -165,7 +178,7 @@ def test_filters_and_sorting_live_in_the_fragment_so_a_link_keeps_the_view(page,
     again = Page(browser)  # the link, opened afresh, shows the same view
     try:
         again.tab.goto(link)
-        again.tab.wait_for_function("window.evalctlTiming && window.evalctlTiming.ready")
+        wait_for(again.tab, "window.evalctlTiming && window.evalctlTiming.ready")
         assert again.rows() == ["evil", "lazy"]
         assert again.tab.input_value("#f-status") == "failed"
         assert again.tab.get_attribute("#task-table th[data-sort=tokens]",

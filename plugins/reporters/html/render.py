@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -50,8 +51,9 @@ def _renderer_version() -> str:
         return "unknown"
 
 
-def render_report(run: evalctl.RunResult, path: Path) -> str:
-    """The whole page for `run`, to be written at `path` (links are relative to it)."""
+def render_report(run: evalctl.RunResult, path: Path) -> Iterator[str]:
+    """The page for `run`, to be written at `path` (links are relative to it), in
+    pieces as the template produces them: a 10,000-task page is never one string."""
     script = (TEMPLATES / "report.js").read_text(encoding="utf-8")
     style = (TEMPLATES / "report.css").read_text(encoding="utf-8")
     csp = (f"default-src 'none'; script-src '{_csp_hash(script)}'; "
@@ -59,7 +61,7 @@ def render_report(run: evalctl.RunResult, path: Path) -> str:
            "form-action 'none'")
     from markupsafe import Markup  # Jinja2's own dependency
 
-    text = _environment().get_template("report.html.j2").render(
+    pieces = _environment().get_template("report.html.j2").generate(
         title=f"evalctl: {run.suite_name}",
         csp=csp, script=Markup(script), style=Markup(style),
         identity=page.identity(run), overview=page.overview(run), charts=page.charts(run),
@@ -67,6 +69,7 @@ def render_report(run: evalctl.RunResult, path: Path) -> str:
         details=page.details(run, Path(path).resolve().parent),
         renderer=_renderer_version(),
     )
-    # A lone surrogate that reached a value printed as HTML (JSON escapes its own) would
-    # make the file unwritable as UTF-8; it is shown as "?" instead.
-    return text.encode("utf-8", "replace").decode("utf-8")
+    for piece in pieces:
+        # A lone surrogate that reached a value printed as HTML (JSON escapes its own)
+        # would make the file unwritable as UTF-8; it is shown as "?" instead.
+        yield piece.encode("utf-8", "replace").decode("utf-8")

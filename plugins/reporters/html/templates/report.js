@@ -186,6 +186,7 @@
   }
 
   function renderTable(state) {
+    const started = performance.now();
     const list = filtered(state);
     const pages = Math.max(1, Math.ceil(list.length / PAGE_SIZE));
     const page = Math.min(Math.max(1, parseInt(state.page, 10) || 1), pages);
@@ -210,6 +211,7 @@
         page < pages ? el("a", { href: to(page + 1), rel: "next" }, "next ›") : el("span", { class: "muted" }, "next ›"));
     }
     syncControls(state);
+    timing.lastTable = performance.now() - started;
   }
 
   /* ---- a task page ---- */
