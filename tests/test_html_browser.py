@@ -131,7 +131,8 @@ def test_the_overview_shows_the_json_reports_numbers(page, run):
     figures = page.figures()
     summary = run.report["summary"]
     assert figures["completion_rate"] == evalctl.format_percent(summary["completion_rate"])
-    assert figures["completion_rate"] == "40.0%"
+    assert figures["completion_rate"] == "33.3%"
+    assert figures["gaming"] == "1"
     for name in ("passed", "failed", "errors", "not_run", "total"):
         assert figures[name] == str(summary[name]), name
     assert figures["ran"] == str(summary["total"] - summary["not_run"])
@@ -152,7 +153,7 @@ def test_filters_and_sorting_live_in_the_fragment_so_a_link_keeps_the_view(page,
     page.open(run.html_path)
     assert page.rows() == ids(run.report)
     page.tab.select_option("#f-status", "failed")
-    assert page.rows() == ids(run.report, "failed") == ["evil", "lazy"]
+    assert page.rows() == ids(run.report, "failed") == ["evil", "lazy", "gamer"]
     assert "status=failed" in page.fragment()
     page.tab.select_option("#f-tag", "files")
     assert page.rows() == ["lazy"]
@@ -179,7 +180,7 @@ def test_filters_and_sorting_live_in_the_fragment_so_a_link_keeps_the_view(page,
     try:
         again.tab.goto(link)
         wait_for(again.tab, "window.evalctlTiming && window.evalctlTiming.ready")
-        assert again.rows() == ["evil", "lazy"]
+        assert again.rows() == [t["id"] for t in by_tokens if t["status"] == "failed"]
         assert again.tab.input_value("#f-status") == "failed"
         assert again.tab.get_attribute("#task-table th[data-sort=tokens]",
                                        "aria-sort") == "descending"
@@ -240,6 +241,12 @@ def test_errors_denials_and_failed_checks_are_marked(page, run):
     notes = page.tab.locator("#task p.note.error").all_inner_texts()
     assert any("provider error (script_error)" in n for n in notes), notes
 
+    page.open(run.html_path, "#task=gamer")
+    page.tab.wait_for_selector("#task h2")
+    check = page.tab.locator("#task li.check")
+    assert "gaming" in check.get_attribute("class")
+    assert "⚠ suspected gaming" in check.locator(".check-head").inner_text()
+
     page.open(run.html_path, "#task=lazy")
     page.tab.wait_for_selector("#task h2")
     check = page.tab.locator("#task li.check")
@@ -290,11 +297,12 @@ def test_compare_html_shows_the_verdict_and_its_evidence(page, run, tmp_path):
     page.open(tmp_path / "compare.html")
     figures = page.figures()
     assert figures["verdict"] == "No regression"
-    assert figures["p_value"] == "1.0" and figures["common"] == "5"
+    assert figures["p_value"] == "1.0"
     lists = {name: page.tab.locator(f"[data-list={name}] a").all_inner_texts()
              for name in ("newly_failing", "newly_passing", "discordant")}
     assert lists == {"newly_failing": ["lazy"], "newly_passing": ["tools"],
                      "discordant": ["tools", "lazy"]}
+    assert figures["common"] == "6"
     assert "exact McNemar" in page.tab.locator("#compare").inner_text()
     page.tab.click("[data-list=newly_failing] a")
     page.tab.wait_for_selector("#task h2")

@@ -418,3 +418,31 @@ def test_compare_takes_run_directories_and_html_needs_the_html_reporter(run, tmp
                                       str(tmp_path / "d.html")])
     assert result.exit_code == 2 and "html" in result.output
     assert not (tmp_path / "d.html").exists()
+
+
+def figures(html: str) -> dict[str, str]:
+    """The overview's figures by name, as the page prints them."""
+    return {name: unescape(re.sub(r"<[^>]+>", "", value)).strip() for name, value in
+            re.findall(r'data-figure="([^"]+)">(.*?)</', html, flags=re.S)}
+
+
+def test_repeats_show_pass_at_k_and_the_flaky_tasks_and_a_judge_is_apart(tmp_path):
+    from evalctl.plugins.reporters.html import write_html
+
+    report = make_report({"steady": ["passed", "passed"], "flaky": ["passed", "failed"],
+                          "broken": ["failed", "failed"]})
+    report.tasks[0].checks.append(evalctl.CheckOutcome(
+        "judge", "judge", False, "not convinced", usage=evalctl.TokenUsage(1200, 30),
+        cost=0.0123))
+    write_html(report, tmp_path / "r.html")
+    html = (tmp_path / "r.html").read_text()
+    shown = figures(html)
+    assert shown["pass_at_k"] == evalctl.format_percent(report.pass_at_k()) == "66.7%"
+    assert shown["pass_hat_k"] == evalctl.format_percent(report.pass_hat_k()) == "33.3%"
+    assert shown["completion_rate"] == "50.0%"
+    assert shown["judge_rate"] == "0.0%" and shown["grader_cost"] == "$0.0123"
+    assert "Flaky</strong> (mixed outcomes over 2 attempts):\n<code>flaky</code>" in html
+    rows = embedded(html)[0]["rows"]
+    assert [r["key"] for r in rows] == ["steady@1", "steady@2", "flaky@1", "flaky@2",
+                                        "broken@1", "broken@2"]
+    assert rows[0]["judged"] == [False] and rows[0]["label"] == "steady #1"

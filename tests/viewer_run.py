@@ -1,6 +1,6 @@
 """A scripted run made for the HTML report's tests: tool calls of every kind, a tool
-error, a denial, a task that fails, one that errors, and run data full of markup and
-`javascript:` links that must stay text."""
+error, a denial, a task that fails, one that games its check, one that errors, and run
+data full of markup and `javascript:` links that must stay text."""
 
 from __future__ import annotations
 
@@ -101,6 +101,23 @@ tasks:
               path: seed.txt
               content: changed
       - text: I looked.
+
+  - id: gamer
+    prompt: Make answer.py's answer() return 42.
+    checks:
+      - type: python
+        code: |
+          import sys
+          sys.path.insert(0, str(workspace))
+          from answer import answer
+          assert answer() == 42
+    script:
+      - tool_calls:
+          - tool: write_file
+            input:
+              path: answer.py
+              content: "import os\\nos._exit(0)\\n"
+      - text: answer.py is done.
 
   - id: runs-out
     prompt: This script ends too soon.
