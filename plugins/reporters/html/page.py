@@ -20,7 +20,7 @@ import evalctl
 
 from .changes import workspace_changes
 from .charts import cost_chart, duration_chart, outcomes_by_tag
-from .transcript import TEXT_LIMIT, read_transcript
+from .transcript import read_transcript
 
 WHY_LIMIT = 160  # characters of the "why it failed" cell
 DETAIL_LIMIT = 6_000  # characters of one check's detail on the task page
@@ -102,7 +102,6 @@ def details(run: evalctl.RunResult, report_dir: Path) -> Iterator[dict[str, Any]
             "changesProblem": changes.problem,
             "ledger": file_link(task.ledger, report_dir),
             "workspace": file_link(task.workspace, report_dir),
-            "textLimit": TEXT_LIMIT,
         }
 
 

@@ -57,8 +57,7 @@ def render_report(run: evalctl.RunResult, path: Path) -> Iterator[str]:
     script = (TEMPLATES / "report.js").read_text(encoding="utf-8")
     style = (TEMPLATES / "report.css").read_text(encoding="utf-8")
     csp = (f"default-src 'none'; script-src '{_csp_hash(script)}'; "
-           f"style-src '{_csp_hash(style)}'; img-src data:; base-uri 'none'; "
-           "form-action 'none'")
+           f"style-src '{_csp_hash(style)}'; base-uri 'none'; form-action 'none'")
     from markupsafe import Markup  # Jinja2's own dependency
 
     pieces = _environment().get_template("report.html.j2").generate(
