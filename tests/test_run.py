@@ -192,7 +192,7 @@ def test_only_and_tag_select_tasks(tmp_path, write_suite):
 
 @pytest.mark.parametrize("args, message", [
     (["--provider", "openai"], "unknown provider 'openai'"),
-    (["--reporter", "html"], "unknown reporter 'html'"),
+    (["--reporter", "pdf"], "unknown reporter 'pdf'"),
     (["--scripted", "--provider", "anthropic"], "alternatives"),
     (["--provider-option", "novalue"], "KEY=VALUE"),
 ])
