@@ -150,9 +150,9 @@ def test_several_tags_select_any_and_only_with_tag_needs_both(tmp_path, write_su
 
 
 def test_an_unknown_reporter_hint_names_a_package_never_a_checkout_path(tmp_path):
-    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--reporter", "html")
+    result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--reporter", "pdf")
     assert result.exit_code == 2
-    assert "pip install evalctl-html" in result.output
+    assert "pip install evalctl-pdf" in result.output
     assert "plugins/" not in result.output
 
 
