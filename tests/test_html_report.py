@@ -403,6 +403,7 @@ def test_a_run_with_a_baseline_shows_the_comparison_in_its_html_report(run, tmp_
     assert re.search(r'data-list="newly_failing">\s*<li><a href="#task=lazy">lazy</a>', html)
     assert 'data-figure="p_value">1.0<' in html
     assert "Against the baseline" in html and "exact McNemar" in html
+    assert "Warning:" not in html  # the same suite on both sides
     plain = viewer_run(tmp_path / "plain")
     assert "Against the baseline" not in plain.html_path.read_text()
 
@@ -413,6 +414,14 @@ def test_compare_takes_run_directories_and_html_needs_the_html_reporter(run, tmp
     done = run_evalctl(tmp_path, "compare", run_dir, str(run.report_path), "--html", "c.html")
     assert done.returncode == 0, done.stderr
     assert "No regression" in done.stdout and (tmp_path / "c.html").is_file()
+    other = json.loads(run.report_path.read_text())
+    other["suite"]["sha256"] = "f" * 64  # the suite changed between the runs
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    warned = run_evalctl(tmp_path, "compare", "other.json", str(run.report_path), "--html",
+                         "w.html")
+    assert "warning: the suite changed between the runs" in warned.stderr
+    assert 'data-list="warnings">Warning: the suite changed between the runs' in \
+        (tmp_path / "w.html").read_text()
     monkeypatch.setenv("EVALCTL_DISABLE_PLUGINS", "html")
     result = CliRunner().invoke(cli, ["compare", run_dir, run_dir, "--html",
                                       str(tmp_path / "d.html")])

@@ -168,6 +168,7 @@ def comparison(run: evalctl.RunResult) -> dict[str, Any] | None:
     test = compared.test
     return {
         "regression": compared.regression,
+        "warnings": compared.warnings(),
         "statement": test.get("statement", ""),
         "method": test.get("method"),
         "p_value": test.get("p_value"),
