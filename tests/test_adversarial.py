@@ -113,13 +113,13 @@ SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-canary-0451", "AWS_SECRET_ACCESS_KEY": "
 
 
 class Listener:
-    """A TCP server on 127.0.0.1:47011 (the port the network attack dials) that records
-    whether anything connected."""
+    """A TCP server on a free loopback port (the test points the network attack at it)
+    that records whether anything connected."""
 
     def __init__(self) -> None:
         self.server = socket.socket()
-        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.server.bind(("127.0.0.1", 47011))
+        self.server.bind(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
         self.server.listen()
         self.server.settimeout(0.2)
         self.connections = 0
@@ -143,8 +143,11 @@ class Listener:
 
 
 def test_every_attack_fails_and_leaves_no_trace(tmp_path, monkeypatch, require_bwrap):
+    listener = Listener()
     suite = tmp_path / "adversarial-and-honest.yaml"
-    suite.write_text((SUITES / "adversarial.yaml").read_text() + HONEST)
+    attacks = (SUITES / "adversarial.yaml").read_text()
+    assert attacks.count("47011") == 2  # the egress attack's port: the listener's here
+    suite.write_text(attacks.replace("47011", str(listener.port)) + HONEST)
     home = tmp_path / "home"
     (home / ".cache" / "evalctl" / "suites").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
@@ -153,7 +156,6 @@ def test_every_attack_fails_and_leaves_no_trace(tmp_path, monkeypatch, require_b
     site_packages = {Path(p) for p in sys.path if p.endswith("site-packages")}
     escape_marker = Path("/tmp/evalctl-adversarial-escape")
     escape_marker.unlink(missing_ok=True)
-    listener = Listener()
     try:
         result = run_cli(tmp_path, str(suite), "--report", "r.json", "--reporter", "json",
                          "--reporter", "markdown", "--reporter", "junit")
