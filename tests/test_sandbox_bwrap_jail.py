@@ -1049,3 +1049,57 @@ def test_no_setuid_file_survives_the_attempt(make_jail: Callable[..., bs.BwrapJa
     jail.close()
     for path in (layout.workspace / "id-copy", layout.home / "bin" / "id-copy"):
         assert path.stat().st_mode & 0o7777 == 0o755, oct(path.stat().st_mode)
+
+
+@pytest.fixture
+def deep_root() -> Iterator[Path]:
+    """A directory for trees too deep for Python's own rmtree (and pytest's cleanup):
+    removed with rm -rf, which walks them without recursing."""
+    base = Path(tempfile.mkdtemp(prefix="evalctl-deep-", dir="/var/tmp"))
+    try:
+        yield base
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False, timeout=120)
+
+
+def test_setid_bits_are_cleared_however_deep_or_long_the_path(deep_root: Path) -> None:
+    """Found by an attacker: os.walk skipped a directory past PATH_MAX, and recursed out of
+    stack 1,200 levels down, leaving setuid-root files in the kept workspace."""
+    root = deep_root / "ws"
+    root.mkdir()
+    plain = root / "plain"
+    plain.write_text("x")
+    plain.chmod(0o6755)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    name = "d" * 200
+    for _ in range(25):  # 25 x 201 bytes: past PATH_MAX (4096)
+        os.mkdir(name, dir_fd=fd)
+        child = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    deep_file = os.open("deep", os.O_WRONLY | os.O_CREAT, 0o755, dir_fd=fd)
+    os.fchmod(deep_file, 0o4755)
+    os.close(deep_file)
+    os.close(fd)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for level in range(1500):  # deeper than Python's recursion limit
+        name_here = "narrow" if level == 0 else "a"
+        os.mkdir(name_here, dir_fd=fd)
+        child = os.open(name_here, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    bottom = os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o755, dir_fd=fd)
+    os.fchmod(bottom, 0o2755)
+    os.close(bottom)
+    bottom_fd = fd  # kept open to look at the file afterwards
+    bs.strip_setid_bits(root)
+    assert plain.stat().st_mode & 0o7777 == 0o755
+    assert os.stat("bottom", dir_fd=bottom_fd).st_mode & 0o7777 == 0o755
+    os.close(bottom_fd)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(25):
+        child = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    assert os.stat("deep", dir_fd=fd).st_mode & 0o7777 == 0o755
+    os.close(fd)

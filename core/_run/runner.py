@@ -197,7 +197,6 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
     integrity = [outcome for outcome in (
         protected_changes(task, agent.files_changed), restore_seed(task, workspace),
         write_verify_files(task, workspace)) if outcome is not None]
-    remove_bytecode_caches(workspace.root)
     before_grading = snapshot(workspace.root) if task.protected else {}
     try:
         agent.sandbox = await open_sandbox(
@@ -205,9 +204,13 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
     except Exception as exc:
         return _sandbox_failure(task, workspace, attempt, exc)
     try:
-        checks = integrity + [
-            await grade(check, prepared.registry.graders[check["type"]], workspace.root, agent)
-            for check in task.checks]
+        checks = list(integrity)
+        for check in task.checks:
+            # Again before every check: one that ran the agent's code may have left a
+            # forged cache for the next.
+            remove_bytecode_caches(workspace.root)
+            checks.append(await grade(check, prepared.registry.graders[check["type"]],
+                                      workspace.root, agent))
     finally:
         await agent.sandbox.close()
     late = protected_changes_during_grading(task, before_grading, snapshot(workspace.root)) \

@@ -53,15 +53,20 @@ FAILING = ("failed", "error")
 # any) to a fresh directory, and runs pytest with evalctl's witness on sys.path.
 RUNNER = r"""
 import json, os, sys, tempfile
-plan = json.loads(sys.stdin.readline())
-sys.path.append(plan["witness_dir"])
-args = plan["args"]
-name, text = plan["config"]
-path = os.path.join(tempfile.mkdtemp(prefix="evalctl-pytest-"), name)
-with open(path, "w", encoding="utf-8") as handle:
-    handle.write(text)
-import pytest
-raise SystemExit(pytest.main(["-c", path, *args]))
+
+
+def main():
+    plan = json.loads(sys.stdin.readline())
+    sys.path.append(plan["witness_dir"])
+    name, text = plan["config"]
+    path = os.path.join(tempfile.mkdtemp(prefix="evalctl-pytest-"), name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    import pytest
+    return pytest.main(["-c", path, *plan["args"]])
+
+
+raise SystemExit(main())
 """
 
 
@@ -103,20 +108,23 @@ def _seeded_config(result: evalctl.AgentResult) -> tuple[str, str]:
     return "pytest.ini", "[pytest]\n"
 
 
-def _witness(output: str, nonce: str) -> tuple[dict[str, Any] | None, str]:
-    """The witness's report with this nonce, and the output without witness lines."""
+def _witness(output: str, nonce: str) -> tuple[dict[str, Any] | None, str, int]:
+    """The witness's report with this nonce, the output without witness lines, and how
+    many lines carried the nonce: the witness writes one, so a second is a forgery."""
     report = None
     kept = []
+    reports = 0
     for line in output.splitlines():
         if line.startswith(WITNESS_MARK):
             if line.startswith(f"{WITNESS_MARK}{nonce}:"):
+                reports += 1
                 try:
-                    report = json.loads(line[len(WITNESS_MARK) + len(nonce) + 1:])
+                    report = report or json.loads(line[len(WITNESS_MARK) + len(nonce) + 1:])
                 except ValueError:
                     report = None
             continue
         kept.append(line)
-    return report, "\n".join(kept)
+    return report, "\n".join(kept), reports
 
 
 def _required_outcomes(named: list[str], outcomes: Mapping[str, str]) -> list[str]:
@@ -170,7 +178,12 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
     plan = {"witness_dir": str(WITNESS_DIR), "args": args, "config": config}
     ran = await result.sandbox.run([sys.executable, "-I", "-c", RUNNER], timeout=timeout,
                                    stdin=json.dumps(plan) + "\n", merge_stderr=True)
-    report, output = _witness(ran.stdout, nonce)
+    report, output, reports = _witness(ran.stdout, nonce)
+    if reports > 1:
+        return evalctl.CheckResult(
+            False, f"suspected gaming: {reports} reports carried the witness's nonce; evalctl's "
+                   "witness writes one, so code in the test process forged the others",
+            suspected_gaming=True)
     # Test runners print their duration; without it the detail is the same every time
     # and the JSON report of a scripted run diffs cleanly.
     output = RUNNER_DURATION.sub("", output)

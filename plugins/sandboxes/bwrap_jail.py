@@ -736,16 +736,8 @@ class BwrapJail:
     def _strip_setid_bits(self) -> None:
         """No setuid or setgid file the sandbox made stays behind: the attempt's files are
         kept after the run, and one owned by root would be a way to root for anyone."""
-        import stat
-
         for top in (self.workspace, self.home, self.tmp):
-            for directory, _, names in os.walk(top):
-                for name in names:
-                    path = os.path.join(directory, name)
-                    with contextlib.suppress(OSError):
-                        mode = os.lstat(path).st_mode
-                        if stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
-                            os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
+            strip_setid_bits(top)
 
     def close(self) -> None:
         """Kill whatever still runs in the attempt's cgroups and remove them.  Idempotent.
@@ -980,6 +972,59 @@ class BwrapJail:
         finally:
             with contextlib.suppress(OSError):
                 _write(state, thawed)
+
+
+def strip_setid_bits(root: Path) -> None:
+    """Clear the setuid and setgid bits of every regular file under `root`, however deep
+    or long-named its directories: the walk holds one directory descriptor at a time,
+    descends by name and climbs back by "..", never by path and never recursively. Run
+    it only once nothing can change the tree (the attempt's processes are dead)."""
+    import stat
+
+    setid = stat.S_ISUID | stat.S_ISGID
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        current = os.open(root, flags)
+    except OSError:
+        return
+    pending: list[list[str]] = []  # per level, the subdirectories still to visit
+    try:
+        while True:
+            subdirs: list[str] = []
+            with contextlib.suppress(OSError), os.scandir(current) as entries:
+                for entry in entries:
+                    with contextlib.suppress(OSError):
+                        if entry.is_dir(follow_symlinks=False):
+                            subdirs.append(entry.name)
+                        elif entry.is_file(follow_symlinks=False) and \
+                                entry.stat(follow_symlinks=False).st_mode & setid:
+                            _clear_setid(current, entry.name, setid)
+            pending.append(subdirs)
+            while pending and not pending[-1]:
+                pending.pop()
+                if not pending:
+                    return
+                parent = os.open("..", flags, dir_fd=current)
+                os.close(current)
+                current = parent
+            child = os.open(pending[-1].pop(), flags, dir_fd=current)
+            os.close(current)
+            current = child
+    except OSError:
+        log.warning("could not finish clearing setuid bits under %s", root)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(current)
+
+
+def _clear_setid(directory: int, name: str, setid: int) -> None:
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 dir_fd=directory)
+    try:
+        mode = os.fstat(fd).st_mode
+        os.fchmod(fd, mode & 0o7777 & ~setid)
+    finally:
+        os.close(fd)
 
 
 def _remove_stale_cgroups(parent: Path) -> None:
