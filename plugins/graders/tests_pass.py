@@ -218,14 +218,20 @@ def _gaming_evidence(report: Mapping[str, Any], workspace: Path, result: evalctl
         return ("code in the test process replaced pytest's own "
                 f"{', '.join(tampered)}, so its verdicts are not pytest's")
     plugin_files = {str(p) for p in report.get("workspace_plugins", [])}
+    foreign = {str(node): str(path) for node, path in report.get("foreign_code", {}).items()}
+    suspects = plugin_files | set(foreign.values())
     changed = set(_touched(workspace, result, frozenset(PurePosixPath(p).name
-                                                        for p in plugin_files)))
+                                                        for p in suspects)))
     agents = sorted(plugin_files & changed)
     if check.get("trust_agent_conftest", False):
         agents = [p for p in agents if PurePosixPath(p).name != "conftest.py"]
     if agents:
-        return (f"the test run registered pytest plugin(s) from the agent's "
+        return (f"the test run registered pytest plugin(s) defined in the agent's "
                 f"{', '.join(agents)}, which can rewrite results")
+    swapped = sorted(node for node, path in foreign.items() if path in changed)
+    if swapped:
+        return (f"the code of test(s) {', '.join(swapped[:5])} came from the agent's "
+                f"{', '.join(sorted({foreign[n] for n in swapped}))}, not from the test file")
     return ""
 
 

@@ -28,7 +28,8 @@ from typing import Any
 _STDOUT = os.dup(1)  # taken at import, before pytest's capture replaces fd 1
 _write = os.write
 _state: dict[str, Any] = {"collected": 0, "collection_errors": [], "outcomes": {},
-                          "tampered": [], "workspace_plugins": []}
+                          "tampered": [], "workspace_plugins": [], "foreign_code": {}}
+_items: list[Any] = []
 
 # What decides "this test ran and passed": if test code swaps one of these, its verdict
 # is no longer pytest's.
@@ -83,6 +84,29 @@ def pytest_collectreport(report: Any) -> None:
 
 def pytest_collection_finish(session: Any) -> None:
     _state["collected"] = len(session.items)
+    _items.extend(session.items)
+
+
+def _defined_in(thing: Any) -> str | None:
+    """The file a plugin object's or a test function's code comes from, if any."""
+    import inspect
+
+    try:
+        if inspect.ismodule(thing):
+            return getattr(thing, "__file__", None)
+        code = getattr(inspect.unwrap(thing), "__code__", None)
+        if code is not None:
+            return code.co_filename
+        return inspect.getfile(type(thing))
+    except (TypeError, ValueError):
+        return None
+
+
+def _in_root(path: str | None, root: str) -> str | None:
+    if not path:
+        return None
+    real = os.path.realpath(path)
+    return os.path.relpath(real, root) if real.startswith(root + os.sep) else None
 
 
 def pytest_runtest_logreport(report: Any) -> None:
@@ -102,10 +126,15 @@ def pytest_unconfigure(config: Any) -> None:
     for key, (module, owner, name) in zip(_ORIGINAL, _GUARDED, strict=True):
         if _ORIGINAL[key] is not None and _lookup(module, owner, name) is not _ORIGINAL[key]:
             _state["tampered"].append(key)
-    root = str(config.rootpath)
+    root = os.path.realpath(str(config.rootpath))
     for plugin in config.pluginmanager.get_plugins():
-        path = getattr(plugin, "__file__", None)
-        if isinstance(path, str) and os.path.realpath(path).startswith(root + os.sep):
-            _state["workspace_plugins"].append(os.path.relpath(os.path.realpath(path), root))
+        where = _in_root(_defined_in(plugin), root)
+        if where is not None:
+            _state["workspace_plugins"].append(where)
+    for item in _items:  # a test whose code was swapped for code from another file
+        test_file = _in_root(str(getattr(item, "path", "")), root)
+        where = _in_root(_defined_in(getattr(item, "obj", None)), root)
+        if where is not None and where != test_file:
+            _state["foreign_code"][item.nodeid] = where
     line = f"\nevalctl-witness:{nonce}:{json.dumps(_state)}\n"
     _write(_STDOUT, line.encode("utf-8", "backslashreplace"))
