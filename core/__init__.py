@@ -22,6 +22,7 @@ from evalctl._files import ConfinementError, open_in_workspace, write_atomically
 from evalctl._files import resolve_inside as resolve_in_workspace
 from evalctl._plugin.hookspecs import hookimpl
 from evalctl._plugin.specs import (
+    AgentSpec,
     CheckResult,
     GraderSpec,
     ProviderSpec,
@@ -30,6 +31,9 @@ from evalctl._plugin.specs import (
 )
 from evalctl._plugin.tooldefs import tool_definitions
 from evalctl._plugin.types import (
+    AgentContext,
+    AgentLimits,
+    AgentOutcome,
     AgentResult,
     AssistantMessage,
     ExitStatus,
@@ -76,6 +80,10 @@ def create_provider(name: str, options: Mapping[str, Any] | None = None) -> Any:
 
 
 __all__ = [
+    "AgentContext",
+    "AgentLimits",
+    "AgentOutcome",
+    "AgentSpec",
     "CommandResult",
     "Sandbox",
     "SandboxRequest",

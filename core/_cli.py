@@ -72,7 +72,8 @@ def list_plugins(ctx: click.Context, as_json: bool) -> None:
             table.add_column(column)
         for record in records:
             provides = "; ".join(f"{kind}: {', '.join(record[kind])}"
-                                 for kind in ("graders", "providers", "reporters", "sandboxes")
+                                 for kind in ("graders", "providers", "reporters", "sandboxes",
+                                              "agents")
                                  if record[kind])
             status = record["status"]
             style = {"ok": "green", "failed": "red", "conflict": "red"}.get(status, "yellow")
@@ -247,6 +248,13 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
                    "as you; refused for a live provider unless named here).")
 @click.option("--sandbox-option", "sandbox_options", multiple=True, metavar="KEY=VALUE",
               help="A sandbox setting, e.g. memory_mb=2048 (repeatable; see evalctl doctor).")
+@click.option("--agent", metavar="NAME",
+              help="The system under test: evalctl (the built-in loop, default), command (any "
+                   "CLI agent in the sandbox, metered by evalctl's model proxy), claude-code, "
+                   "or a preset (docs/agents.md).")
+@click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE",
+              help="An agent setting, e.g. 'argv=my-agent {prompt}' or version=1.2 "
+                   "(repeatable).")
 @click.option("--concurrency", type=click.IntRange(min=1), metavar="N",
               help="Tasks run at once (default: the provider's, 8 scripted, 4 anthropic).")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
@@ -269,7 +277,8 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
 def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str, ...],
         scripted: bool, provider: str | None, model: str | None,
         provider_options: tuple[str, ...], sandbox: str | None,
-        sandbox_options: tuple[str, ...], concurrency: int | None, report: Path | None,
+        sandbox_options: tuple[str, ...], agent: str | None, agent_options: tuple[str, ...],
+        concurrency: int | None, report: Path | None,
         reporters: tuple[str, ...], out: Path | None, repeat: int, baseline: Path | None,
         max_drop: float, fail_on_flip: bool) -> None:
     """Run a suite and grade it. Exit 0 all passed, 1 a task failed, 2 bad input.
@@ -314,6 +323,9 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
         sandbox=sandbox, sandbox_options=_parse_options(sandbox_options, "--sandbox-option"),
         config_sandbox=config.get("sandbox"),
         config_sandbox_options=config.get("sandbox_options", {}),
+        agent=agent, agent_options=_parse_options(agent_options, "--agent-option"),
+        config_agent=config.get("agent"), config_agent_options=config.get("agent_options", {}),
+        config_agents=config.get("agents", {}),
     )
     # The JSON report is always written: it is the run's record, and what compare and
     # --baseline read. --reporter (or the config's reporters) choose the others.

@@ -4,16 +4,15 @@ ends its turn or a limit stops it. The exit status is always recorded."""
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger, ledger_totals
+from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
 from evalctl._agent.tools import Toolbox, ToolOutcome
 from evalctl._errors import ProviderError
 from evalctl._plugin.tooldefs import TOOL_DEFINITIONS
 from evalctl._plugin.types import (
-    AgentResult,
+    AgentOutcome,
     AssistantMessage,
     ExitStatus,
     Message,
@@ -52,18 +51,13 @@ class _Progress:
     unpriced_noted: bool = False
 
 
-async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sandbox,
-                    system_prompt: str = SYSTEM_PROMPT) -> AgentResult:
-    """Run one task to its end. Cancellation records 'aborted' and re-raises; an
-    unexpected exception is recorded as 'internal_error' and re-raised."""
-    started = time.monotonic()
-    ledger = Ledger(workspace.ledger_path)
-    ledger.append("task_start", task_id=task.id, prompt=task.prompt,
-                  permissions=task.permissions, limits=task.limits.to_dict())
+async def run_loop(task: Task, provider: Any, workspace: Workspace, sandbox: Sandbox,
+                   ledger: Ledger, system_prompt: str = SYSTEM_PROMPT) -> AgentOutcome:
+    """The built-in agent on one attempt: turns until the model ends its turn or a limit
+    (turns, seconds, cost) stops it, every event appended to `ledger`."""
     toolbox = Toolbox(workspace, sandbox, task.permissions)
     messages: list[Message] = [UserMessage(task.prompt)]
     progress = _Progress()
-    status, error = ExitStatus.MAX_TURNS, None
     try:
         async with asyncio.timeout(task.limits.seconds):
             status, error = await _converse(task, provider, toolbox, ledger, messages,
@@ -71,31 +65,7 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
     except TimeoutError:
         status, error = ExitStatus.TIMEOUT, f"stopped after {task.limits.seconds:g}s"
         ledger.append("limit", limit="seconds", value=task.limits.seconds)
-    except asyncio.CancelledError:
-        ledger.append("task_end", status=ExitStatus.ABORTED, error="cancelled")
-        ledger.close()
-        raise
-    except Exception as exc:  # a bug: the ledger still ends honestly; the runner records it
-        ledger.append("task_end", status=ExitStatus.INTERNAL_ERROR,
-                      error=f"{type(exc).__name__}: {exc}")
-        ledger.close()
-        raise
-    ledger.append("task_end", status=status, error=error)
-    ledger.close()
-    usage, cost, turns = ledger_totals(workspace.ledger_path)
-    return AgentResult(
-        final_text=progress.final_text,
-        exit_status=status,
-        turns=turns,
-        tool_calls=progress.tool_calls,
-        usage=usage,
-        cost=cost,
-        duration=round(time.monotonic() - started, 4),
-        files_changed=workspace.changed_files(),
-        ledger_path=workspace.ledger_path,
-        error=error,
-        seed_path=workspace.seed_path,
-    )
+    return AgentOutcome(status, progress.final_text, error, progress.tool_calls)
 
 
 async def _converse(task: Task, provider: Any, toolbox: Toolbox, ledger: Ledger,

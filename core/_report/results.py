@@ -208,6 +208,16 @@ class RunResult:
     # Against a baseline (`run --baseline`, `compare --html`), for reporters that show
     # it; not part of the JSON report, which `evalctl compare` recomputes from two.
     comparison: Comparison | None = None
+    # The system under test: name (as chosen, a preset's say), base, version, options.
+    agent: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def agent_label(self) -> str:
+        """The agent as a person names it: `claude-code 2.1.332`, or `evalctl` for reports
+        written before agents were recorded (the built-in loop was the only one)."""
+        name = self.agent.get("name") or "evalctl"
+        version = self.agent.get("version")
+        return f"{name} {version}" if version else str(name)
 
     def ran(self) -> list[TaskResult]:
         return [t for t in self.tasks if t.status != NOT_RUN]
@@ -304,6 +314,7 @@ class RunResult:
             "provider": self.provider,
             "model": self.model,
             "sandbox": dict(self.sandbox),
+            "agent": dict(self.agent),
             "evalctl_version": self.evalctl_version,
             "plugins": dict(sorted(self.plugin_versions.items())),
             "started_at": self.started_at,
@@ -338,6 +349,7 @@ class RunResult:
             run_directory=str(data.get("run_directory", "")),
             repeat=int(data.get("repeat", 1)), rate_names=rate_names,
             sandbox=dict(data.get("sandbox") or {}),
+            agent=dict(data.get("agent") or {}),
         )
 
 

@@ -1,4 +1,4 @@
-"""Runs a suite: per task a fresh workspace, the agent loop, then the graders.
+"""Runs a suite: per task a fresh workspace, the agent, then the graders.
 
 Tasks run concurrently up to a limit. Ctrl-C (task cancellation) stops the run but
 still returns what finished; unfinished tasks are marked not run, their partial
@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from evalctl._agent.loop import run_agent
+from evalctl._agent.runtime import run_agent
 from evalctl._agent.tools import tool_validators
 from evalctl._errors import ProviderSetupError, UsageError
 from evalctl._files import snapshot
@@ -34,6 +34,7 @@ from evalctl._report.results import (
     RunResult,
     TaskResult,
 )
+from evalctl._run.agents import AgentChoice, choose_agent
 from evalctl._run.integrity import (
     protected_changes,
     protected_changes_during_grading,
@@ -68,6 +69,11 @@ class RunOptions:
     sandbox_options: Mapping[str, str] = field(default_factory=dict)  # --sandbox-option
     config_sandbox: str | None = None  # `sandbox` in evalctl.toml
     config_sandbox_options: Mapping[str, Any] = field(default_factory=dict)
+    agent: str | None = None  # --agent NAME
+    agent_options: Mapping[str, Any] = field(default_factory=dict)  # --agent-option
+    config_agent: str | None = None  # `agent` in evalctl.toml
+    config_agent_options: Mapping[str, Any] = field(default_factory=dict)
+    config_agents: Mapping[str, Any] = field(default_factory=dict)  # [agents.NAME] presets
 
 
 ProgressCallback = Callable[[str, Task, TaskResult | None], None]
@@ -98,6 +104,7 @@ class PreparedRun:
     registry: Registry
     run_dir: Path
     sandbox: SandboxChoice
+    agent: AgentChoice
     # Exit statuses that make a task an error, not a failure: the kernel's and those
     # the provider declares (the scripted provider's script_error, say).
     error_statuses: frozenset[str] = ExitStatus.ERRORS
@@ -121,6 +128,10 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
         registry, spec, flag=options.sandbox, flag_options=options.sandbox_options,
         suite_default=suite.sandbox, config_name=options.config_sandbox,
         config_options=options.config_sandbox_options)
+    agent = choose_agent(registry, flag=options.agent, flag_options=options.agent_options,
+                         config_name=options.config_agent,
+                         config_options=options.config_agent_options,
+                         config_presets=options.config_agents)
     tool_validators()  # one-time setup belongs before the first task, not inside it
     concurrency = options.concurrency or min(
         spec.default_concurrency, sandbox.spec.default_concurrency or spec.default_concurrency)
@@ -134,7 +145,7 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
         raise UsageError(f"cannot create a run directory under {options.out_dir}: "
                          f"{exc.strerror or exc}") from None
     return PreparedRun(suite, tasks, provider, concurrency, options, registry, run_dir,
-                       sandbox, ExitStatus.ERRORS | set(spec.error_statuses))
+                       sandbox, agent, ExitStatus.ERRORS | set(spec.error_statuses))
 
 
 async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
@@ -180,13 +191,15 @@ def _sandbox_request(task: Task, workspace: Workspace, prepared: PreparedRun, na
 async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskResult:
     name = attempt_name(task, attempt, prepared.options.repeat)
     workspace = create_workspace(prepared.run_dir, name, task.files)
+    sandbox_request = _sandbox_request(task, workspace, prepared, name, "agent")
     try:
-        sandbox = await open_sandbox(prepared.sandbox,
-                                     _sandbox_request(task, workspace, prepared, name, "agent"))
+        sandbox = await open_sandbox(prepared.sandbox, sandbox_request)
     except Exception as exc:
         return _sandbox_failure(task, workspace, attempt, exc)
     try:
-        agent = await run_agent(task, prepared.provider, workspace, sandbox)
+        agent = await run_agent(task, prepared.provider, workspace, sandbox,
+                                agent=prepared.agent.spec.run, options=prepared.agent.options,
+                                name=prepared.agent.name, env=sandbox_request.env)
     finally:
         await sandbox.close()  # nothing the agent started outlives its turn at the work
     if agent.turns == 0 and agent.exit_status in prepared.error_statuses:
@@ -328,5 +341,6 @@ async def _execute(prepared: PreparedRun, progress: ProgressCallback | None) -> 
         repeat=repeat,
         rate_names=tuple(sorted({spec.rate for spec in registry.graders.values() if spec.rate})),
         sandbox=prepared.sandbox.to_dict(),
+        agent=prepared.agent.to_dict(),
     )
 
