@@ -355,6 +355,9 @@ class ModelProxy:
         if path.endswith("count_tokens"):
             estimate = (len(json.dumps(payload)) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
             return _response(200, json.dumps({"input_tokens": estimate}).encode())
+        betas = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
+        if betas:  # what the agent asked of the API goes with its request
+            payload["betas"] = betas
         return await self._messages(payload)
 
     async def _messages(self, body: Mapping[str, Any]) -> bytes:

@@ -148,7 +148,8 @@ class ModelRequest:
     task: Mapping[str, Any] = field(default_factory=dict)
     turn_index: int = 0
     # The Messages API request body exactly as a CLI agent sent it through evalctl's
-    # model proxy (None for the built-in loop). `system`, `messages` and `tools` are
+    # model proxy, with its `anthropic-beta` header's values as `betas` (None for the
+    # built-in loop). `system`, `messages` and `tools` are
     # translated from it, so any provider can answer; one that speaks the Messages API
     # may forward it as it is, for fidelity (thinking, cache_control, the agent's own
     # system prompt).
