@@ -367,6 +367,7 @@ def test_a_cli_agent_in_bwrap_sees_no_secret_writes_nothing_outside_and_leaves_n
         tmp_path, monkeypatch, require_bwrap):
     outside = tmp_path / "outside"
     outside.mkdir()
+    Path("/tmp/evalctl-agent-escape").unlink(missing_ok=True)
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
     listener = Listener()
     script = PROBE.replace("$OUTSIDE", str(outside)).replace("$PORT", str(listener.port)) \
@@ -457,3 +458,60 @@ def test_an_old_report_without_an_agent_reads_as_the_built_in_loop(tmp_path):
     path.write_text(json.dumps(data))
     assert evalctl.load_report(path).agent_label == "evalctl"
     assert run.agent_label == f"evalctl {evalctl.__version__}"
+
+
+# --------------------------------------------------------------------------- anthropic
+
+
+def test_the_anthropic_provider_forwards_a_cli_agents_own_request(tmp_path, monkeypatch):
+    """The agent's request reaches the API as the agent wrote it (its system prompt, its
+    tools), with the run's model and evalctl's real key; the agent saw only its token."""
+    from evalctl._agent.proxy import to_sse
+    from tests.messages_server import MessagesServer, message, text_block, tool_use
+
+    def streamed(content, stop, **usage):
+        _, _, body = message(content, stop, model="claude-haiku-4-5", **usage)
+        return 200, {"content-type": "text/event-stream"}, to_sse(json.loads(body))
+
+    with MessagesServer() as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-real-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        server.replies += [
+            streamed([text_block("Saving."), tool_use("toolu_1", "save", path="hello.txt",
+                                                      text="hello\n")], "tool_use",
+                     input_tokens=1000, output_tokens=50, cache_read=2000),
+            streamed([text_block("Saved.")], "end_turn", input_tokens=1100, output_tokens=5)]
+        run = run_suite(WRITE_HELLO, provider="anthropic", model="claude-haiku-4-5",
+                        sandbox="local", agent="command", out_dir=tmp_path,
+                        agent_options=sdk_options(argv=SDK_ARGV.replace(
+                            "{prompt}", "--no-stream {prompt}")))
+    task = run.tasks[0]
+    assert task.status == "passed", (task.error, task.checks)
+    assert task.usage == evalctl.TokenUsage(2100, 55, 2000, 0)
+    assert task.cost == pytest.approx((2100 * 1.0 + 55 * 5.0 + 2000 * 0.10) / 1e6)
+    first = server.requests[0]
+    assert first["model"] == "claude-haiku-4-5" and first["stream"] is True
+    assert first["system"] == "You are a small agent."
+    assert [t["name"] for t in first["tools"]] == ["save", "shell"]
+    assert server.requests[1]["messages"][2]["content"][0]["type"] == "tool_result"
+    assert all("sk-test-real-key" in (h.get("x-api-key") or h.get("authorization", ""))
+               for h in server.headers)
+    turns = [e for e in read_events(Path(task.ledger)) if e["event"] == "model_turn"]
+    assert [t["requested_model"] for t in turns] == ["sdk-agent-model"] * 2
+
+
+def test_a_forwarded_request_keeps_what_the_sdk_does_not_know():
+    from evalctl.plugins.providers.anthropic import forwarded_request
+
+    body = {"model": "claude-opus-5-5", "max_tokens": 32000, "stream": True,
+            "messages": [{"role": "user", "content": "hi"}], "system": [{"type": "text",
+                                                                         "text": "S"}],
+            "thinking": {"type": "enabled", "budget_tokens": 31999},
+            "context_management": {"edits": []}, "betas": ["claude-code-20250219"]}
+    arguments = forwarded_request(body, "claude-sonnet-4-6")
+    assert arguments == {
+        "model": "claude-sonnet-4-6", "max_tokens": 32000,
+        "messages": [{"role": "user", "content": "hi"}], "betas": ["claude-code-20250219"],
+        "extra_body": {"system": [{"type": "text", "text": "S"}],
+                       "thinking": {"type": "enabled", "budget_tokens": 31999},
+                       "context_management": {"edits": []}}}

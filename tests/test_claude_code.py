@@ -48,7 +48,9 @@ tasks:
       - tool_calls:
           - tool: Bash
             input:
-              command: "env > env.txt; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\\\0' '\\\\n' >> env.txt; echo from-bash > bash.txt"
+              command: |
+                env > env.txt; cat /proc/[0-9]*/environ >> env.txt 2>/dev/null
+                echo from-bash > bash.txt
               description: Record the environment
       - text: Done.
     checks:
