@@ -515,3 +515,45 @@ def test_a_forwarded_request_keeps_what_the_sdk_does_not_know():
         "extra_body": {"system": [{"type": "text", "text": "S"}],
                        "thinking": {"type": "enabled", "budget_tokens": 31999},
                        "context_management": {"edits": []}}}
+
+
+# --------------------------------------------------------------------------- the docs
+
+AGENTS_DOC = (ROOT / "docs" / "agents.md").read_text()
+
+
+def doc_block(language: str, containing: str) -> str:
+    import re
+
+    blocks = re.findall(rf"```{language}\n(.*?)```", AGENTS_DOC, flags=re.S)
+    return next(block for block in blocks if containing in block)
+
+
+def docs_suite() -> str:
+    return "name: from-the-docs\n" + doc_block("yaml", "agent_script:")
+
+
+def test_the_docs_suite_runs_on_the_built_in_loop_from_its_script(tmp_path):
+    run = run_suite(docs_suite(), sandbox="local", out_dir=tmp_path)
+    assert run.tasks[0].status == "passed", run.tasks[0].checks
+
+
+def test_the_docs_config_presets_resolve(registry):
+    import tomllib
+
+    config = tomllib.loads(doc_block("toml", "[agents.my-agent]"))
+    choice = choose_agent(registry, flag=None, flag_options={}, config_name="my-agent-json",
+                          config_presets=config["agents"])
+    assert choice.spec.name == "command" and choice.version == "0.3"
+    assert choice.options["final_text"] == "json:answer"
+    assert config["agent"] == "my-agent"
+
+
+def test_the_docs_package_preset_registers():
+    namespace: dict = {}
+    exec(doc_block("python", "evalctl_register_agents"), namespace)  # noqa: S102
+    plugin = type("Plugin", (), {"evalctl_register_agents":
+                                 staticmethod(namespace["evalctl_register_agents"])})
+    registry = registry_with(("my_cli", plugin))
+    choice = choose_agent(registry, flag="my-cli", flag_options={})
+    assert choice.version == "1.4.2" and choice.options["final_text"] == "stdout"

@@ -185,3 +185,14 @@ def test_the_report_names_claude_code_and_counts_its_tokens(proof_run):
     assert sum(t.turns for t in report.tasks) == 6
     markdown = next(out.glob("report-*.md")).read_text()
     assert f"- Agent: claude-code {CLAUDE_CODE_VERSION} (a preset of command)" in markdown
+
+
+def test_the_docs_suite_passes_with_claude_code(claude_code, tmp_path, require_bwrap):
+    from tests.test_agents import docs_suite
+
+    run = run_suite(docs_suite(), sandbox="bwrap", agent="claude-code", out_dir=tmp_path,
+                    agent_options={"path": [str(claude_code / "node_modules" / ".bin")]},
+                    sandbox_options={"ro_paths": [str(claude_code)]})
+    task = run.tasks[0]
+    assert task.status == "passed", (task.error, task.checks)
+    assert task.turns == 2 and task.cost == 0.01
