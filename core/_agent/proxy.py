@@ -323,6 +323,9 @@ class ModelProxy:
                 answer = _error(exc.status, exc.kind, exc.message)
             except (ValueError, asyncio.IncompleteReadError):
                 answer = _error(400, "invalid_request_error", "malformed HTTP request")
+            except Exception as exc:  # a bug here must reach the agent as an answer, not a hang
+                answer = _error(500, "api_error",
+                                f"evalctl model proxy failed: {type(exc).__name__}: {exc}")
             writer.write(answer)
             await writer.drain()
         except (ConnectionError, OSError):
