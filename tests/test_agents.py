@@ -437,6 +437,19 @@ def test_compare_names_the_agent_of_each_side(tmp_path):
     assert comparison.to_dict()["current"]["agent"] == "command 1.0"
     assert loop.tasks[0].status == "failed" and cli.tasks[0].status == "passed"
 
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli as evalctl_cli
+
+    page = tmp_path / "compare.html"
+    result = CliRunner().invoke(evalctl_cli, [
+        "compare", str(next((tmp_path / "a").glob("report-*.json"))),
+        str(next((tmp_path / "b").glob("report-*.json"))), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    html = page.read_text()
+    assert f"baseline evalctl {evalctl.__version__} · this run command 1.0" in html
+    assert "<tr><th>agent</th><td>command 1.0</td></tr>" in html
+
 
 def test_a_comparison_of_two_agents_on_two_models_says_it_proves_little(tmp_path):
     suite = WRITE_HELLO

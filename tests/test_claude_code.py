@@ -120,7 +120,7 @@ def proof_run(claude_code, tmp_path_factory):
         patch.setenv("ANTHROPIC_API_KEY", SECRET)
         run = run_suite(
             SUITE, sandbox="bwrap", agent="claude-code", out_dir=out, concurrency=2,
-            reporters=["json", "markdown"],
+            reporters=["json", "markdown", "html"],
             agent_options={"path": [str(claude_code / "node_modules" / ".bin")],
                            "version": CLAUDE_CODE_VERSION},
             sandbox_options={"ro_paths": [str(claude_code)]})
@@ -185,6 +185,8 @@ def test_the_report_names_claude_code_and_counts_its_tokens(proof_run):
     assert sum(t.turns for t in report.tasks) == 6
     markdown = next(out.glob("report-*.md")).read_text()
     assert f"- Agent: claude-code {CLAUDE_CODE_VERSION} (a preset of command)" in markdown
+    html = next(out.glob("report-*.html")).read_text()
+    assert f"claude-code {CLAUDE_CODE_VERSION} (a preset of command)" in html
 
 
 def test_the_docs_suite_passes_with_claude_code(claude_code, tmp_path, require_bwrap):
