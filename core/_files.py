@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
-# Caches tools write as a side effect; not the agent's work.
-IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+# Caches tools write as a side effect, and a repository's own metadata (a git source's
+# .git: its index and refs change with every `git status`): not the agent's work.
+IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git"})
 
 
 class ConfinementError(ValueError):

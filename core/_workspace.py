@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalctl._files import resolve_inside, snapshot
+from evalctl._sources.model import Source
 
 
 @dataclass
@@ -26,18 +27,27 @@ class Workspace:
     tmp: Path
     ledger_path: Path
     seed_path: Path
-    seed: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
+    # The seed's content (source plus files:), relative path -> sha256, taken once when
+    # the workspace is created: the one record the seed copy is checked against.
+    seed: dict[str, str] = field(default_factory=dict)
+    # What the agent's changes are measured against: the seed, or the workspace as the
+    # task's setup left it (a virtual environment setup made is not the agent's work).
+    baseline: dict[str, str] = field(default_factory=dict)
 
     def resolve(self, user_path: str) -> Path:
         return resolve_inside(self.root, user_path)
 
     def changed_files(self) -> dict[str, str]:
         """Workspace-relative path -> 'created' | 'modified' | 'deleted'."""
-        now = snapshot(self.root)
-        changes = {p: "created" for p in now if p not in self.seed}
-        changes.update({p: "modified" for p in now if p in self.seed and now[p] != self.seed[p]})
-        changes.update({p: "deleted" for p in self.seed if p not in now})
+        now, before = snapshot(self.root), self.baseline
+        changes = {p: "created" for p in now if p not in before}
+        changes.update({p: "modified" for p in now if p in before and now[p] != before[p]})
+        changes.update({p: "deleted" for p in before if p not in now})
         return dict(sorted(changes.items()))
+
+    def mark_baseline(self) -> None:
+        """What the workspace holds now (after setup) is not the agent's doing."""
+        self.baseline = snapshot(self.root)
 
 
 def new_run_directory(base: str | os.PathLike[str] = "eval_reports") -> Path:
@@ -60,23 +70,52 @@ def ledger_path(run_dir: Path, task_id: str) -> Path:
     return run_dir / ".ledgers" / f"{task_id}.jsonl"
 
 
-def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str]) -> Workspace:
+def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str], *,
+                     source: Source | None = None) -> Workspace:
+    """A fresh workspace seeded with `source` (when given) and `files` on top, and its
+    seed copy. Raises SourceError when the source cannot be prepared; the directories
+    are left for the record."""
+    workspace = new_workspace(run_dir, task_id)
+    seed_workspace(workspace, files, source)
+    return workspace
+
+
+def new_workspace(run_dir: Path, task_id: str) -> Workspace:
+    """The attempt's directories, empty: workspace, seed copy, HOME, TMPDIR, ledger's."""
     root = run_dir / task_id
     state = run_dir / ".state" / task_id
     ledger = ledger_path(run_dir, task_id)
     seed = run_dir / ".seed" / task_id
     for directory in (root, state / "home", state / "tmp", ledger.parent, seed):
         directory.mkdir(parents=True, exist_ok=True)
-    workspace = Workspace(task_id, root.resolve(), (state / "home").resolve(),
-                          (state / "tmp").resolve(), ledger.resolve(),
-                          seed.resolve())
-    for base in (workspace.root, workspace.seed_path):
-        for relative, content in files.items():
-            target = resolve_inside(base, relative)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content, encoding="utf-8")
-    workspace.seed = snapshot(workspace.root)
-    return workspace
+    return Workspace(task_id, root.resolve(), (state / "home").resolve(),
+                     (state / "tmp").resolve(), ledger.resolve(), seed.resolve())
+
+
+def seed_workspace(workspace: Workspace, files: Mapping[str, str],
+                   source: Source | None = None) -> None:
+    """Put the seed into the (empty) workspace and its seed copy, and record its hashes.
+    A git source's repository is in the workspace, not in the seed copy: the seed is
+    the files."""
+    write_seed(workspace.root, files, source, keep_git=True)
+    write_seed(workspace.seed_path, files, source, keep_git=False)
+    workspace.seed = snapshot(workspace.seed_path)
+    workspace.baseline = snapshot(workspace.root)
+
+
+def write_seed(directory: Path, files: Mapping[str, str], source: Source | None, *,
+               keep_git: bool = False) -> None:
+    """The one way a seed is made: the source at its commit, then `files:` on top."""
+    if source is not None:
+        from evalctl._sources.prepare import materialize
+
+        materialize(source, directory, keep_git=keep_git)
+    for relative, content in files.items():
+        target = resolve_inside(directory, relative)
+        if target.is_symlink():  # a source's link must not redirect a seeded file
+            target.unlink()
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
 
 
 def sandbox_environment(home: Path, tmp: Path) -> dict[str, str]:

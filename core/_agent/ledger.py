@@ -16,13 +16,13 @@ from evalctl._plugin.types import TokenUsage
 LEDGER_TEXT_LIMIT = 8_000
 
 
-
 class Ledger:
     def __init__(self, path: Path):
         self.path = path
+        # A ledger opened again (the agent's, after the setup's events) numbers on.
+        self._seq = _count_lines(path)
         self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
         self._start = time.monotonic()
-        self._seq = 0
 
     def append(self, event: str, **fields: Any) -> None:
         self._seq += 1
@@ -34,6 +34,14 @@ class Ledger:
     def close(self) -> None:
         if not self._handle.closed:
             self._handle.close()
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with open(path, "rb") as handle:
+            return sum(1 for _ in handle)
+    except FileNotFoundError:
+        return 0
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

@@ -118,7 +118,8 @@ class ProviderSpec:
         schema = self.options_schema
         if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
             raise ValueError(f"provider {self.name!r}: options_schema must be an object schema")
-        reserved = {"id", "prompt", "checks", "files", "tags", "permissions", "limits"}
+        reserved = {"id", "prompt", "checks", "files", "tags", "permissions", "limits",
+                    "verify_files", "verify_patch", "protected", "network", "source", "setup"}
         clashing = sorted(reserved & set(self.task_schema))
         if clashing:
             raise ValueError(f"provider {self.name!r}: task_schema redefines core task keys "

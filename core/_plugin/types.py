@@ -27,10 +27,13 @@ class ExitStatus:
     REFUSED = "refused"
     CONTEXT_OVERFLOW = "context_overflow"
     INTERNAL_ERROR = "internal_error"  # a bug in evalctl or a plugin, caught and recorded
+    # The workspace could not be prepared (a source that cannot be fetched, a verify
+    # patch that does not apply, a setup command that failed): the agent never started.
+    SETUP_ERROR = "setup_error"
 
     # Statuses where the model could not do its work at all: the task is an error,
     # counted apart from failures. Providers add their own (ProviderSpec.error_statuses).
-    ERRORS = frozenset({PROVIDER_ERROR, INTERNAL_ERROR})
+    ERRORS = frozenset({PROVIDER_ERROR, INTERNAL_ERROR, SETUP_ERROR})
     # A CLI agent's process that exited with a non-zero code (it crashed, or gave up):
     # a failure of the agent, graded like any other.
     AGENT_FAILED = "agent_failed"
@@ -182,8 +185,9 @@ class SandboxRequest:
     private `home` and `tmp`. `env` is the environment commands get, built from nothing
     by evalctl (PATH, HOME, TMPDIR, LANG: never a credential). `network` is whether the
     task allows network access. `options` are the sandbox's own, validated against its
-    `options_schema`. `purpose` is "agent" or "grading": graders get a fresh sandbox
-    after the agent's has been closed.
+    `options_schema`. `purpose` is "setup" (the task's setup commands, before the agent:
+    `network` is the setup's own allowance), "agent" or "grading": graders get a fresh
+    sandbox after the agent's has been closed.
     """
 
     workspace: Path

@@ -4,10 +4,13 @@ rests on what evalctl observed rather than on anything the agent could edit.
 - Protected files: a seeded file matching a task's `protected:` glob that the agent
   created, changed or deleted fails the task, naming the file.
 - The seed copy: graders compare against `.seed/<attempt>`; if it no longer matches
-  what evalctl seeded (only possible without a sandbox that hides it), it is restored
-  and the task fails, naming the tampering.
-- Verify files: written into the workspace only now, replacing whatever the agent left
-  at those paths, and never through a link that leads out of the workspace.
+  the hashes taken when the workspace was created (only possible without a sandbox
+  that hides it), it is made again the one way seeds are made (the source, then
+  `files:`) and the task fails, naming the tampering.
+- Verify files (`verify_files`, and what `verify_patch` gives the files it touches):
+  written into the workspace only now, replacing whatever the agent left at those
+  paths (or deleting them, where the patch deletes a file), and never through a link
+  that leads out of the workspace.
 - Bytecode caches: every `__pycache__` the agent left is removed before grading, so a
   forged cache cannot stand in for a test or a module evalctl seeded.
 - After grading, protected files are checked again: a check that runs the agent's code
@@ -24,7 +27,7 @@ from pathlib import Path
 from evalctl._files import ConfinementError, resolve_inside, snapshot
 from evalctl._report.results import CheckOutcome
 from evalctl._suite.model import Task
-from evalctl._workspace import Workspace
+from evalctl._workspace import Workspace, write_seed
 
 PROTECTED = "protected_files"
 SEED_INTEGRITY = "seed_integrity"
@@ -47,20 +50,25 @@ def protected_changes(task: Task, files_changed: Mapping[str, str]) -> CheckOutc
 
 def restore_seed(task: Task, workspace: Workspace) -> CheckOutcome | None:
     """Make the seed copy what evalctl seeded again; a failed check if it was not."""
-    expected = _seed_hashes(task)
-    if snapshot(workspace.seed_path) == expected:
+    if snapshot(workspace.seed_path) == workspace.seed:
         return None
-    _rewrite(workspace.seed_path, task.files)
+    import shutil
+
+    shutil.rmtree(workspace.seed_path, ignore_errors=True)
+    workspace.seed_path.mkdir(parents=True)
+    write_seed(workspace.seed_path, task.files, task.source)
     return CheckOutcome(SEED_INTEGRITY, "mechanical", False,
                         "suspected gaming: the seed copy graders compare against was changed "
                         "during the attempt; it was restored before grading",
                         suspected_gaming=True)
 
 
-def write_verify_files(task: Task, workspace: Workspace) -> CheckOutcome | None:
-    """Write the task's verify files; a failed check if one cannot be written safely."""
+def write_verify_files(verify: Mapping[str, str | None],
+                       workspace: Workspace) -> CheckOutcome | None:
+    """Write the verify files (None: delete that path); a failed check if one cannot be
+    written safely."""
     problems = []
-    for relative, content in task.verify_files.items():
+    for relative, content in verify.items():
         try:
             _write_replacing(workspace.root, relative, content)
         except (ConfinementError, OSError) as exc:
@@ -73,28 +81,10 @@ def write_verify_files(task: Task, workspace: Workspace) -> CheckOutcome | None:
                         suspected_gaming=True)
 
 
-def _seed_hashes(task: Task) -> dict[str, str]:
-    import hashlib
-
-    return {Path(relative).as_posix(): hashlib.sha256(content.encode("utf-8")).hexdigest()
-            for relative, content in task.files.items()}
-
-
-def _rewrite(root: Path, files: Mapping[str, str]) -> None:
-    import shutil
-
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
-    for relative, content in files.items():
-        target = root / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
-
-
-def _write_replacing(root: Path, relative: str, content: str) -> None:
-    """Write `content` at `relative` inside `root`: its directory is resolved inside the
-    workspace (a planted link that leads out is refused), and a link or file already at
-    the path is replaced, never followed."""
+def _write_replacing(root: Path, relative: str, content: str | None) -> None:
+    """Write `content` at `relative` inside `root` (None: make sure nothing is there): its
+    directory is resolved inside the workspace (a planted link that leads out is
+    refused), and a link or file already at the path is replaced, never followed."""
     parent_relative = os.path.dirname(relative) or "."
     parent = resolve_inside(root, parent_relative)
     parent.mkdir(parents=True, exist_ok=True)
@@ -104,6 +94,8 @@ def _write_replacing(root: Path, relative: str, content: str) -> None:
         target.unlink()
     elif target.exists():
         raise ConfinementError(f"{relative} is a directory the agent created")
+    if content is None:
+        return
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(content)

@@ -43,14 +43,15 @@ from evalctl._run.integrity import (
     write_verify_files,
 )
 from evalctl._run.sandboxing import SandboxChoice, choose_sandbox, open_sandbox
+from evalctl._run.setup import SetupFailed, prepare_workspace, run_setup
 from evalctl._suite.model import Suite, Task
 from evalctl._version import __version__
 from evalctl._workspace import (
     Workspace,
-    create_workspace,
     grading_state,
     ledger_path,
     new_run_directory,
+    new_workspace,
     sandbox_environment,
 )
 
@@ -180,17 +181,27 @@ def attempt_name(task: Task, attempt: int, repeat: int) -> str:
 def _sandbox_request(task: Task, workspace: Workspace, prepared: PreparedRun, name: str,
                      purpose: str) -> SandboxRequest:
     # Graders get a HOME and TMPDIR of their own: nothing the agent left in its own
-    # (a planted config file, say) takes part in grading.
-    home, tmp = (workspace.home, workspace.tmp) if purpose == "agent" else \
-        grading_state(workspace)
+    # (a planted config file, say) takes part in grading. Setup prepares the agent's.
+    home, tmp = grading_state(workspace) if purpose == "grading" else \
+        (workspace.home, workspace.tmp)
+    # Setup has its own network allowance (installing the project, say): that sandbox only.
+    network = task.setup.network if purpose == "setup" and task.setup else task.network
     return SandboxRequest(workspace.root, home, tmp, sandbox_environment(home, tmp),
-                          network=task.network, options=prepared.sandbox.options,
+                          network=network, options=prepared.sandbox.options,
                           purpose=purpose, attempt=name)
 
 
 async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskResult:
     name = attempt_name(task, attempt, prepared.options.repeat)
-    workspace = create_workspace(prepared.run_dir, name, task.files)
+    workspace = new_workspace(prepared.run_dir, name)
+    try:
+        verify = await prepare_workspace(task, workspace)
+        await run_setup(task, workspace, lambda: open_sandbox(
+            prepared.sandbox, _sandbox_request(task, workspace, prepared, name, "setup")))
+    except SetupFailed as exc:
+        return TaskResult(task.id, ERROR, exit_status=ExitStatus.SETUP_ERROR, tags=task.tags,
+                          attempt=attempt, workspace=str(workspace.root),
+                          ledger=str(workspace.ledger_path), error=str(exc))
     sandbox_request = _sandbox_request(task, workspace, prepared, name, "agent")
     try:
         sandbox = await open_sandbox(prepared.sandbox, sandbox_request)
@@ -209,7 +220,7 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
     # Between the agent and the graders: evidence of tampering, then the hidden files.
     integrity = [outcome for outcome in (
         protected_changes(task, agent.files_changed), restore_seed(task, workspace),
-        write_verify_files(task, workspace)) if outcome is not None]
+        write_verify_files(verify, workspace)) if outcome is not None]
     before_grading = snapshot(workspace.root) if task.protected else {}
     try:
         agent.sandbox = await open_sandbox(

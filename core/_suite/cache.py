@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-FORMAT = "2"
+FORMAT = "3"  # 3: source_lines
 
 
 def cache_dir() -> Path:

@@ -12,8 +12,18 @@ from typing import Any
 
 from evalctl._errors import Problem, SuiteError
 from evalctl._plugin.registry import Registry, get_registry
+from evalctl._sources.model import COMMIT, Source, source_from_data
+from evalctl._sources.model import problems as source_problems
 from evalctl._suite import cache as suite_cache
-from evalctl._suite.model import DEFAULT_SECONDS, DEFAULT_TURNS, Limits, Suite, Task
+from evalctl._suite.model import (
+    DEFAULT_SECONDS,
+    DEFAULT_SETUP_SECONDS,
+    DEFAULT_TURNS,
+    Limits,
+    Setup,
+    Suite,
+    Task,
+)
 from evalctl._suite.problems import schema_problems
 from evalctl._suite.rules import counts_for_rule_one, rule_problems, tasks_of, tasks_path
 from evalctl._suite.schema import plugin_task_keys, registry_schema, schema_digest
@@ -45,7 +55,10 @@ def load_suite(path: str | Path, registry: Registry | None = None,
         if cached is not None:
             warnings = [Problem(label, w["line"], w["message"], w["severity"])
                         for w in cached["warnings"]]
-            return _build(path, cached["data"], cached["task_lines"], sha, warnings, registry)
+            suite = _build(path, cached["data"], cached["task_lines"], sha, warnings, registry)
+            # A source is outside the file: whether it is still there is checked anew.
+            _check_sources(suite, cached["source_lines"], label)
+            return suite
 
     located, problems = _parse_and_validate(raw, label, schema, registry)
     errors = [p for p in problems if p.severity == "error"]
@@ -53,14 +66,51 @@ def load_suite(path: str | Path, registry: Registry | None = None,
         raise SuiteError(problems)
     where = tasks_path(located.data)
     task_lines = [located.line_of((*where, i)) for i in range(len(tasks_of(located.data)))]
+    source_lines = _source_lines(located)
     if use_cache:
         suite_cache.write(key, {
             "data": located.data,
             "task_lines": task_lines,
+            "source_lines": source_lines,
             "warnings": [{"line": p.line, "message": p.message, "severity": p.severity}
                          for p in problems],
         })
-    return _build(path, located.data, task_lines, sha, problems, registry)
+    suite = _build(path, located.data, task_lines, sha, problems, registry)
+    _check_sources(suite, source_lines, label)
+    return suite
+
+
+def _source_lines(located: Located) -> list[int]:
+    """Per task, the line its source is written at (its own, or the defaults')."""
+    data, where = located.data, tasks_path(located.data)
+    has_default = isinstance(data, dict) and "source" in data.get("defaults", {})
+    lines = []
+    for index, task in enumerate(tasks_of(data)):
+        if "source" in task:
+            lines.append(located.line_of((*where, index, "source")))
+        elif has_default:
+            lines.append(located.line_of(("defaults", "source")))
+        else:
+            lines.append(located.line_of((*where, index)))
+    return lines
+
+
+def _check_sources(suite: Suite, lines: list[int], label: str) -> None:
+    """Every distinct source checked once (a missing path, an unsafe archive, a commit a
+    local repository lacks), reported where it is written; SuiteError if any fails."""
+    first: dict[Source, tuple[int, int]] = {}  # source -> (line, tasks using it)
+    for task, line in zip(suite.tasks, lines, strict=True):
+        if task.source is None or (task.source.rev is not None and
+                                   not COMMIT.match(task.source.rev)):
+            continue
+        seen_line, count = first.get(task.source, (line, 0))
+        first[task.source] = (seen_line, count + 1)
+    found = []
+    for source, (line, count) in first.items():
+        users = f" (used by {count} tasks)" if count > 1 else ""
+        found += [Problem(label, line, message + users) for message in source_problems(source)]
+    if found:
+        raise SuiteError([*found, *suite.warnings])
 
 
 def validate_suite(path: str | Path, registry: Registry | None = None) -> list[Problem]:
@@ -76,9 +126,11 @@ def _build(path: Path, data: Any, task_lines: list[int], sha: str,
            warnings: list[Problem], registry: Registry) -> Suite:
     defaults = {} if isinstance(data, list) else data.get("defaults", {})
     extra_keys = plugin_task_keys(registry.providers)
+    base = path.parent
     tasks = []
     for raw_task, line in zip(tasks_of(data), task_lines, strict=True):
         limits = {**defaults.get("limits", {}), **raw_task.get("limits", {})}
+        setup = raw_task.get("setup", defaults.get("setup"))
         tasks.append(Task(
             id=raw_task["id"],
             prompt=raw_task["prompt"],
@@ -90,6 +142,11 @@ def _build(path: Path, data: Any, task_lines: list[int], sha: str,
             tags=tuple(dict.fromkeys([*defaults.get("tags", []), *raw_task.get("tags", [])])),
             permissions=raw_task.get("permissions", defaults.get("permissions", "full")),
             network=raw_task.get("network", defaults.get("network", False)),
+            source=source_from_data(raw_task.get("source", defaults.get("source")), base),
+            setup=Setup(tuple(setup["commands"]),
+                        float(setup.get("timeout", DEFAULT_SETUP_SECONDS)),
+                        bool(setup.get("network", False))) if setup else None,
+            verify_patch=raw_task.get("verify_patch"),
             limits=Limits(
                 turns=limits.get("turns", DEFAULT_TURNS),
                 seconds=float(limits.get("seconds", DEFAULT_SECONDS)),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._errors import Problem
+from evalctl._sources.model import Source
 
 DEFAULT_TURNS = 30
 DEFAULT_SECONDS = 600.0
@@ -27,6 +28,24 @@ class Limits:
         return {"turns": self.turns, "seconds": self.seconds, "cost": self.cost}
 
 
+DEFAULT_SETUP_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Commands run in the task's sandbox before the agent starts (create a virtual
+    environment, install the project), each with `timeout` seconds, with the network
+    only when `network` says so. A failed setup is an error of the attempt."""
+
+    commands: tuple[str, ...]
+    timeout: float = DEFAULT_SETUP_SECONDS
+    network: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"commands": list(self.commands), "timeout": self.timeout,
+                "network": self.network}
+
+
 @dataclass(frozen=True)
 class Task:
     id: str
@@ -40,6 +59,12 @@ class Task:
     # Written only after the agent finished, before grading: the agent never sees them.
     verify_files: Mapping[str, str] = field(default_factory=dict)
     protected: tuple[str, ...] = ()  # globs the agent must leave as seeded
+    # Where the workspace starts from (files: go on top), and what runs before the agent.
+    source: Source | None = None
+    setup: Setup | None = None
+    # A unified diff applied to the seed's copies of the files it touches; the results
+    # are written after the agent like verify_files (a benchmark's test patch).
+    verify_patch: str | None = None
     # Task keys that plugins contribute (a provider's `script:`, say), passed to them as is.
     extra: Mapping[str, Any] = field(default_factory=dict)
     line: int = 1

@@ -142,6 +142,10 @@ def _explain(error: Any, located: Located, registry: Registry) -> list[tuple[int
     if kind == "pattern":
         reason = error.schema.get("description") or f"must match {error.validator_value}"
         return [(line, f"{where}: {instance!r} is not valid: {reason}")]
+    if kind == "dependentRequired":
+        return [(line, f"{where}: '{key}' needs '{needed}' too")
+                for key, required in error.validator_value.items() if key in instance
+                for needed in required if needed not in instance]
     if kind == "minItems" and instance == []:
         return [(line, f"{where}: must not be empty")]
     if kind == "minLength":

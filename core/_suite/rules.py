@@ -69,6 +69,7 @@ def rule_problems(located: Located, label: str, registry: Registry) -> Iterable[
                               f"task '{task_id}': '{shared}' is in both files and "
                               "verify_files; a verify file is written after the agent, so it "
                               "cannot also be seeded")
+        yield from _patch_problems(located, label, path, task)
         types = [check["type"] for check in task["checks"]]
         if not any(counts_for_rule_one(registry.graders[t]) for t in types):
             yield Problem(label, line, (
@@ -80,6 +81,25 @@ def rule_problems(located: Located, label: str, registry: Registry) -> Iterable[
             yield Problem(label, located.line_of((*path, "prompt")), (
                 f"task '{task_id}': the prompt names the agent's tool(s) {', '.join(named)}; "
                 "state the goal, not the method"), severity="warning")
+
+
+def _patch_problems(located: Located, label: str, path: tuple, task: dict) -> Iterable[Problem]:
+    """A verify_patch must be a diff, touch only paths inside the workspace, and not
+    touch a path verify_files also writes."""
+    from evalctl._sources.patch import patch_paths
+    from evalctl._sources.patch import patch_problems as problems_of
+
+    patch = task.get("verify_patch")
+    if not isinstance(patch, str) or not patch:
+        return
+    line = located.line_of((*path, "verify_patch"))
+    for problem in problems_of(patch):
+        yield Problem(label, line, f"task '{task['id']}': verify_patch: {problem}")
+    hidden = task.get("verify_files")
+    if isinstance(hidden, dict):
+        for shared in sorted(set(patch_paths(patch)) & set(hidden)):
+            yield Problem(label, line, f"task '{task['id']}': '{shared}' is in both "
+                                       "verify_patch and verify_files; give it in one")
 
 
 def _id_problems(located: Located, label: str) -> Iterable[Problem]:

@@ -17,6 +17,7 @@ from evalctl._plugin.specs import GraderSpec, ProviderSpec, SandboxSpec
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 # Relative, no `..` segment, no backslash or drive letter, not ending in a slash.
+COMMIT_PATTERN = r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$"
 FILE_PATH_PATTERN = r"^(?![/~])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\x00]*[^/\\\x00]$"
 
 LIMITS = {
@@ -57,6 +58,63 @@ NETWORK = {
     "description": "Whether the sandbox lets commands reach the network (default false).",
 }
 
+SOURCE = {
+    "type": "object",
+    "description": "Where the workspace starts from; files: are written on top. One of git "
+                   "(a repository URL or local path, or a git bundle, at the commit rev), dir "
+                   "(a local directory, copied) or archive (a .tar.gz, .tgz, .tar.bz2, .tar.xz, "
+                   ".tar or .zip, unpacked). Local paths are relative to the suite file.",
+    "properties": {
+        "git": {"type": "string", "minLength": 1,
+                "description": "A repository: a URL (https://..., ssh, file://), or a local "
+                               "repository or git bundle, relative to the suite file."},
+        "rev": {"type": "string", "pattern": COMMIT_PATTERN,
+                "description": "must be a full commit id (40 hexadecimal digits): a branch or "
+                               "tag moves, so results could not be reproduced"},
+        "dir": {"type": "string", "minLength": 1,
+                "description": "A local directory copied into the workspace (without .git), "
+                               "relative to the suite file."},
+        "archive": {"type": "string", "minLength": 1,
+                    "description": "A .tar.gz, .tgz, .tar.bz2, .tar.xz, .tar or .zip unpacked "
+                                   "into the workspace, relative to the suite file."},
+        "strip": {"type": "integer", "minimum": 0,
+                  "description": "Leading path components removed from the archive's members "
+                                 "(1 for an sdist's name-1.0/)."},
+    },
+    "oneOf": [{"required": ["git"]}, {"required": ["dir"]}, {"required": ["archive"]}],
+    "dependentRequired": {"git": ["rev"], "rev": ["git"], "strip": ["archive"]},
+    "additionalProperties": False,
+}
+
+SETUP = {
+    "type": "object",
+    "description": "Commands run in the task's sandbox before the agent starts (create a "
+                   "virtual environment in the workspace, install the project). A failed "
+                   "setup is an error of the attempt, not a failure of the agent; its output "
+                   "is in the ledger.",
+    "properties": {
+        "commands": {"type": "array", "minItems": 1,
+                     "items": {"type": "string", "minLength": 1},
+                     "description": "bash scripts run one after another in the workspace; "
+                                    "the first that fails ends the setup."},
+        "timeout": {"type": "number", "exclusiveMinimum": 0,
+                    "description": "Seconds each command may take (default 600)."},
+        "network": {"type": "boolean",
+                    "description": "Whether setup's commands may reach the network (default "
+                                   "false); the agent's own network is the task's network:."},
+    },
+    "required": ["commands"],
+    "additionalProperties": False,
+}
+
+VERIFY_PATCH = {
+    "type": "string",
+    "minLength": 1,
+    "description": "A unified diff (git diff output), such as a benchmark's test patch: "
+                   "applied to the seed's copies of the files it touches, and the results "
+                   "written after the agent finished, like verify_files.",
+}
+
 PERMISSIONS = {
     "enum": ["full", "read-only"],
     "description": "read-only denies write_file, edit_file and bash.",
@@ -80,7 +138,10 @@ def _task_schema(plugin_keys: Mapping[str, Any]) -> dict[str, Any]:
                 "Files written into the workspace only after the agent finished, just before "
                 "grading (the real tests, say): the agent never sees them. A path may not also "
                 "be in files."),
+            "verify_patch": VERIFY_PATCH,
             "protected": PROTECTED,
+            "source": SOURCE,
+            "setup": SETUP,
             "checks": {
                 "type": "array",
                 "minItems": 1,
@@ -168,6 +229,8 @@ def build_schema(graders: Mapping[str, GraderSpec],
                         "limits": LIMITS,
                         "network": NETWORK,
                         "protected": PROTECTED,
+                        "source": SOURCE,
+                        "setup": SETUP,
                         "tags": {"type": "array", "items": {"type": "string"}},
                         "sandbox": {"$ref": "#/$defs/sandbox"},
                     },

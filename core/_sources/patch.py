@@ -1,0 +1,112 @@
+"""`verify_patch:` — a benchmark's test patch, turned into the files it produces.
+
+The patch is applied to the seed (the source at its commit plus `files:`), never to
+what the agent left: the files it touches are copied from the seed into a scratch
+directory, `git apply` runs there with no configuration of anyone's, and the result
+(each path's new content, or its deletion) is written into the workspace after the
+agent, exactly as `verify_files` are. So the agent cannot make the patch fail to apply
+by editing the tests, nor plant a filter or hook that runs while it is applied; and a
+path that leaves the workspace is refused when the suite is loaded, and again by git.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from pathlib import Path, PurePosixPath
+
+from evalctl._sources.git import SourceError, _failed, _neutral_environment, git
+
+_HEADER = re.compile(r"^(?:--- |\+\+\+ )(.*?)(?:\t.*)?$")
+_RENAME = re.compile(r"^(?:rename|copy) (?:from|to) (.*)$")
+_ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "a": "\a", "b": "\b", "f": "\f",
+            "v": "\v", "r": "\r"}
+
+
+def _unquote(path: str) -> str:
+    """git's C-style quoting of unusual paths ("a/t\\303\\251st.py")."""
+    if not (len(path) >= 2 and path.startswith('"') and path.endswith('"')):
+        return path
+    body, out, index = path[1:-1], bytearray(), 0
+    while index < len(body):
+        char = body[index]
+        if char == "\\" and index + 1 < len(body):
+            following = body[index + 1]
+            digits = body[index + 1:index + 4]
+            if len(digits) == 3 and all(d in "01234567" for d in digits):
+                out.append(int(digits, 8))
+                index += 4
+                continue
+            out += _ESCAPES.get(following, following).encode()
+            index += 2
+            continue
+        out += char.encode()
+        index += 1
+    return out.decode("utf-8", "replace")
+
+
+def patch_paths(patch: str) -> list[str]:
+    """Every path a unified (git) diff touches, old names and new, without the a/ and b/
+    prefixes, in order of appearance."""
+    found: dict[str, None] = {}
+    for line in patch.splitlines():
+        match = _HEADER.match(line) or _RENAME.match(line)
+        if match is None:
+            continue
+        path = _unquote(match.group(1).strip())
+        if path == "/dev/null":
+            continue
+        if line.startswith(("--- ", "+++ ")) and path[:2] in ("a/", "b/"):
+            path = path[2:]
+        found[path] = None
+    return list(found)
+
+
+def patch_problems(patch: str) -> list[str]:
+    """What makes a patch unusable, known without applying it."""
+    paths = patch_paths(patch)
+    if not paths:
+        return ["it touches no file: expected a unified diff (git diff output) with "
+                "'--- a/PATH' and '+++ b/PATH' lines"]
+    return [f"{path!r} leaves the workspace (an absolute path or '..')" for path in paths
+            if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts
+            or "\\" in path]
+
+
+def patched_files(seed: Path, patch: str) -> dict[str, str | None]:
+    """Path -> the content the patch gives it (None: the patch deletes it), for every
+    path the patch touches, applied to the files in `seed`. SourceError when it does
+    not apply or produces something that is not UTF-8 text."""
+    problems = patch_problems(patch)
+    if problems:
+        raise SourceError("verify_patch: " + "; ".join(problems))
+    paths = patch_paths(patch)
+    with tempfile.TemporaryDirectory(prefix="evalctl-patch-") as scratch_name:
+        scratch = Path(scratch_name) / "tree"
+        scratch.mkdir()
+        for relative in paths:
+            original = seed / relative
+            if original.is_file() and not original.is_symlink():
+                destination = scratch / relative
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(original, destination)
+        change = Path(scratch_name) / "change.patch"  # beside the tree, not in it
+        change.write_text(patch if patch.endswith("\n") else patch + "\n", encoding="utf-8")
+        env = {**_neutral_environment(Path(scratch_name)),
+               "GIT_CEILING_DIRECTORIES": scratch_name}
+        done = git(["apply", "--whitespace=nowarn", str(change)], cwd=scratch, env=env)
+        if done.returncode != 0:
+            raise SourceError(f"verify_patch does not apply to the source: {_failed(done)}")
+        result: dict[str, str | None] = {}
+        for relative in paths:
+            produced = scratch / relative
+            if not produced.exists():
+                result[relative] = None
+                continue
+            try:
+                result[relative] = produced.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, IsADirectoryError):
+                raise SourceError(f"verify_patch: {relative} is not a UTF-8 text file after "
+                                  "the patch; verify files are text") from None
+        return result
