@@ -95,7 +95,7 @@ NAMED = {
     "huge-file": "exit 1",
     "hard-link-out": "leaked.txt does not exist",
     "fifo-stall": "done.txt does not exist",
-    "hidden-tests-peeked": "tests/test_hidden.py::test_add failed",
+    "hidden-tests-peeked": "did not pass: tests/test_hidden.py::test_add (failed)",
     "verify-path-redirected": "suspected gaming: the verify files could not be written",
     "network-egress": "net.txt does not exist",
     # Found by an outside attacker.

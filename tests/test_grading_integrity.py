@@ -122,7 +122,8 @@ def test_named_tests_cannot_be_replaced_by_the_agents_own(tmp_path, sandbox_name
     check = {**TESTS_PASS, "tests": ["test_calc.py::test_add"]}
     dodge = graded(tmp_path / "d", sandbox_name, check,
                    agent_files={"test_calc.py": "def test_other():\n    pass\n"})
-    assert not dodge.passed and "test_calc.py::test_add did not run" in dodge.detail
+    assert not dodge.passed and "1 of the 1 named test(s) did not run: test_calc.py::test_add" in \
+        dodge.detail
 
 
 PYTHON_CHECK = {"type": "python", "code": "import calc\nassert calc.add(2, 2) == 4"}
@@ -206,7 +207,8 @@ def test_verify_files_arrive_after_the_agent_and_protected_files_hold(tmp_path):
     assert by_id["honest"].passed, [c.detail for c in by_id["honest"].checks]
     assert not by_id["lazy"].passed
     fake = by_id["fake-tests"]
-    assert not fake.passed and "tests/test_calc.py::test_add failed" in fake.checks[-1].detail
+    assert not fake.passed and "did not pass: tests/test_calc.py::test_add (failed)" in \
+        fake.checks[-1].detail
     protected = by_id["conftest"].checks[0]
     assert protected.type == "protected_files" and not protected.passed
     assert protected.suspected_gaming and "conftest.py (created)" in protected.detail

@@ -127,23 +127,33 @@ def _witness(output: str, nonce: str) -> tuple[dict[str, Any] | None, str, int]:
     return report, "\n".join(kept), reports
 
 
-def _required_outcomes(named: list[str], outcomes: Mapping[str, str]) -> list[str]:
-    """Problems with the tests the check names: each must have run and passed."""
-    problems = []
+def _named_outcomes(named: list[str], outcomes: Mapping[str, str]) -> tuple[list[str],
+                                                                           list[str]]:
+    """Of the tests the check names, those that ran and did not pass (with their
+    outcome) and those that did not run at all. A name matches its own node id, the
+    parametrized cases of it (`test_x` matches `test_x[1]`), or, for a file or
+    directory, every test in it."""
+    failed, missing = [], []
     for test in named:
         wanted = test.strip().removeprefix("./").rstrip("/")
         if "::" in wanted:
-            matches = {wanted: outcomes[wanted]} if wanted in outcomes else {}
+            matches = {node: outcome for node, outcome in outcomes.items()
+                       if node == wanted or node.startswith(wanted + "[")}
         else:
             matches = {node: outcome for node, outcome in outcomes.items()
                        if node == wanted or node.startswith(wanted + "::")
                        or node.startswith(wanted + "/")}
         if not matches:
-            problems.append(f"{test} did not run")
+            missing.append(test)
         else:
-            problems += [f"{node} {outcome}" for node, outcome in matches.items()
-                         if outcome != "passed"]
-    return problems
+            failed += [f"{node} ({outcome})" for node, outcome in matches.items()
+                       if outcome != "passed"]
+    return failed, missing
+
+
+def _listed(items: list[str], limit: int = 10) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
 async def grade_tests_pass(check: dict[str, Any], workspace: Path,
@@ -252,17 +262,30 @@ def _verdict(report: Mapping[str, Any], named: list[str], output: str,
     elif len(outcomes) < collected:
         problems.append(f"{collected} test(s) were collected but only {len(outcomes)} ran")
     failing = [node for node, outcome in outcomes.items() if outcome in FAILING]
-    if failing:
-        problems.append(f"{len(failing)} failed: {', '.join(failing[:10])}"
-                        + (" ..." if len(failing) > 10 else ""))
+    if named:
+        # The named tests are the verdict: say exactly which of them failed or did not
+        # run (a benchmark's FAIL_TO_PASS and PASS_TO_PASS).
+        failed, missing = _named_outcomes(named, outcomes)
+        if failed:
+            problems.append(f"{len(failed)} of the {len(named)} named test(s) did not pass: "
+                            f"{_listed(failed)}")
+        if missing:
+            problems.append(f"{len(missing)} of the {len(named)} named test(s) did not run: "
+                            f"{_listed(missing)}")
+        others = sorted(set(failing) - {f.rsplit(' (', 1)[0] for f in failed})
+        if others:
+            problems.append(f"{len(others)} other test(s) failed: {_listed(others)}")
+    elif failing:
+        problems.append(f"{len(failing)} failed: {_listed(failing)}")
     if collected and outcomes and not counts["passed"]:
         problems.append("no test passed")
-    problems += _required_outcomes(named, outcomes)
     if problems:
         return evalctl.CheckResult(False, "; ".join(problems) + f" ({summary or 'nothing ran'})"
                                    f"\n{_tail(output)}{suffix}")
-    return evalctl.CheckResult(True, f"{summary} (evalctl's witness saw {len(outcomes)} of "
-                                     f"{collected} collected test(s) run){suffix}")
+    named_note = f"all {len(named)} named test(s) passed; " if named else ""
+    return evalctl.CheckResult(True, f"{summary} ({named_note}evalctl's witness saw "
+                                     f"{len(outcomes)} of {collected} collected test(s) "
+                                     f"run){suffix}")
 
 
 async def _custom_command(check: dict[str, Any], sandbox: evalctl.Sandbox,
