@@ -73,7 +73,7 @@ def list_plugins(ctx: click.Context, as_json: bool) -> None:
         for record in records:
             provides = "; ".join(f"{kind}: {', '.join(record[kind])}"
                                  for kind in ("graders", "providers", "reporters", "sandboxes",
-                                              "agents")
+                                              "agents", "importers")
                                  if record[kind])
             status = record["status"]
             style = {"ok": "green", "failed": "red", "conflict": "red"}.get(status, "yellow")
@@ -216,6 +216,45 @@ def validate(ctx: click.Context, suites: tuple[Path, ...]) -> None:
     noun = "suite" if len(suites) == 1 else "suites"
     click.echo(f"{len(suites)} {noun}: {errors} error(s), {warnings} warning(s)")
     ctx.exit(EXIT_USAGE if errors else EXIT_OK)
+
+
+@cli.command("import")
+@click.argument("importer", metavar="FORMAT")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the suite to this file (default: standard output). Local paths "
+                   "in it are relative to this file.")
+@click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="An importer setting, e.g. repo_url=/mirrors/{repo} (repeatable).")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@click.pass_context
+def import_(ctx: click.Context, importer: str, file: Path, output: Path | None,
+            options: tuple[str, ...], force: bool) -> None:
+    """Turn a benchmark's file into a suite: FORMAT is an importer (swebench: SWE-bench
+    instances, one JSON object a line). The suite is validated before it is written;
+    problems are reported at FILE:LINE, exit 2, and nothing is written.
+
+    \b
+    Example:
+      evalctl import swebench instances.jsonl -o swe.yaml
+      evalctl run swe.yaml --provider anthropic
+    """
+    from evalctl._errors import UsageError
+    from evalctl._files import write_atomically
+    from evalctl._suite.importing import import_suite
+
+    if output is not None and output.exists() and not force:
+        raise UsageError(f"{output} exists; pass --force to overwrite it")
+    result = import_suite(_registry(ctx), importer, file, output,
+                          _parse_options(options, "--option"))
+    for warning in result.warnings:
+        click.echo(str(warning), err=True)
+    if output is None:
+        click.echo(result.text, nl=False)
+        return
+    write_atomically(output, result.text)
+    click.echo(f"wrote {output}: {result.tasks} task(s), validated; next: evalctl run {output}",
+               err=True)
 
 
 def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> dict[str, str]:

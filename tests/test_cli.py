@@ -35,7 +35,8 @@ def test_list_plugins_json_has_the_same_records():
         "plugin": "files", "distribution": "evalctl", "version": evalctl.__version__,
         "status": "ok", "error": None, "conflicts": [],
         "graders": ["file_exists", "file_contains", "no_placeholders"], "providers": [],
-        "reporters": [], "sandboxes": [], "agents": []}
+        "reporters": [], "sandboxes": [], "agents": [],
+        "importers": []}
     assert records["command"]["agents"] == ["command", "claude-code"]
     assert records["loop"]["agents"] == ["evalctl"]
 

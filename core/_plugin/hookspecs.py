@@ -76,3 +76,14 @@ def evalctl_register_agents(register: Callable[..., None]) -> None:
     installed agent: ``evalctl.AgentSpec(name, base="command", defaults={...},
     version=...)``.
     """
+
+
+@hookspec
+def evalctl_register_importers(register: Callable[..., None]) -> None:
+    """Register benchmark formats, used with ``evalctl import NAME FILE``.
+
+    Call ``register(evalctl.ImporterSpec(name, read, ...))``. ``read(path, options)``
+    returns an ``evalctl.ImportedSuite``: the tasks it made of the file and the
+    problems it found, each at its line. evalctl validates the suite against the
+    installed plugins' schema and writes it; the importer writes nothing.
+    """

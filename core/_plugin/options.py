@@ -1,5 +1,6 @@
-"""A provider's options, typed and checked against the schema it declares, before any
-task starts: an option it does not know is refused, never silently ignored."""
+"""A plugin's options (a provider's, an importer's), typed and checked against the schema
+it declares, before any work starts: an option it does not know is refused, never
+silently ignored."""
 
 from __future__ import annotations
 
@@ -19,26 +20,33 @@ def provider_options(spec: ProviderSpec, options: Mapping[str, Any]) -> dict[str
     """`options` (text from `--provider-option KEY=VALUE`, or values from the config or a
     plugin) typed by the provider's `options_schema` and checked against it. Raises a
     UsageError naming the provider, the option and the options it has."""
-    properties: Mapping[str, Any] = spec.options_schema.get("properties", {})
+    return typed_options("provider", spec.name, spec.options_schema, options)
+
+
+def typed_options(kind: str, name: str, options_schema: Mapping[str, Any],
+                  options: Mapping[str, Any]) -> dict[str, Any]:
+    """Options of a plugin (a provider, an importer) typed by its schema and checked."""
+    properties: Mapping[str, Any] = options_schema.get("properties", {})
     known = list(properties)
     typed: dict[str, Any] = {}
     for key, value in options.items():
         if key not in properties:
             close = difflib.get_close_matches(key, known, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else _FLAGS.get(key, "")
-            raise UsageError(f"provider '{spec.name}' has no option '{key}'{hint}; its "
+            hint = f" (did you mean '{close[0]}'?)" if close else \
+                (_FLAGS.get(key, "") if kind == "provider" else "")
+            raise UsageError(f"{kind} '{name}' has no option '{key}'{hint}; its "
                              f"options: {', '.join(known) or 'none'}")
-        typed[key] = _typed(spec.name, key, value, properties[key])
+        typed[key] = _typed(f"{kind} '{name}'", key, value, properties[key])
     from jsonschema import Draft202012Validator
 
-    schema = {"additionalProperties": False, **dict(spec.options_schema)}
+    schema = {"additionalProperties": False, **dict(options_schema)}
     for error in sorted(Draft202012Validator(schema).iter_errors(typed), key=lambda e: e.path):
         where = f" '{error.path[0]}'" if error.path else "s"
-        raise UsageError(f"provider '{spec.name}' option{where}: {error.message}")
+        raise UsageError(f"{kind} '{name}' option{where}: {error.message}")
     return typed
 
 
-def _typed(provider: str, key: str, value: Any, schema: Mapping[str, Any]) -> Any:
+def _typed(owner: str, key: str, value: Any, schema: Mapping[str, Any]) -> Any:
     """Text typed as the schema says; anything else (from the config, say) as it is."""
     kind = schema.get("type", "string")
     if not isinstance(value, str) or kind == "string":
@@ -54,5 +62,5 @@ def _typed(provider: str, key: str, value: Any, schema: Mapping[str, Any]) -> An
             return [part for part in value.split(",") if part]
     except ValueError:
         pass
-    raise UsageError(f"provider '{provider}' option '{key}': expected "
+    raise UsageError(f"{owner} option '{key}': expected "
                      f"{_TYPE_WORDS.get(kind, kind)}, got {value!r}")

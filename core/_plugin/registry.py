@@ -1,6 +1,6 @@
 """Plugin discovery, isolation of broken plugins, and the registry of what they provide.
 
-Every grader, provider and reporter, built-in or not, comes from the `evalctl`
+Every grader, provider, reporter, sandbox and importer, built-in or not, comes from the `evalctl`
 entry-point group. A plugin that fails to import, implements a hook that does not
 exist, or raises in its hook is recorded with its error and skipped, so one broken
 plugin cannot take down the rest. Two plugins providing the same name make that name
@@ -22,7 +22,14 @@ import pluggy
 
 from evalctl._errors import PluginError, UsageError
 from evalctl._plugin import hookspecs
-from evalctl._plugin.specs import AgentSpec, GraderSpec, ProviderSpec, ReporterSpec, SandboxSpec
+from evalctl._plugin.specs import (
+    AgentSpec,
+    GraderSpec,
+    ImporterSpec,
+    ProviderSpec,
+    ReporterSpec,
+    SandboxSpec,
+)
 
 ENTRY_POINT_GROUP = "evalctl"
 DISABLE_ENV = "EVALCTL_DISABLE_PLUGINS"
@@ -35,8 +42,9 @@ HOOKS: dict[str, tuple[str, type]] = {
     "evalctl_register_reporters": ("reporter", ReporterSpec),
     "evalctl_register_sandboxes": ("sandbox", SandboxSpec),
     "evalctl_register_agents": ("agent", AgentSpec),
+    "evalctl_register_importers": ("importer", ImporterSpec),
 }
-KINDS = ("grader", "provider", "reporter", "sandbox", "agent")
+KINDS = ("grader", "provider", "reporter", "sandbox", "agent", "importer")
 
 
 @dataclass
@@ -88,6 +96,7 @@ class PluginRecord:
             "reporters": list(self.provides["reporter"]),
             "sandboxes": list(self.provides["sandbox"]),
             "agents": list(self.provides["agent"]),
+            "importers": list(self.provides["importer"]),
         }
 
 
@@ -116,6 +125,10 @@ class Registry:
     @property
     def agents(self) -> dict[str, AgentSpec]:
         return self.specs["agent"]
+
+    @property
+    def importers(self) -> dict[str, ImporterSpec]:
+        return self.specs["importer"]
 
     def problems(self) -> list[str]:
         """Every plugin failure and name conflict, one line each."""

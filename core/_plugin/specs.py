@@ -234,3 +234,31 @@ class AgentSpec:
             raise ValueError(f"agent {self.name!r}: options_schema must be an object schema")
         if not isinstance(self.defaults, Mapping):
             raise TypeError(f"agent {self.name!r}: defaults must be a mapping")
+
+
+@dataclass(frozen=True)
+class ImporterSpec:
+    """A benchmark format `evalctl import NAME FILE` turns into a suite.
+
+    `read(path, options)` reads the file at `path` (a `pathlib.Path`) and returns an
+    `evalctl.ImportedSuite`: the tasks as a suite file would hold them (mappings), and
+    every problem with the input found, at its line. It never writes anything: evalctl
+    validates the suite against the schema of the installed plugins and writes it.
+    `options` are `--option KEY=VALUE` pairs typed by `options_schema` (an object
+    schema; an option it does not name is refused). `description` says what the input
+    is, for `evalctl import --help` and `list-plugins`.
+    """
+
+    name: str
+    read: Callable[..., Any]
+    description: str = ""
+    options_schema: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}})
+
+    def __post_init__(self) -> None:
+        _check_name("importer", self.name)
+        if not callable(self.read):
+            raise TypeError(f"importer {self.name!r}: read must be callable")
+        schema = self.options_schema
+        if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
+            raise ValueError(f"importer {self.name!r}: options_schema must be an object schema")

@@ -327,3 +327,28 @@ class AgentContext:
     def record(self, event: str, **fields: Any) -> None:
         """Append an event to the task's ledger (JSON-serialisable fields)."""
         self._record(event, **fields)
+
+
+@dataclass(frozen=True)
+class ImportProblem:
+    """Something wrong with an importer's input, at a 1-based `line` of it (0: the file
+    as a whole). Errors stop the import; warnings are shown."""
+
+    line: int
+    message: str
+    severity: str = "error"  # or "warning"
+
+
+@dataclass
+class ImportedSuite:
+    """What an importer made of its input: the suite's `tasks` (each a mapping as a
+    suite file writes it: id, prompt, source, checks...), its `name`, `description` and
+    `defaults`, the `problems` it found, and per task the input `lines` it came from (so
+    a task the suite schema refuses is reported at its line of the input)."""
+
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    name: str = ""
+    description: str = ""
+    defaults: dict[str, Any] = field(default_factory=dict)
+    problems: list[ImportProblem] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)

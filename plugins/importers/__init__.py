@@ -1,0 +1,1 @@
+"""Built-in importers: benchmark formats `evalctl import` turns into suites."""
