@@ -137,7 +137,8 @@ class SourceCache:
     def _fetch(self, source: Source, repository: Path) -> None:
         where = source.written or source.location
         if source.local and not Path(source.location).exists():
-            raise SourceError(f"{source.location} does not exist")
+            raise SourceError(f"{source.location} does not exist (paths are relative to the "
+                              "suite file)")
         env = _user_environment()
         if not (repository / "HEAD").is_file():
             # Cloned beside the cache entry and renamed into place: a clone cut short

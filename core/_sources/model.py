@@ -76,6 +76,14 @@ def problems(source: Source) -> list[str]:
     if not source.local:
         return []
     path = Path(source.location)
+    if source.kind == GIT:  # the cache may hold the commit of a repository since moved
+        from evalctl._sources.git import SourceError, default_cache
+
+        try:
+            default_cache().ensure(source)
+        except SourceError as exc:
+            return [f"source git {source.written!r}: {exc}"]
+        return []
     if not path.exists():
         return [f"source {source.kind} {source.written!r}: {path} does not exist (paths "
                 "are relative to the suite file)"]
@@ -86,11 +94,4 @@ def problems(source: Source) -> list[str]:
 
         return [f"source archive {source.written!r}: {p}" for p in archive_problems(path,
                                                                                    source.strip)]
-    if source.kind == GIT:
-        from evalctl._sources.git import SourceError, default_cache
-
-        try:
-            default_cache().ensure(source)
-        except SourceError as exc:
-            return [f"source git {source.written!r}: {exc}"]
     return []
