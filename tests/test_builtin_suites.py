@@ -41,7 +41,8 @@ def test_an_unknown_name_says_there_is_no_such_file_nor_built_in(tmp_path):
     assert result.exit_code == 2
     assert result.output.startswith("harnes: error: cannot read suite: no such file, and no "
                                     "built-in suite of that name (did you mean 'harness'?); "
-                                    "built-in suites: adversarial, core, general, harness, live"), \
+                                    "built-in suites: adversarial, core, general, harness, live, "
+                                    "realrepo"), \
         result.output
     assert not (tmp_path / "eval_reports").exists()
 
@@ -55,12 +56,12 @@ def test_validate_takes_bare_names_too():
 def test_suites_lists_each_built_in_with_its_tasks_and_purpose():
     result = CliRunner().invoke(cli, ["suites"])
     assert result.exit_code == 0, result.output
-    for name in ("harness", "general", "core", "live", "adversarial"):
+    for name in ("harness", "general", "core", "live", "adversarial", "realrepo"):
         assert name in result.output
     assert "evalctl run harness" in result.output
     listed = {s["name"]: s for s in json.loads(
         CliRunner().invoke(cli, ["suites", "--json"]).output)}
-    assert set(listed) == {"harness", "general", "core", "live", "adversarial"}
+    assert set(listed) == {"harness", "general", "core", "live", "adversarial", "realrepo"}
     assert (listed["harness"]["tasks"], listed["harness"]["scripted"]) == (5, 5)
     assert (listed["core"]["tasks"], listed["core"]["scripted"]) == (4, 1)
     assert (listed["live"]["tasks"], listed["live"]["scripted"]) == (3, 0)

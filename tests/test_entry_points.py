@@ -140,11 +140,16 @@ def test_the_wheel_holds_the_plugins_their_entry_points_and_the_schema(wheel):
                    "evalctl/plugins/providers/anthropic.py",
                    "evalctl/plugins/reporters/junit.py", "evalctl/schemas/suite.schema.json",
                    "evalctl/suites/harness.yaml", "evalctl/suites/core.yaml",
-                   "evalctl/suites/general.yaml", "evalctl/suites/live.yaml"):
+                   "evalctl/suites/general.yaml", "evalctl/suites/live.yaml",
+                   "evalctl/suites/realrepo.yaml", "evalctl/suites/realrepo/NOTICE",
+                   "evalctl/suites/realrepo/LICENSE.parse",
+                   "evalctl/suites/realrepo/parse-1.20.0.bundle",
+                   "evalctl/plugins/importers/swebench.py"):
         assert module in names, module
     assert "[evalctl]" in declared
     for name in ("files = evalctl.plugins.graders.files", "scripted = evalctl.plugins.providers"
-                 ".scripted", "junit = evalctl.plugins.reporters.junit"):
+                 ".scripted", "junit = evalctl.plugins.reporters.junit",
+                 "swebench = evalctl.plugins.importers.swebench"):
         assert name in declared
     assert "evalctl = evalctl._cli:main" in declared
 
@@ -185,13 +190,20 @@ def test_the_installed_wheel_runs_a_built_in_suite_green_from_an_empty_directory
     listed = subprocess.run([str(script), "suites", "--json"], capture_output=True, text=True,
                             cwd=empty, env=environment, timeout=60)
     assert {s["name"] for s in json.loads(listed.stdout)} == {"adversarial", "core", "general",
-                                                              "harness", "live"}
+                                                              "harness", "live", "realrepo"}
     started = subprocess.run([str(script), "init", "my-evals"], capture_output=True, text=True,
                              cwd=empty, env=environment, timeout=60)
     assert started.returncode == 0, started.stderr
     ran = subprocess.run([str(script), "run", "my-evals/suite.yaml"], capture_output=True,
                          text=True, cwd=empty, env=environment, timeout=300)
     assert ran.returncode == 1 and "1/2 tasks passed" in ran.stdout, ran.stdout + ran.stderr
+    # The real-repository suite's bundle travels in the wheel too (its clone is cached
+    # under this test's own cache directory).
+    real = subprocess.run([str(script), "run", "realrepo"], capture_output=True, text=True,
+                          cwd=empty, timeout=300,
+                          env={**environment, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert real.returncode == 0 and "1/1 tasks passed" in real.stdout, real.stdout + real.stderr
+    assert list((tmp_path / "cache" / "evalctl" / "sources" / "git").iterdir())
 
 
 @pytest.mark.parametrize("distribution, tests", [("extras", 2), ("wordcount", 3)])

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from evalctl._suite.yamlsource import parse, resolve_plain_scalar
+from evalctl._suite.yamlsource import YamlSyntaxError, parse, resolve_plain_scalar
 
 _INDICATORS = tuple("-?:,[]{}#&*!|>'\"%@`")
 INDENT = 2
@@ -63,7 +63,9 @@ def _literal(text: str, indent: int) -> str | None:
     trailing = len(text) - len(body)
     chomp = "-" if trailing == 0 else "" if trailing == 1 else "+"
     lines = body.split("\n")
-    first = next((line for line in lines if line.strip()), "")
+    # An explicit indentation when the first line with anything on it, spaces included,
+    # starts with a space: YAML would otherwise take those spaces for the indentation.
+    first = next((line for line in lines if line), "")
     indicator = str(INDENT) if first.startswith((" ", "\t")) else ""
     pad = " " * indent
     rendered = [f"{pad}{line}" if line else "" for line in lines]
@@ -121,8 +123,11 @@ def dump(data: Mapping[str, Any], header: str = "") -> str:
         writer = _Writer(literal_blocks)
         writer.mapping(data, 0)
         text = comment + "\n".join(writer.lines) + "\n"
-        if parse(text, "<generated>").data == _plain(data):
-            return text
+        try:
+            if parse(text, "<generated>").data == _plain(data):
+                return text
+        except YamlSyntaxError:
+            continue  # a literal block YAML reads otherwise: quote everything instead
     raise ValueError("the suite could not be written as YAML that reads back the same")
 
 

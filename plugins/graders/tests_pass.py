@@ -307,8 +307,11 @@ PARAMS = {
     "properties": {
         "tests": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
                   "description": "The tests that count (pytest node ids or paths, e.g. "
-                                 "tests/test_api.py::test_create): only these run, and each "
-                                 "must run and pass. Default: the whole suite pytest finds."},
+                                 "tests/test_api.py::test_create, a benchmark's FAIL_TO_PASS "
+                                 "and PASS_TO_PASS): only these run, and each must run and "
+                                 "pass; a node id also names its parametrized cases. The "
+                                 "detail lists each that did not pass or did not run. "
+                                 "Default: the whole suite pytest finds."},
         "trust_agent_conftest": {"type": "boolean",
                                  "description": "Run even when the agent created or changed a "
                                                 "conftest.py (default false: that fails the "
