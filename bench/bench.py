@@ -381,11 +381,73 @@ def bench_html(work: Path) -> None:
     report("10,000 tasks: filter the table by status (in page)", statistics.median(filters),
            0.200, "ms")
 
+def bench_sources(work: Path) -> None:
+    """An attempt's working copy of a git source: a repository of 3,000 files (12 MB) and
+    300 commits, cached; evalctl's one-commit fetch from the cache, against a full local
+    clone without hard links (what a copy of the whole history costs)."""
+    from evalctl._sources.git import SourceCache
+    from evalctl._sources.model import Source
+    from evalctl._workspace import new_run_directory, new_workspace, seed_workspace
+
+    repo = work / "sources-repo"
+    env = {"PATH": os.environ["PATH"], "HOME": str(work), "GIT_AUTHOR_NAME": "b",
+           "GIT_AUTHOR_EMAIL": "b@example.invalid", "GIT_COMMITTER_NAME": "b",
+           "GIT_COMMITTER_EMAIL": "b@example.invalid", "GIT_CONFIG_GLOBAL": os.devnull}
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=env)
+    for commit in range(300):
+        for index in range(commit * 10, commit * 10 + 10):
+            path = repo / f"pkg{index % 30}" / f"module_{index}.py"
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(f"# module {index}\n" + "x = 1\n" * 700)
+        subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, env=env)
+        subprocess.run(["git", "-C", str(repo), "commit", "-qm", f"c{commit}"], check=True,
+                       env=env)
+    rev = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD~150"], check=True,
+                         env=env, capture_output=True, text=True).stdout.strip()
+    cache = SourceCache(work / "sources-cache")
+    source = Source("git", str(repo), rev, written="bench")
+    cache.ensure(source)
+
+    def median(action, repeat: int = 5) -> float:
+        times = []
+        for attempt in range(repeat):
+            started = time.perf_counter()
+            action(attempt)
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+
+    one_commit = median(lambda n: cache.check_out(source, work / f"wc-{n}"))
+
+    def full_clone(n: int) -> None:
+        target = work / f"full-{n}"
+        subprocess.run(["git", "clone", "-q", "--no-hardlinks", "--no-checkout",
+                        str(cache.repository(str(repo))), str(target)], check=True, env=env)
+        subprocess.run(["git", "-C", str(target), "checkout", "-q", "--detach", rev],
+                       check=True, env=env)
+
+    full = median(full_clone)
+    run_dir = new_run_directory(work / "runs")
+    import evalctl._sources.git as git_sources
+
+    git_sources._default = cache
+    seeded = median(lambda n: seed_workspace(new_workspace(run_dir, f"a{n}"), {}, source))
+    # No target was set for these; 1 s (2 s for both copies) is a yardstick.
+    report("git source: one-commit working copy (1,500 files)", one_commit, 1.0, "ms")
+    report("git source: full --no-hardlinks clone + checkout, to compare", full, 1.0, "ms")
+    report("git source: an attempt's workspace and seed copy", seeded, 2.0, "ms")
+
+    def megabytes(directory: Path) -> float:
+        return sum(p.stat().st_size for p in directory.rglob("*") if p.is_file()) / 1e6
+
+    print(f"  .git of an attempt: {megabytes(work / 'wc-0' / '.git'):.1f} MB one-commit, "
+          f"{megabytes(work / 'full-0' / '.git'):.1f} MB full clone (the cache: "
+          f"{megabytes(cache.repository(str(repo))):.1f} MB)")
+
 
 BENCHES = {"startup": bench_startup, "load": bench_load, "run": bench_run,
            "overhead": bench_overhead, "sandbox": bench_sandbox,
            "concurrency": bench_concurrency,
-           "memory": bench_memory, "html": bench_html}
+           "memory": bench_memory, "html": bench_html, "sources": bench_sources}
 
 
 def main() -> None:
