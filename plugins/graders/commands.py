@@ -187,7 +187,7 @@ def evalctl_register_graders(register):
                     "run? Configured by evalctl, not the workspace: an agent-written conftest.py "
                     "fails the check, an agent-changed pytest configuration is replaced by the "
                     "seeded one, and collecting or running no tests is a failure. Needs pytest "
-                    "installed beside evalctl.",
+                    "installed beside evalctl, or in the interpreter `python:` names.",
         example="- type: tests_pass\n  tests:\n    - tests/test_slugify.py",
         trusts="Trusts pytest and the plugins installed beside evalctl, and evalctl's own "
                "witness plugin's report. Does not trust: pytest's exit status, any pytest "
@@ -199,7 +199,9 @@ def evalctl_register_graders(register):
                "wrote in place of the named ones, or a pytest whose own runtest/report "
                "functions were replaced by the code under test. Code written against the "
                "witness itself could still forge its report: that is the limit of running "
-               "the tests in the same process as the agent's code.",
+               "the tests in the same process as the agent's code. With `python:` in the "
+               "workspace, it trusts that environment's packages too (an interpreter the "
+               "agent changed is refused).",
     ))
     register(evalctl.GraderSpec(
         name="python",

@@ -19,15 +19,21 @@ evaluation wrote the workspace:
   errored, and every test the check names (`tests:`) ran and passed. pytest's exit
   status is not trusted: a hook can rewrite it.
 
+- With `python:`, pytest runs under that interpreter (a virtual environment the task's
+  setup made, say) instead of evalctl's own; one the agent created, changed or deleted
+  fails the check as suspected gaming.
+
 What it trusts: pytest and the plugins installed beside evalctl (read-only in the
-`bwrap` sandbox), and that the test process does not impersonate the witness from
-inside (code that targets evalctl's witness by name can forge its line; the evidence
-above is what catches the generic cheats).
+`bwrap` sandbox) — or, with `python:` pointing into the workspace, that environment's
+packages, which are in the agent's reach — and that the test process does not
+impersonate the witness from inside (code that targets evalctl's witness by name can
+forge its line; the evidence above is what catches the generic cheats).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import sys
@@ -127,6 +133,31 @@ def _witness(output: str, nonce: str) -> tuple[dict[str, Any] | None, str, int]:
     return report, "\n".join(kept), reports
 
 
+def _interpreter(chosen: str | None, workspace: Path, result: evalctl.AgentResult
+                 ) -> tuple[str, evalctl.CheckResult | None]:
+    """The interpreter pytest runs under: evalctl's own, an absolute path, or one in the
+    workspace (a virtual environment setup made). One in the workspace is taken as it
+    is (its link to the base interpreter is how a venv works), but not if the agent
+    created, changed or deleted it."""
+    if chosen is None:
+        return sys.executable, None
+    pure = PurePosixPath(chosen)
+    if pure.is_absolute():
+        return chosen, None
+    if ".." in pure.parts:
+        return "", evalctl.CheckResult(False, f"python: {chosen!r} leaves the workspace")
+    relative = pure.as_posix().removeprefix("./")
+    if relative in result.files_changed:
+        return "", evalctl.CheckResult(
+            False, f"suspected gaming: the agent {result.files_changed[relative]} the test "
+                   f"interpreter {relative}; the tests were not run", suspected_gaming=True)
+    path = workspace / relative
+    if not os.path.lexists(path):
+        return "", evalctl.CheckResult(False, f"python: {relative} does not exist in the "
+                                              "workspace (was it made by setup?)")
+    return str(path), None
+
+
 def _named_outcomes(named: list[str], outcomes: Mapping[str, str]) -> tuple[list[str],
                                                                            list[str]]:
     """Of the tests the check names, those that ran and did not pass (with their
@@ -163,6 +194,9 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
         raise RuntimeError("tests_pass runs commands, and the run gave it no sandbox")
     if "command" in check:
         return await _custom_command(check, result.sandbox, timeout)
+    interpreter, refusal = _interpreter(check.get("python"), workspace, result)
+    if refusal is not None:
+        return refusal
     notes = []
     conftests = _touched(workspace, result, frozenset({"conftest.py"}))
     if conftests and not check.get("trust_agent_conftest", False):
@@ -186,7 +220,7 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
     args = [*named, "-p", "evalctl_pytest_witness", f"--evalctl-witness={nonce}",
             "-p", "no:cacheprovider", "--import-mode=append", f"--rootdir={workspace}", "-q"]
     plan = {"witness_dir": str(WITNESS_DIR), "args": args, "config": config}
-    ran = await result.sandbox.run([sys.executable, "-I", "-c", RUNNER], timeout=timeout,
+    ran = await result.sandbox.run([interpreter, "-I", "-c", RUNNER], timeout=timeout,
                                    stdin=json.dumps(plan) + "\n", merge_stderr=True)
     report, output, reports = _witness(ran.stdout, nonce)
     if reports > 1:
@@ -203,7 +237,8 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
                                           f"{_tail(output)}{suffix}")
     if report is None:
         if "No module named pytest" in output:
-            return evalctl.CheckResult(False, "pytest is not installed beside evalctl: install "
+            where = f"in {check['python']}" if "python" in check else "beside evalctl"
+            return evalctl.CheckResult(False, f"pytest is not installed {where}: install "
                                               f"pytest to use tests_pass\n{_tail(output)}")
         if ran.exit_code == 0:
             return evalctl.CheckResult(
@@ -316,6 +351,12 @@ PARAMS = {
                                  "description": "Run even when the agent created or changed a "
                                                 "conftest.py (default false: that fails the "
                                                 "check as suspected gaming)."},
+        "python": {"type": "string", "minLength": 1,
+                   "description": "The interpreter pytest runs under: a path in the workspace "
+                                  "(the virtual environment setup made, .venv/bin/python) or "
+                                  "an absolute path; pytest must be importable there. One the "
+                                  "agent changed fails the check as suspected gaming. "
+                                  "Default: the interpreter evalctl runs on."},
         "command": {"type": "string", "minLength": 1,
                     "description": "A test command of the suite's own instead of evalctl's "
                                    "pytest run; then only its exit status is judged."},
