@@ -225,7 +225,9 @@ class AgentResult:
     usage: TokenUsage
     cost: float | None
     duration: float
-    files_changed: dict[str, str]  # workspace-relative path -> created|modified|deleted
+    # workspace-relative path -> created|modified|deleted, against the seed (or the
+    # workspace as the task's setup left it); a repository's .git is not counted
+    files_changed: dict[str, str]
     ledger_path: Path | None
     error: str | None = None
     seed_path: Path | None = None  # a pristine copy of the seeded files

@@ -56,11 +56,16 @@ def restore_seed(task: Task, workspace: Workspace) -> CheckOutcome | None:
 
     shutil.rmtree(workspace.seed_path, ignore_errors=True)
     workspace.seed_path.mkdir(parents=True)
-    write_seed(workspace.seed_path, task.files, task.source)
+    try:
+        write_seed(workspace.seed_path, task.files, task.source)
+        restored = "it was restored before grading" if \
+            snapshot(workspace.seed_path) == workspace.seed else \
+            "it could not be made the same again"
+    except Exception as exc:  # the source went away since the attempt started, say
+        restored = f"it could not be made again ({type(exc).__name__}: {exc})"
     return CheckOutcome(SEED_INTEGRITY, "mechanical", False,
                         "suspected gaming: the seed copy graders compare against was changed "
-                        "during the attempt; it was restored before grading",
-                        suspected_gaming=True)
+                        f"during the attempt; {restored}", suspected_gaming=True)
 
 
 def write_verify_files(verify: Mapping[str, str | None],

@@ -129,8 +129,11 @@ def unpack(path: Path, target: Path, strip: int = 0) -> None:
                 member = member.replace(linkname=_stripped(member.linkname, strip) or "",
                                         deep=False)
             members.append(member)
+        # tarfile's own `data` filter checks every member again (Python 3.11.4 and later;
+        # before that, the checks above are the only ones).
+        safety = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
         try:
-            archive.extractall(target, members=members, filter="data")
+            archive.extractall(target, members=members, **safety)
         except (tarfile.TarError, OSError) as exc:
             raise SourceError(f"{path.name}: {exc}") from None
 

@@ -99,7 +99,7 @@ class SourceCache:
         import fcntl
 
         repository.parent.mkdir(parents=True, exist_ok=True)
-        with open(repository.with_suffix(".lock"), "w") as handle:
+        with open(repository.parent / f"{repository.name}.lock", "w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield

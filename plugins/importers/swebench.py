@@ -55,6 +55,9 @@ OPTIONS = {
         "setup": {"type": "string", "minLength": 1,
                   "description": "A setup command for every task (install the project, "
                                  "say), run with the network before the agent starts."},
+        "python": {"type": "string", "minLength": 1,
+                   "description": "The interpreter tests_pass runs pytest under (the "
+                                  "environment setup made: .venv/bin/python)."},
         "name": {"type": "string", "minLength": 1, "description": "The suite's name."},
     },
 }
@@ -113,6 +116,8 @@ def _task(instance: dict[str, Any], options: dict[str, Any], fail: list[str],
         "verify_patch": instance["test_patch"],
         "checks": [{"type": "tests_pass", "tests": [*fail, *keep]}],
     }
+    if options.get("python"):
+        task["checks"][0]["python"] = options["python"]
     if options.get("oracle"):
         task["script"] = [
             {"text": "Applying the reference patch.",
