@@ -27,27 +27,46 @@ class Workspace:
     tmp: Path
     ledger_path: Path
     seed_path: Path
-    # The seed's content (source plus files:), relative path -> sha256, taken once when
-    # the workspace is created: the one record the seed copy is checked against.
+    # What the agent starts with (the source, files:, and what setup made), relative
+    # path -> sha256, taken when the seed copy is made: the one record the seed copy is
+    # checked against and the agent's changes are measured from.
     seed: dict[str, str] = field(default_factory=dict)
-    # What the agent's changes are measured against: the seed, or the workspace as the
-    # task's setup left it (a virtual environment setup made is not the agent's work).
-    baseline: dict[str, str] = field(default_factory=dict)
 
     def resolve(self, user_path: str) -> Path:
         return resolve_inside(self.root, user_path)
 
     def changed_files(self) -> dict[str, str]:
         """Workspace-relative path -> 'created' | 'modified' | 'deleted'."""
-        now, before = snapshot(self.root), self.baseline
+        now, before = snapshot(self.root), self.seed
         changes = {p: "created" for p in now if p not in before}
         changes.update({p: "modified" for p in now if p in before and now[p] != before[p]})
         changes.update({p: "deleted" for p in before if p not in now})
         return dict(sorted(changes.items()))
 
-    def mark_baseline(self) -> None:
-        """What the workspace holds now (after setup) is not the agent's doing."""
-        self.baseline = snapshot(self.root)
+    def adopt_setup(self) -> None:
+        """What the task's setup made (a virtual environment, build output) is what the
+        agent starts with, not its work: it goes into the seed copy (files and links; a
+        repository's .git and bytecode caches never do), and the seed's hashes are
+        taken again."""
+        import shutil
+
+        now = snapshot(self.root)
+        for relative in [p for p in self.seed if p not in now]:
+            (self.seed_path / relative).unlink(missing_ok=True)
+        for relative, digest in now.items():
+            if self.seed.get(relative) == digest or digest.startswith("special:"):
+                continue
+            origin = self.root / relative
+            parent = resolve_inside(self.seed_path, os.path.dirname(relative) or ".")
+            parent.mkdir(parents=True, exist_ok=True)
+            target = parent / os.path.basename(relative)
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            if origin.is_symlink():
+                target.symlink_to(os.readlink(origin))
+            else:
+                shutil.copy2(origin, target, follow_symlinks=False)
+        self.seed = snapshot(self.seed_path)
 
 
 def new_run_directory(base: str | os.PathLike[str] = "eval_reports") -> Path:
@@ -100,7 +119,6 @@ def seed_workspace(workspace: Workspace, files: Mapping[str, str],
     write_seed(workspace.root, files, source, keep_git=True)
     write_seed(workspace.seed_path, files, source, keep_git=False)
     workspace.seed = snapshot(workspace.seed_path)
-    workspace.baseline = snapshot(workspace.root)
 
 
 def write_seed(directory: Path, files: Mapping[str, str], source: Source | None, *,

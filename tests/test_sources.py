@@ -350,6 +350,10 @@ def test_setup_runs_before_the_agent_and_what_it_makes_is_not_the_agents(tmp_pat
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert events[1]["output"] == "preparing\n" and events[2]["output"] == "0\n"
     assert (Path(task.workspace) / ".venv" / "lib" / "site" / "conftest.py").is_file()
+    # It is part of the seed the graders compare against, beside the task's files.
+    seed = Path(task.workspace).parent / ".seed" / task.task_id
+    assert (seed / ".venv" / "lib" / "site" / "conftest.py").read_text() == "# from setup\n"
+    assert (seed / "calc.py").read_text() == "def add(a, b):\n    return a - b\n"
 
 
 def test_a_failed_setup_is_an_error_of_the_attempt_with_its_output_in_the_ledger(

@@ -4,9 +4,9 @@ rests on what evalctl observed rather than on anything the agent could edit.
 - Protected files: a seeded file matching a task's `protected:` glob that the agent
   created, changed or deleted fails the task, naming the file.
 - The seed copy: graders compare against `.seed/<attempt>`; if it no longer matches
-  the hashes taken when the workspace was created (only possible without a sandbox
-  that hides it), it is made again the one way seeds are made (the source, then
-  `files:`) and the task fails, naming the tampering.
+  the hashes taken when it was made (only possible without a sandbox that hides it),
+  it is made again the one way seeds are made (the source, then `files:`) and the
+  task fails, naming the tampering.
 - Verify files (`verify_files`, and what `verify_patch` gives the files it touches):
   written into the workspace only now, replacing whatever the agent left at those
   paths (or deleting them, where the patch deletes a file), and never through a link
@@ -60,7 +60,7 @@ def restore_seed(task: Task, workspace: Workspace) -> CheckOutcome | None:
         write_seed(workspace.seed_path, task.files, task.source)
         restored = "it was restored before grading" if \
             snapshot(workspace.seed_path) == workspace.seed else \
-            "it could not be made the same again"
+            "it was made again from the source and files (without what setup made)"
     except Exception as exc:  # the source went away since the attempt started, say
         restored = f"it could not be made again ({type(exc).__name__}: {exc})"
     return CheckOutcome(SEED_INTEGRITY, "mechanical", False,

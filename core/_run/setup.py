@@ -47,8 +47,8 @@ async def prepare_workspace(task: Task, workspace: Workspace) -> dict[str, str |
 async def run_setup(task: Task, workspace: Workspace,
                     open_sandbox: Callable[[], Awaitable[Sandbox]]) -> None:
     """Run the task's setup commands in a fresh sandbox; SetupFailed at the first that
-    fails or times out. Afterwards, what setup made is the baseline of the agent's
-    changes."""
+    fails or times out. Afterwards, what setup made is part of the seed: what the agent
+    starts with, and what its changes are measured from."""
     setup = task.setup
     if setup is None:
         return
@@ -83,7 +83,7 @@ async def run_setup(task: Task, workspace: Workspace,
         ledger.append("setup_end", status="ok")
     finally:
         ledger.close()
-    await asyncio.to_thread(workspace.mark_baseline)
+    await asyncio.to_thread(workspace.adopt_setup)
 
 
 def _record(workspace: Workspace, event: str, **fields: object) -> None:
