@@ -573,3 +573,16 @@ def test_tests_pass_runs_under_the_interpreter_setup_made(tmp_path, sandbox_name
     swapped = by_id["swapped"].checks[-1]
     assert not swapped.passed and swapped.suspected_gaming
     assert "the agent modified the test interpreter .venv/bin/python" in swapped.detail
+
+
+def test_the_html_transcript_shows_setup_and_why_it_failed(tmp_path):
+    from evalctl.plugins.reporters.html.transcript import read_transcript
+
+    suite = setup_suite(tmp_path, "echo first", "echo 'no such project' >&2; exit 3")
+    run = evalctl.testing.run_suite(suite, out_dir=tmp_path / "out", sandbox="local")
+    notes = [item["text"] for item in read_transcript(run.tasks[0].ledger).items]
+    assert notes[0] == "setup: 2 command(s), without the network"
+    assert notes[1] == "setup command 1 (exit 0): echo first\nfirst"
+    assert notes[2].startswith("setup command 2 (exit 3): echo 'no such project'")
+    assert notes[2].endswith("no such project")
+    assert notes[3].startswith("setup failed: setup command 2 of 2")

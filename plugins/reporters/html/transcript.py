@@ -116,6 +116,21 @@ class _Reader:
             text = f"{limit} limit ({value}): {event['note']}" if event.get("note") else \
                 f"stopped by the {limit} limit ({value})"
             self.note("warn" if event.get("note") else "error", text, line)
+        elif kind == "setup_start":
+            commands = event.get("commands") or []
+            network = "with" if event.get("network") else "without"
+            self.note("info", f"setup: {len(commands)} command(s), {network} the network",
+                      line)
+        elif kind == "setup_command":
+            code, timed_out = event.get("exit_code"), bool(event.get("timed_out"))
+            ended = "timed out" if timed_out else f"exit {code}"
+            output = self.text(event.get("output") or "", line)["text"].rstrip("\n")
+            self.note("info" if code == 0 and not timed_out else "error",
+                      f"setup command {event.get('index')} ({ended}): {event.get('command')}"
+                      + (f"\n{output}" if output else ""), line)
+        elif kind == "setup_end":
+            if event.get("status") != "ok":
+                self.note("error", f"setup failed: {event.get('error')}", line)
         elif kind == "pause_turn":
             self.note("info", "the model paused its turn; the loop went on", line)
         elif kind == "task_end":
