@@ -170,6 +170,20 @@ def test_an_imported_suite_validates_and_runs(tmp_path, instances):
     assert "did not pass: tests/test_calc.py::test_add (failed)" in checks[-1]["detail"]
 
 
+def test_import_prints_the_suite_and_carries_setup_and_python_options(tmp_path, instances):
+    mirror = "repo_url=" + str(tmp_path / "mirror") + "/{repo}"
+    printed = import_cli(tmp_path, "swebench", str(instances), "--option", mirror,
+                         "--option", "setup=python -m venv .venv", "--option",
+                         "python=.venv/bin/python", "--option", "name=mine")
+    assert printed.exit_code == 0, printed.output
+    data = parse(printed.output, "stdout").data
+    assert data["name"] == "mine"
+    assert data["defaults"] == {"setup": {"commands": ["python -m venv .venv"],
+                                          "network": True}}
+    assert data["tasks"][0]["checks"][0]["python"] == ".venv/bin/python"
+    assert not list(tmp_path.glob("*.yaml"))  # printed, not written
+
+
 def test_malformed_instances_are_reported_at_their_lines_and_nothing_is_written(tmp_path,
                                                                               instances):
     good = json.loads(instances.read_text())
