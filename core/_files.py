@@ -83,6 +83,27 @@ def walk_files(root: str | os.PathLike[str]) -> Iterator[str]:
         yield relative
 
 
+def remove_tree(top: str | os.PathLike[str]) -> None:
+    """Delete `top` and everything under it, deepest first, without recursion (on Python
+    3.11 shutil.rmtree recurses, and a tree a thousand deep raises RecursionError).
+    Links are removed, never followed; what cannot be removed is left."""
+    directories = []
+    pending = [os.fspath(top)]
+    while pending:
+        directory = pending.pop()
+        directories.append(directory)
+        with contextlib.suppress(OSError), os.scandir(directory) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                    else:
+                        os.unlink(entry.path)
+    for directory in reversed(directories):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+
+
 def snapshot(root: Path) -> dict[str, str]:
     """Relative path -> fingerprint of everything in `root` that is not a directory:
     the content hash of a file, `symlink:TARGET` for a link, `special:KIND` for a FIFO,

@@ -27,10 +27,15 @@ class ExitStatus:
     REFUSED = "refused"
     CONTEXT_OVERFLOW = "context_overflow"
     INTERNAL_ERROR = "internal_error"  # a bug in evalctl or a plugin, caught and recorded
+    SANDBOX_ERROR = "sandbox_error"  # the attempt's sandbox could not start
 
     # Statuses where the model could not do its work at all: the task is an error,
     # counted apart from failures. Providers add their own (ProviderSpec.error_statuses).
-    ERRORS = frozenset({PROVIDER_ERROR, INTERNAL_ERROR})
+    ERRORS = frozenset({PROVIDER_ERROR, INTERNAL_ERROR, SANDBOX_ERROR})
+    # Statuses of an agent that did its work, whatever came of it: any other status of
+    # an errored attempt is the provider's.
+    AGENT = frozenset({COMPLETED, MAX_TURNS, TIMEOUT, COST_LIMIT, ABORTED, MAX_TOKENS,
+                       REFUSED, CONTEXT_OVERFLOW})
 
 
 class StopReason:

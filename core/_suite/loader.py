@@ -43,9 +43,13 @@ def load_suite(path: str | Path, registry: Registry | None = None,
     if use_cache:
         cached = suite_cache.read(key)
         if cached is not None:
-            warnings = [Problem(label, w["line"], w["message"], w["severity"])
-                        for w in cached["warnings"]]
-            return _build(path, cached["data"], cached["task_lines"], sha, warnings, registry)
+            try:
+                warnings = [Problem(label, int(w["line"]), str(w["message"]), str(w["severity"]))
+                            for w in cached["warnings"]]
+                return _build(path, cached["data"], cached["task_lines"], sha, warnings,
+                              registry)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                pass  # an entry of the wrong shape is a miss: validate the file again
 
     located, problems = _parse_and_validate(raw, label, schema, registry)
     errors = [p for p in problems if p.severity == "error"]
