@@ -239,8 +239,10 @@ class Journal:
         with open(contents.path, "r+b") as handle:
             handle.truncate(contents.good_bytes)
         journal = cls(contents.path, contents)
-        journal._append({"kind": "resume", "at": now(), **session})
+        record = {"kind": "resume", "at": now(), **session}
+        journal._append(record)
         journal._fsync()
+        contents.sessions.append(record)
         return journal
 
     def _append(self, record: Mapping[str, Any]) -> None:
