@@ -390,6 +390,10 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     with view:
         result = asyncio.run(execute(prepared, progress=view.update))
     view.print_summary(result)
+    if prepared.journal_failure:
+        click.echo(f"warning: the journal stopped being written ({prepared.journal_failure}); "
+                   "these reports are complete, but a resume of this run would rerun the "
+                   "attempts it is missing", err=True)
     if baseline_report is not None:  # before writing: reporters show the comparison too
         result.comparison = compare_reports(baseline_report, result)
     written, failures = write_reports(result, registry, reporter_names, options.out_dir, report)

@@ -271,3 +271,19 @@ def test_resume_needs_a_run_directory(tmp_path):
     assert neither.exit_code == 2 and "give a SUITE to run, or --resume" in neither.output
     retry = run_cli(tmp_path, "suite.yaml", "--retry-errors")
     assert retry.exit_code == 2 and "--retry-errors works with --resume" in retry.output
+
+
+def test_a_journal_that_cannot_be_written_costs_durability_not_the_run(tmp_path, monkeypatch):
+    from evalctl._report import journal as journal_module
+
+    def disk_full(descriptor):
+        raise OSError(28, "No space left on device")
+
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    monkeypatch.setattr(journal_module.os, "fsync", disk_full)
+    result = run_cli(tmp_path, "suite.yaml", "--report", "r.json")
+    assert result.exit_code == 0, result.output
+    assert "warning: the journal stopped being written (cannot write" in result.output
+    assert "No space left on device" in result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["summary"]["passed"] == 2

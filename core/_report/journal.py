@@ -220,6 +220,9 @@ class Journal:
         self._written = 0
         self._synced = 0
         self._sync_lock = asyncio.Lock()
+        # Why the journal stopped being durable (a full disk, say), if it did: the run
+        # goes on and reports from memory, and says that a resume would not see it all.
+        self.failure: str | None = None
 
     @classmethod
     def create(cls, run_dir: Path, header: Mapping[str, Any]) -> Journal:
@@ -246,13 +249,27 @@ class Journal:
         return journal
 
     def _append(self, record: Mapping[str, Any]) -> None:
-        self._handle.write((json_line(record) + "\n").encode("utf-8"))
-        self._handle.flush()  # in the OS now: a killed evalctl loses nothing from here
+        if self.failure is not None:
+            return
+        try:
+            self._handle.write((json_line(record) + "\n").encode("utf-8"))
+            self._handle.flush()  # in the OS now: a killed evalctl loses nothing from here
+        except OSError as exc:
+            self._failed(exc)
+            return
         self._written += 1
 
     def _fsync(self) -> None:
-        os.fsync(self._handle.fileno())
+        if self.failure is not None:
+            return
+        try:
+            os.fsync(self._handle.fileno())
+        except OSError as exc:
+            self._failed(exc)
         self._synced = self._written
+
+    def _failed(self, exc: OSError) -> None:
+        self.failure = f"cannot write {self.path}: {exc.strerror or exc}"
 
     def retired(self, name: str, into: str, usage: Mapping[str, int], cost: float | None
                 ) -> None:
@@ -264,14 +281,17 @@ class Journal:
 
     async def record(self, result: TaskResult) -> None:
         """Append a finished attempt and return once it is on disk (fsync)."""
-        self._append({"kind": "attempt", "at": now(), "result": result.to_dict()})
         self.contents.results[(result.task_id, result.attempt)] = result
+        self._append({"kind": "attempt", "at": now(), "result": result.to_dict()})
         mine = self._written
         async with self._sync_lock:
-            if self._synced >= mine:
+            if self._synced >= mine or self.failure is not None:
                 return  # an fsync that started after this line was written covered it
             upto = self._written
-            await asyncio.to_thread(os.fsync, self._handle.fileno())
+            try:
+                await asyncio.to_thread(os.fsync, self._handle.fileno())
+            except OSError as exc:
+                self._failed(exc)
             self._synced = max(self._synced, upto)
 
     def end(self, *, interrupted: bool, reason: str | None,
@@ -284,7 +304,10 @@ class Journal:
 
     def close(self) -> None:
         if not self._handle.closed:
-            self._handle.close()
+            try:
+                self._handle.close()
+            except OSError as exc:
+                self._failed(exc)
 
 
 def _fsync_directory(directory: Path) -> None:

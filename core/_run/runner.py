@@ -160,6 +160,9 @@ class PreparedRun:
     # Exit statuses that make a task an error, not a failure: the kernel's and those
     # the provider declares (the scripted provider's script_error, say).
     error_statuses: frozenset[str] = ExitStatus.ERRORS
+    # Set after the run when the journal could not be written (a full disk): the
+    # reports, built from memory, are whole, but a resume would not see everything.
+    journal_failure: str | None = None
 
 
 def _preflight(registry: Registry, tasks: list[Task]) -> None:
@@ -508,6 +511,7 @@ async def _execute(prepared: PreparedRun, progress: ProgressCallback | None) -> 
     reason = "the run was interrupted" if interrupted else budget.reached_reason
     journal.end(interrupted=interrupted, reason=reason, budget=budget.to_dict())
     journal.close()
+    prepared.journal_failure = journal.failure
     return build_run(contents, interrupted=interrupted, stop_reason=reason,
                      budget=budget.to_dict())
 

@@ -285,7 +285,7 @@ def test_a_judge_with_an_unknown_model_stops_the_run_before_any_task(tmp_path, m
     thread.start()
     try:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:%d" % server.server_port)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{server.server_port}")
         (tmp_path / "suite.yaml").write_text(LIVE_JUDGE.replace(
             "      provider: anthropic\n", "      provider: anthropic\n"
                                           "      model: claude-nonesuch\n"))
