@@ -76,8 +76,8 @@ def test_a_run_killed_with_sigkill_resumes_without_rerunning_what_finished(tmp_p
     process = subprocess.Popen(
         # local: the slow commands reach the flag and pid files outside their workspaces
         [sys.executable, "-m", "evalctl", "run", str(suite), "--concurrency", "5",
-         "--reporter", "json", "--sandbox", "local"], cwd=tmp_path, text=True, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, env=environment_without_evalctl_settings())
+         "--reporter", "json", "--sandbox", "local"], cwd=tmp_path, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment_without_evalctl_settings())
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
