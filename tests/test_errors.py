@@ -239,6 +239,11 @@ def test_errors_are_left_out_of_pass_at_k_and_the_paired_comparison():
     assert comparison.added == [] and comparison.common == 2
     assert comparison.newly_failing == ["c"]
     assert "### Errors or not run in one run (not compared) (1)" in comparison.to_markdown()
+    only_errors = compare_reports(_run(TaskResult("b", "passed", attempt=1)),
+                                  _run(TaskResult("b", "error", [broken], attempt=1)))
+    assert only_errors.nothing_in_common() == ("nothing to compare: no task was graded in "
+                                               "both runs (in error or not run in one of "
+                                               "them: b)")
 
 
 def test_the_docs_describe_the_error_kinds():

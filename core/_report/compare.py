@@ -73,6 +73,10 @@ class Comparison:
         """Why the runs cannot be compared at all, or None when they can."""
         if self.common:
             return None
+        if self.not_compared:
+            return ("nothing to compare: no task was graded in both runs (in error or not run "
+                    f"in one of them: {', '.join(self.not_compared[:10])}"
+                    f"{', ...' if len(self.not_compared) > 10 else ''})")
         return ("nothing to compare: no task is in both runs (baseline "
                 f"{_tasks_of(self.baseline)}, current {_tasks_of(self.current)})")
 
