@@ -194,6 +194,10 @@ def test_a_judge_error_does_not_change_the_task_outcome(tmp_path):
     assert task["status"] == "passed" and report["summary"]["errors"] == 0
     judged = task["checks"][1]
     assert (judged["kind"], judged["passed"], judged["error"]) == ("judge", False, True)
+    # A judge that gave no verdict is counted apart, never in its rate's denominator.
+    summary = report["summary"]
+    assert summary["judge_rate"] is None
+    assert summary["judge_checks"] == {"passed": 0, "total": 0, "errors": 1}
 
 
 def test_a_task_judged_only_by_a_judge_breaks_rule_one(tmp_path):
