@@ -243,7 +243,7 @@ def test_1200_nested_directories_are_walked_without_recursion(deep_tmp_path):
     - type: command
       command: test -f {deep}deep.txt
   script:
-{bash_turn(f"mkdir -p {deep} && echo deep > {deep}deep.txt")}\
+{bash_turn(f"mkdir -p {deep} __pycache__/{deep} && echo deep > {deep}deep.txt")}\
     - tool_calls:
         - tool: glob
           input:
@@ -259,6 +259,8 @@ def test_1200_nested_directories_are_walked_without_recursion(deep_tmp_path):
     globbed, grepped = tool_results(report, "deep")[1:]
     assert globbed["content"] == f"{deep}deep.txt"
     assert grepped["content"] == f"{deep}deep.txt:1:deep"
+    # The bytecode caches are removed before grading, however deep they go.
+    assert not (Path(deep_task["workspace"]) / "__pycache__").exists()
 
 
 class Surrogates:
