@@ -433,10 +433,10 @@ def _given(ctx: click.Context, name: str, value: Any) -> bool:
 
 
 @cli.command("report")
-@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--reporter", "reporters", multiple=True, metavar="NAME",
-              help="Another report format, e.g. junit (repeatable; default markdown). The "
-                   "JSON report is always written.")
+              help="Another report format, e.g. junit or html (repeatable; default "
+                   "markdown). The JSON report is always written.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Directory for the reports (default: the one that holds RUN_DIR).")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
@@ -444,27 +444,27 @@ def _given(ctx: click.Context, name: str, value: Any) -> bool:
 @click.pass_context
 def report_command(ctx: click.Context, run_dir: Path, reporters: tuple[str, ...],
                    out: Path | None, report: Path | None) -> None:
-    """Render a run's reports from its journal: any reporter, any time.
+    """Render a run's reports again, from its journal: any reporter, any time.
 
-    Works for a finished run, one still going, and one that was killed (its unfinished
-    attempts are reported not run). Exit 0 when every report was written, 1 when a
-    reporter failed, 2 when RUN_DIR holds no journal.
+    RUN_DIR is a run directory (eval_reports/workspaces-<time>), or a JSON report. A
+    finished run, one still going and one that was killed (its unfinished attempts
+    reported not run) all render. Exit 0 when every report was written, 1 when a
+    reporter failed, 2 when there is no run there.
     """
-    from evalctl._report.journal import build_run, read_journal
+    from evalctl._report.rundir import read_run
     from evalctl._report.writing import write_reports
     from evalctl._run.config import load_config
 
-    contents = read_journal(run_dir)
-    for problem in contents.problems:
+    stored = read_run(run_dir)
+    for problem in stored.problems:
         click.echo(f"warning: {problem}", err=True)
     registry = _registry(ctx)
     names = tuple(dict.fromkeys((ALWAYS_REPORTED, *(
         reporters or load_config().get("reporters", DEFAULT_REPORTERS)))))
     for name in names:
         registry.get("reporter", name)
-    result = build_run(contents)
-    written, failures = write_reports(result, registry, names,
-                                      out or run_dir.resolve().parent, report)
+    written, failures = write_reports(stored.run, registry, names,
+                                      out or stored.stem.parent, report)
     for path in written:
         click.echo(f"wrote {path}")
     for failure in failures:

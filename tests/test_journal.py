@@ -165,7 +165,7 @@ def test_report_of_a_directory_without_a_journal_is_a_usage_error(tmp_path):
 
     result = CliRunner().invoke(cli, ["report", str(tmp_path)])
     assert result.exit_code == 2
-    assert "no journal.jsonl; not a run directory" in result.output
+    assert "no run here" in result.output
 
 
 def _finished_run(tmp_path: Path, text: str = SUITE, *args: str) -> Path:
@@ -287,3 +287,21 @@ def test_a_journal_that_cannot_be_written_costs_durability_not_the_run(tmp_path,
     assert "No space left on device" in result.output
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["summary"]["passed"] == 2
+
+
+def test_a_moved_run_directory_is_read_from_its_journal_where_it_is_now(tmp_path):
+    import shutil
+
+    from evalctl._report.rundir import read_run
+
+    run_dir = _finished_run(tmp_path)
+    moved = tmp_path / "artifact" / run_dir.name  # downloaded elsewhere, no report beside it
+    shutil.copytree(run_dir, moved, symlinks=True)
+    shutil.rmtree(run_dir)
+    stored = read_run(moved)
+    assert stored.source == moved / JOURNAL_NAME
+    assert [(t.task_id, t.status) for t in stored.run.tasks] == [("one", "passed"),
+                                                                  ("two", "passed")]
+    for task in stored.run.tasks:
+        assert Path(task.ledger).is_file() and Path(task.ledger).is_relative_to(moved)
+    assert Path(stored.run.run_directory) == moved.resolve()
