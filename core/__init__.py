@@ -28,6 +28,7 @@ from evalctl._files import ConfinementError, open_in_workspace, walk_files, writ
 from evalctl._files import resolve_inside as resolve_in_workspace
 from evalctl._plugin.hookspecs import hookimpl
 from evalctl._plugin.specs import (
+    AgentSpec,
     CheckResult,
     GraderSpec,
     ProviderSpec,
@@ -36,6 +37,9 @@ from evalctl._plugin.specs import (
 )
 from evalctl._plugin.tooldefs import tool_definitions
 from evalctl._plugin.types import (
+    AgentContext,
+    AgentLimits,
+    AgentOutcome,
     AgentResult,
     AssistantMessage,
     ExitStatus,
@@ -82,6 +86,10 @@ def create_provider(name: str, options: Mapping[str, Any] | None = None) -> Any:
 
 
 __all__ = [
+    "AgentContext",
+    "AgentLimits",
+    "AgentOutcome",
+    "AgentSpec",
     "CommandResult",
     "Sandbox",
     "SandboxRequest",

@@ -72,7 +72,8 @@ def list_plugins(ctx: click.Context, as_json: bool) -> None:
             table.add_column(column)
         for record in records:
             provides = "; ".join(f"{kind}: {', '.join(record[kind])}"
-                                 for kind in ("graders", "providers", "reporters", "sandboxes")
+                                 for kind in ("graders", "providers", "reporters", "sandboxes",
+                                              "agents")
                                  if record[kind])
             status = record["status"]
             style = {"ok": "green", "failed": "red", "conflict": "red"}.get(status, "yellow")
@@ -259,6 +260,13 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
                    "as you; refused for a live provider unless named here).")
 @click.option("--sandbox-option", "sandbox_options", multiple=True, metavar="KEY=VALUE",
               help="A sandbox setting, e.g. memory_mb=2048 (repeatable; see evalctl doctor).")
+@click.option("--agent", metavar="NAME",
+              help="The system under test: evalctl (the built-in loop, default), command (any "
+                   "CLI agent in the sandbox, metered by evalctl's model proxy), claude-code, "
+                   "or a preset (docs/agents.md).")
+@click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE",
+              help="An agent setting, e.g. 'argv=my-agent {prompt}' or version=1.2 "
+                   "(repeatable).")
 @click.option("--concurrency", type=click.IntRange(min=1), metavar="N",
               help="Tasks run at once (default: the provider's, 8 scripted, 4 anthropic).")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
@@ -282,7 +290,8 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         max_cost: float | None, max_tokens: int | None, only: tuple[str, ...],
         tags: tuple[str, ...], scripted: bool, provider: str | None, model: str | None,
         provider_options: tuple[str, ...], sandbox: str | None,
-        sandbox_options: tuple[str, ...], concurrency: int | None, report: Path | None,
+        sandbox_options: tuple[str, ...], agent: str | None, agent_options: tuple[str, ...],
+        concurrency: int | None, report: Path | None,
         reporters: tuple[str, ...], out: Path | None, repeat: int, baseline: Path | None,
         max_drop: float, fail_on_flip: bool) -> None:
     """Run a suite and grade it. Exit 0 all passed, 1 a task failed, 2 bad input.
@@ -321,6 +330,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     registry = _registry(ctx)
     parsed_provider_options = _parse_options(provider_options)
     parsed_sandbox_options = _parse_options(sandbox_options, "--sandbox-option")
+    parsed_agent_options = _parse_options(agent_options, "--agent-option")
     if resume_dir is not None:
         # The journal holds the run's suite and options; flags may only repeat them.
         contents = read_journal(resume_dir)
@@ -330,7 +340,8 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
             ("provider", "scripted" if scripted else provider), ("model", model),
             ("provider_options", parsed_provider_options), ("only", list(only)),
             ("tags", list(tags)), ("repeat", repeat), ("sandbox", sandbox),
-            ("sandbox_options", parsed_sandbox_options), ("max_cost", max_cost),
+            ("sandbox_options", parsed_sandbox_options), ("agent", agent),
+            ("agent_options", parsed_agent_options), ("max_cost", max_cost),
             ("max_tokens", max_tokens), ("retry_errors", retry_errors))
             if _given(ctx, name, value)}
         options = resumed_options(contents, given, concurrency or config.get("concurrency"),
@@ -358,6 +369,10 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
             sandbox=sandbox, sandbox_options=parsed_sandbox_options,
             config_sandbox=config.get("sandbox"),
             config_sandbox_options=config.get("sandbox_options", {}),
+            agent=agent, agent_options=parsed_agent_options,
+            config_agent=config.get("agent"),
+            config_agent_options=config.get("agent_options", {}),
+            config_agents=config.get("agents", {}),
             max_cost=max_cost, max_tokens=max_tokens,
         )
     loaded = load_suite(suite_path, registry)

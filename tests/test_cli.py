@@ -35,7 +35,9 @@ def test_list_plugins_json_has_the_same_records():
         "plugin": "files", "distribution": "evalctl", "version": evalctl.__version__,
         "status": "ok", "error": None, "conflicts": [],
         "graders": ["file_exists", "file_contains", "no_placeholders"], "providers": [],
-        "reporters": [], "sandboxes": []}
+        "reporters": [], "sandboxes": [], "agents": []}
+    assert records["command"]["agents"] == ["command", "claude-code"]
+    assert records["loop"]["agents"] == ["evalctl"]
 
 
 def test_list_plugins_shows_failures_and_strict_mode_exits_1():

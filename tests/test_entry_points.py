@@ -122,7 +122,8 @@ def wheel(tmp_path_factory) -> Path:
     # Build from a copy so the checkout gets no build/ or egg-info droppings.
     source = tmp_path_factory.mktemp("source") / "evalctl"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "eval_reports"))
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "eval_reports",
+        ".cache"))
     _pip("wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", str(out), str(source))
     return next(out.glob("evalctl-*.whl"))
 
@@ -133,7 +134,8 @@ def test_the_wheel_holds_the_plugins_their_entry_points_and_the_schema(wheel):
         entry_points = next(n for n in names if n.endswith("entry_points.txt"))
         declared = archive.read(entry_points).decode()
     for module in ("evalctl/__init__.py", "evalctl/py.typed", "evalctl/_plugin/registry.py",
-                   "evalctl/_agent/loop.py",
+                   "evalctl/_agent/loop.py", "evalctl/_agent/forwarder.py",
+                   "evalctl/plugins/agents/command.py", "evalctl/plugins/agents/builtin.py",
                    "evalctl/plugins/graders/files.py", "evalctl/plugins/providers/scripted.py",
                    "evalctl/plugins/providers/anthropic.py",
                    "evalctl/plugins/reporters/junit.py", "evalctl/schemas/suite.schema.json",

@@ -305,3 +305,39 @@ def test_a_moved_run_directory_is_read_from_its_journal_where_it_is_now(tmp_path
     for task in stored.run.tasks:
         assert Path(task.ledger).is_file() and Path(task.ledger).is_relative_to(moved)
     assert Path(stored.run.run_directory) == moved.resolve()
+
+
+def test_the_journal_keeps_the_agent_and_resume_refuses_another(tmp_path):
+    run_dir = _finished_run(tmp_path, SUITE, "--agent-option", "version=7")
+    assert journal_lines(run_dir)[0]["agent"] == {
+        "name": "evalctl", "base": "evalctl", "version": "7", "options": {},
+        "chosen_by": "default"}
+
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+
+    again = CliRunner().invoke(cli, ["report", str(run_dir), "--reporter", "markdown",
+                                     "--report", str(tmp_path / "again.json")])
+    assert again.exit_code == 0, again.output
+    report = json.loads((tmp_path / "again.json").read_text())
+    assert report["agent"]["name"] == "evalctl" and report["agent"]["version"] == "7"
+    markdown = next((tmp_path / "eval_reports").glob("report-*.md")).read_text()
+    assert "- Agent: evalctl 7" in markdown
+
+    other = run_cli(tmp_path, "--resume", str(run_dir), "--agent", "command",
+                    "--agent-option", "argv=my-cli {prompt}")
+    assert other.exit_code == 2
+    assert 'agent: null -> "command"' in other.output
+    assert "agent_options" in other.output and "my-cli {prompt}" in other.output
+
+    # The same flags, but the agent resolves to something else now (a new version).
+    journal = run_dir / JOURNAL_NAME
+    lines = journal.read_text().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header["agent"]["version"] = "6"
+    journal.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+    newer = run_cli(tmp_path, "--resume", str(run_dir))
+    assert newer.exit_code == 2
+    assert "the agent differs from the journaled run's" in newer.output
+    assert "'version': '6'" in newer.output and "'version': '7'" in newer.output

@@ -9,7 +9,7 @@ import pytest
 
 import evalctl
 from evalctl._agent.ledger import read_events
-from evalctl._agent.loop import run_agent
+from evalctl._agent.runtime import run_agent
 from evalctl._plugin.types import ExitStatus, StopReason
 from evalctl._suite.model import Limits, Task
 from evalctl._workspace import create_workspace, new_run_directory

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import evalctl
 from evalctl._agent.ledger import read_events
-from evalctl._agent.loop import run_agent
+from evalctl._agent.runtime import run_agent
 from evalctl._cli import cli
 from evalctl._errors import UsageError
 from evalctl._plugin.types import ExitStatus

@@ -1,25 +1,24 @@
 """The agent loop: model turn -> tool calls -> tool results -> ... until the model
 ends its turn or a limit stops it. The exit status is always recorded.
 
-Token, cost and turn totals are kept here, in memory, as turns arrive: the ledger
-records them but is never read back (the agent may have deleted or mangled it).
+Model calls go through the attempt's `ModelCalls` (the run's throttle and budget), which
+keeps token, cost and turn totals in memory as turns arrive: the ledger records them but
+is never read back (the agent may have deleted or mangled it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
-from evalctl._agent.throttle import RATE_LIMIT_RETRIES, CallThrottle, backoff_seconds
+from evalctl._agent.throttle import ModelCalls
 from evalctl._agent.tools import Toolbox, ToolOutcome
-from evalctl._errors import ProviderError, RateLimited
+from evalctl._errors import ProviderError
 from evalctl._plugin.tooldefs import TOOL_DEFINITIONS
 from evalctl._plugin.types import (
-    AgentResult,
+    AgentOutcome,
     AssistantMessage,
     ExitStatus,
     Message,
@@ -27,7 +26,6 @@ from evalctl._plugin.types import (
     ModelTurn,
     Sandbox,
     StopReason,
-    TokenUsage,
     ToolCall,
     ToolResult,
     ToolResultsMessage,
@@ -52,38 +50,23 @@ _STOP_STATUS = {
 }
 
 
-SpendCallback = Callable[[TokenUsage, "float | None"], None]
-
-
 @dataclass
 class _Progress:
     final_text: str = ""
     tool_calls: int = 0
     unpriced_noted: bool = False
-    turns: int = 0
-    usage: TokenUsage = field(default_factory=TokenUsage)
-    cost: float | None = 0.0  # None once any turn was unpriced: never a silent $0
 
 
-async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sandbox,
-                    system_prompt: str = SYSTEM_PROMPT, *,
-                    throttle: CallThrottle | None = None,
-                    on_spend: SpendCallback | None = None) -> AgentResult:
-    """Run one task to its end. Cancellation records 'aborted' and re-raises; an
-    unexpected exception is recorded as 'internal_error' and re-raised.
-
-    `throttle` is the run's shared limit on model calls at once (it adapts to rate
-    limits); `on_spend(usage, cost)` is told of every model turn as it arrives, so a
-    run-wide budget sees spending before the attempt ends."""
-    started = time.monotonic()
-    ledger = Ledger(workspace.ledger_path)
-    ledger.append("task_start", task_id=task.id, prompt=task.prompt,
-                  permissions=task.permissions, limits=task.limits.to_dict())
+async def run_loop(task: Task, provider: Any, workspace: Workspace, sandbox: Sandbox,
+                   ledger: Ledger, system_prompt: str = SYSTEM_PROMPT, *,
+                   calls: ModelCalls | None = None) -> AgentOutcome:
+    """The built-in agent on one attempt: turns until the model ends its turn or a limit
+    (turns, seconds, cost) stops it, every event appended to `ledger`. Its model calls go
+    through `calls` (the attempt's, which counts them; a fresh unthrottled one if None)."""
+    calls = calls or ModelCalls(provider, ledger)
     toolbox = Toolbox(workspace, sandbox, task.permissions)
     messages: list[Message] = [UserMessage(task.prompt)]
     progress = _Progress()
-    status, error = ExitStatus.MAX_TURNS, None
-    calls = _ModelCalls(provider, ledger, throttle or CallThrottle(1 << 30), on_spend)
     try:
         async with asyncio.timeout(task.limits.seconds):
             status, error = await _converse(task, calls, toolbox, ledger, messages,
@@ -91,66 +74,10 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
     except TimeoutError:
         status, error = ExitStatus.TIMEOUT, f"stopped after {task.limits.seconds:g}s"
         ledger.append("limit", limit="seconds", value=task.limits.seconds)
-    except asyncio.CancelledError:
-        ledger.append("task_end", status=ExitStatus.ABORTED, error="cancelled")
-        ledger.close()
-        raise
-    except Exception as exc:  # a bug: the ledger still ends honestly; the runner records it
-        ledger.append("task_end", status=ExitStatus.INTERNAL_ERROR,
-                      error=f"{type(exc).__name__}: {exc}")
-        ledger.close()
-        raise
-    ledger.append("task_end", status=status, error=error)
-    ledger.close()
-    # Hashing the workspace reads every file the agent left: never on the event loop.
-    files_changed = await asyncio.to_thread(workspace.changed_files)
-    return AgentResult(
-        final_text=progress.final_text,
-        exit_status=status,
-        turns=progress.turns,
-        tool_calls=progress.tool_calls,
-        usage=progress.usage,
-        cost=progress.cost,
-        duration=round(time.monotonic() - started, 4),
-        files_changed=files_changed,
-        ledger_path=workspace.ledger_path,
-        error=error,
-        seed_path=workspace.seed_path,
-    )
+    return AgentOutcome(status, progress.final_text, error, progress.tool_calls)
 
 
-@dataclass
-class _ModelCalls:
-    """Model calls through the run's throttle: a rate-limited call waits and is asked
-    again (the run lowering its concurrency meanwhile) up to RATE_LIMIT_RETRIES times."""
-
-    provider: Any
-    ledger: Ledger
-    throttle: CallThrottle
-    on_spend: SpendCallback | None
-
-    async def complete(self, request: ModelRequest) -> ModelTurn:
-        refusals = 0
-        while True:
-            async with self.throttle.slot() as generation:
-                try:
-                    turn: ModelTurn = await self.provider.complete(request)
-                except RateLimited as exc:
-                    self.throttle.rate_limited(generation)
-                    refusals += 1
-                    if refusals > RATE_LIMIT_RETRIES:
-                        raise ProviderError(f"still rate limited after {refusals} tries: "
-                                            f"{exc}") from None
-                    wait = backoff_seconds(refusals, exc.retry_after)
-                    self.ledger.append("rate_limited", error=str(exc), wait=round(wait, 3),
-                                       concurrency=self.throttle.limit)
-                else:
-                    self.throttle.succeeded()
-                    return turn
-            await asyncio.sleep(wait)  # outside the slot: a waiting call holds none
-
-
-async def _converse(task: Task, calls: _ModelCalls, toolbox: Toolbox, ledger: Ledger,
+async def _converse(task: Task, calls: ModelCalls, toolbox: Toolbox, ledger: Ledger,
                     messages: list[Message], system_prompt: str,
                     progress: _Progress) -> tuple[str, str | None]:
     for turn_index in range(task.limits.turns):
@@ -174,13 +101,7 @@ async def _converse(task: Task, calls: _ModelCalls, toolbox: Toolbox, ledger: Le
             usage=turn.usage.to_dict(), cost=turn.cost)
         messages.append(AssistantMessage(turn))
         progress.final_text = turn.text  # the summary is what the last turn says
-        progress.turns += 1
-        progress.usage = progress.usage + turn.usage
-        progress.cost = None if progress.cost is None or turn.cost is None else \
-            progress.cost + turn.cost
-        if calls.on_spend is not None:
-            calls.on_spend(turn.usage, turn.cost)
-        cost = progress.cost
+        cost = calls.cost  # the attempt's, counted as the turn arrived
 
         if turn.tool_calls:
             results = await asyncio.gather(*(_call_tool(toolbox, ledger, call)

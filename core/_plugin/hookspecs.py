@@ -63,3 +63,16 @@ def evalctl_register_sandboxes(register: Callable[..., None]) -> None:
     or a task's files can execute runs through it: the ``bash`` tool and graders'
     subprocesses. ``evalctl.run_process`` supervises a child process for you.
     """
+
+
+@hookspec
+def evalctl_register_agents(register: Callable[..., None]) -> None:
+    """Register agents (the system under test), selected with ``evalctl run --agent NAME``.
+
+    Call ``register(evalctl.AgentSpec(name, run=...))`` for an agent of your own:
+    ``async run(context: evalctl.AgentContext) -> evalctl.AgentOutcome`` does one
+    attempt's work, running everything through ``context.sandbox`` (a CLI agent through
+    ``context.run_command``, which meters its model calls). Or register a preset of an
+    installed agent: ``evalctl.AgentSpec(name, base="command", defaults={...},
+    version=...)``.
+    """

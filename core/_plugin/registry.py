@@ -22,7 +22,7 @@ import pluggy
 
 from evalctl._errors import PluginError, UsageError
 from evalctl._plugin import hookspecs
-from evalctl._plugin.specs import GraderSpec, ProviderSpec, ReporterSpec, SandboxSpec
+from evalctl._plugin.specs import AgentSpec, GraderSpec, ProviderSpec, ReporterSpec, SandboxSpec
 
 ENTRY_POINT_GROUP = "evalctl"
 DISABLE_ENV = "EVALCTL_DISABLE_PLUGINS"
@@ -34,8 +34,9 @@ HOOKS: dict[str, tuple[str, type]] = {
     "evalctl_register_providers": ("provider", ProviderSpec),
     "evalctl_register_reporters": ("reporter", ReporterSpec),
     "evalctl_register_sandboxes": ("sandbox", SandboxSpec),
+    "evalctl_register_agents": ("agent", AgentSpec),
 }
-KINDS = ("grader", "provider", "reporter", "sandbox")
+KINDS = ("grader", "provider", "reporter", "sandbox", "agent")
 
 
 @dataclass
@@ -86,6 +87,7 @@ class PluginRecord:
             "providers": list(self.provides["provider"]),
             "reporters": list(self.provides["reporter"]),
             "sandboxes": list(self.provides["sandbox"]),
+            "agents": list(self.provides["agent"]),
         }
 
 
@@ -110,6 +112,10 @@ class Registry:
     @property
     def sandboxes(self) -> dict[str, SandboxSpec]:
         return self.specs["sandbox"]
+
+    @property
+    def agents(self) -> dict[str, AgentSpec]:
+        return self.specs["agent"]
 
     def problems(self) -> list[str]:
         """Every plugin failure and name conflict, one line each."""

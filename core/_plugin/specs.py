@@ -1,4 +1,5 @@
-"""The specs plugins register: what a grader, provider and reporter must provide."""
+"""The specs plugins register: what a grader, provider, reporter, sandbox and agent must
+provide."""
 
 from __future__ import annotations
 
@@ -197,3 +198,47 @@ class SandboxSpec:
         schema = self.options_schema
         if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
             raise ValueError(f"sandbox {self.name!r}: options_schema must be an object schema")
+
+
+AGENT_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_-]*$")
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """The system under test, selected with `evalctl run --agent NAME`.
+
+    Either an agent of its own, with `run`: `async run(context: AgentContext) ->
+    AgentOutcome` does one attempt's work (`evalctl`, the built-in loop; `command`, any
+    CLI in the sandbox); or a preset, with `base` (another agent's name) and
+    `defaults` (options for it): `claude-code` is `command` with Claude Code's command
+    line. `options_schema` is the JSON Schema (an object schema) of `run`'s options
+    (`--agent-option KEY=VALUE`); a preset takes its base's. `version` names the
+    agent's version for reports (`--agent-option version=` overrides it). Names may
+    hold hyphens (`claude-code`).
+    """
+
+    name: str
+    run: Callable[..., Any] | None = None
+    base: str | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    options_schema: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}})
+    description: str = ""
+    version: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not AGENT_NAME_PATTERN.match(self.name):
+            raise ValueError(f"agent name {self.name!r} must be lowercase letters, digits, "
+                             "underscores and hyphens, starting with a letter")
+        if (self.run is None) == (self.base is None):
+            raise ValueError(f"agent {self.name!r}: give either run (an agent) or base "
+                             "(a preset of another agent), not both or neither")
+        if self.run is not None and not callable(self.run):
+            raise TypeError(f"agent {self.name!r}: run must be callable")
+        if self.base == self.name:
+            raise ValueError(f"agent {self.name!r}: a preset cannot be based on itself")
+        schema = self.options_schema
+        if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
+            raise ValueError(f"agent {self.name!r}: options_schema must be an object schema")
+        if not isinstance(self.defaults, Mapping):
+            raise TypeError(f"agent {self.name!r}: defaults must be a mapping")

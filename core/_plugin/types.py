@@ -32,10 +32,13 @@ class ExitStatus:
     # Statuses where the model could not do its work at all: the task is an error,
     # counted apart from failures. Providers add their own (ProviderSpec.error_statuses).
     ERRORS = frozenset({PROVIDER_ERROR, INTERNAL_ERROR, SANDBOX_ERROR})
+    # A CLI agent's process that exited with a non-zero code (it crashed, or gave up):
+    # a failure of the agent, graded like any other.
+    AGENT_FAILED = "agent_failed"
     # Statuses of an agent that did its work, whatever came of it: any other status of
     # an errored attempt is the provider's.
     AGENT = frozenset({COMPLETED, MAX_TURNS, TIMEOUT, COST_LIMIT, ABORTED, MAX_TOKENS,
-                       REFUSED, CONTEXT_OVERFLOW})
+                       REFUSED, CONTEXT_OVERFLOW, AGENT_FAILED})
 
 
 class StopReason:
@@ -149,6 +152,13 @@ class ModelRequest:
     tools: list[ToolDefinition]
     task: Mapping[str, Any] = field(default_factory=dict)
     turn_index: int = 0
+    # The Messages API request body exactly as a CLI agent sent it through evalctl's
+    # model proxy, with its `anthropic-beta` header's values as `betas` (None for the
+    # built-in loop). `system`, `messages` and `tools` are
+    # translated from it, so any provider can answer; one that speaks the Messages API
+    # may forward it as it is, for fidelity (thinking, cache_control, the agent's own
+    # system prompt).
+    api_request: Mapping[str, Any] | None = None
 
 
 @runtime_checkable
@@ -240,3 +250,81 @@ class AgentResult:
             "error": self.error,
             "seed_path": str(self.seed_path) if self.seed_path else None,
         }
+
+
+@dataclass(frozen=True)
+class AgentOutcome:
+    """What an agent plugin's `run` returns: why the agent stopped (`exit_status`, an
+    `ExitStatus` value), what it said last (`final_text`, what talk-only checks read),
+    an `error` that says why when it did not complete, and how many tool calls it made
+    (`tool_calls`; None to count the tool calls its model turns asked for).
+
+    Turns, tokens and cost are not part of it: evalctl reads them from the ledger,
+    where the built-in loop and the model proxy record every model call."""
+
+    exit_status: str = ExitStatus.COMPLETED
+    final_text: str = ""
+    error: str | None = None
+    tool_calls: int | None = None
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    """A task's limits, as an agent sees them: most model turns, wall-clock seconds, and
+    most USD (None: no cost limit). evalctl enforces them for every agent (the model
+    proxy counts turns and cost; the seconds end the agent's command)."""
+
+    turns: int
+    seconds: float
+    cost: float | None = None
+
+
+@dataclass
+class AgentContext:
+    """Everything an agent plugin's `run(context)` gets for one attempt.
+
+    `task_id`, `prompt`, `task` (the task as providers see it: id, prompt and plugin
+    keys such as `script`), `limits` (an `AgentLimits`), `workspace` (the directory
+    the agent works in), `sandbox` (the attempt's `Sandbox`: run the agent's commands
+    through it, never with `subprocess`), `env` (the sandbox's environment, built from
+    nothing), `options` (the agent's options, validated against its `options_schema`,
+    presets' defaults merged in) and `name` (the agent as the user chose it: a preset's
+    name, say).
+
+    Three methods do the rest:
+    `await run_builtin_loop()` runs evalctl's own loop (six tools, the run's provider)
+    and returns its `AgentOutcome`. `await run_command(script, env=..., stdin=...)` runs
+    a bash script in the sandbox with the model proxy started for it and its
+    environment (ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY) set, until it exits, the task's
+    seconds run out, or the proxy refuses a call over the turn or cost limit; it
+    records the command, its exit code and output in the ledger and returns
+    `(AgentOutcome, CommandResult)`. `record(event, **fields)` appends an event of the
+    agent's own to the task's ledger.
+    """
+
+    task_id: str
+    prompt: str
+    task: Mapping[str, Any]
+    limits: AgentLimits
+    workspace: Path
+    sandbox: Sandbox
+    env: Mapping[str, str]
+    options: Mapping[str, Any]
+    name: str
+    _loop: Any = field(default=None, repr=False)
+    _command: Any = field(default=None, repr=False)
+    _record: Any = field(default=None, repr=False)
+
+    async def run_builtin_loop(self) -> AgentOutcome:
+        """evalctl's own agent loop on this attempt, with the run's provider."""
+        return await self._loop()
+
+    async def run_command(self, script: str, *, env: Mapping[str, str] | None = None,
+                          stdin: str | None = None, model_proxy: bool = True,
+                          ) -> tuple[AgentOutcome, CommandResult]:
+        """Run a CLI agent (a bash script) in the sandbox, metered by the model proxy."""
+        return await self._command(script, env=env, stdin=stdin, model_proxy=model_proxy)
+
+    def record(self, event: str, **fields: Any) -> None:
+        """Append an event to the task's ledger (JSON-serialisable fields)."""
+        self._record(event, **fields)

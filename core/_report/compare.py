@@ -58,7 +58,19 @@ class Comparison:
         return self.completion_drop > 0 and bool(self.test.get("significant"))
 
     def warnings(self) -> list[str]:
-        """What makes the comparison weaker than it looks: the suites differ."""
+        """What makes the comparison weaker than it looks: the suites differ, or the runs
+        differ in the agent and in the model at once."""
+        before, after = self.baseline, self.current
+        found = []
+        model_before = f"{before.provider} {before.model or ''}".strip()
+        model_after = f"{after.provider} {after.model or ''}".strip()
+        if before.agent_label != after.agent_label and model_before != model_after:
+            found.append(f"the runs differ in the agent ({before.agent_label}, then "
+                         f"{after.agent_label}) and in the model ({model_before}, then "
+                         f"{model_after}): a difference cannot be put down to either")
+        return found + self._suite_warnings()
+
+    def _suite_warnings(self) -> list[str]:
         before, after = self.baseline, self.current
         if before.suite_sha256 == after.suite_sha256:
             return []
@@ -145,6 +157,11 @@ class Comparison:
         lines = ["## evalctl compare", ""]
         lines += [f"> **Warning:** {warning}\n" for warning in self.warnings()]
         lines += [verdict, "", "| | baseline | current | change |", "|---|---:|---:|---:|"]
+        for label, before, after in (
+                ("agent", self.baseline.agent_label, self.current.agent_label),
+                ("model", _model_of(self.baseline), _model_of(self.current))):
+            lines.append(f"| {label} | {before} | {after} | "
+                         f"{'same' if before == after else 'different'} |")
         labels = {"completion_rate": "completion", "judge_rate": "judge (apart)",
                   "pass_at_k": "pass@k", "pass_hat_k": "pass^k"}
         for name, row in self.rates().items():
@@ -178,10 +195,14 @@ def _tasks_of(run: RunResult) -> str:
     return f"{run.suite_path} ({len(ids)} task{'' if len(ids) == 1 else 's'}: {shown})"
 
 
+def _model_of(run: RunResult) -> str:
+    return f"{run.provider} ({run.model})" if run.model else run.provider
+
+
 def _identity(run: RunResult) -> dict[str, Any]:
     return {"suite": {"path": run.suite_path, "name": run.suite_name,
                       "sha256": run.suite_sha256},
-            "provider": run.provider, "model": run.model}
+            "provider": run.provider, "model": run.model, "agent": run.agent_label}
 
 
 def _rates(run: RunResult) -> dict[str, float | None]:

@@ -197,6 +197,7 @@ def build_run(contents: JournalContents, *, interrupted: bool | None = None,
         interrupted=interrupted, run_directory=str(run_dir), repeat=repeat,
         rate_names=tuple(header.get("rate_names", ())),
         sandbox=dict(header.get("sandbox", {})),
+        agent=dict(header.get("agent") or {}),
         budget=dict(budget) if budget else None,
     )
 

@@ -257,6 +257,16 @@ class RunResult:
     # The run's budget when it had one: max_cost, max_tokens, spent_cost, spent_tokens,
     # reached (whether it stopped new attempts).
     budget: dict[str, Any] | None = None
+    # The system under test: name (as chosen, a preset's say), base, version, options.
+    agent: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def agent_label(self) -> str:
+        """The agent as a person names it: `claude-code 2.1.332`, or `evalctl` for reports
+        written before agents were recorded (the built-in loop was the only one)."""
+        name = self.agent.get("name") or "evalctl"
+        version = self.agent.get("version")
+        return f"{name} {version}" if version else str(name)
 
     def ran(self) -> list[TaskResult]:
         return [t for t in self.tasks if t.status != NOT_RUN]
@@ -375,6 +385,7 @@ class RunResult:
             "provider": self.provider,
             "model": self.model,
             "sandbox": dict(self.sandbox),
+            "agent": dict(self.agent),
             "evalctl_version": self.evalctl_version,
             "plugins": dict(sorted(self.plugin_versions.items())),
             "started_at": self.started_at,
@@ -414,6 +425,7 @@ class RunResult:
             repeat=int(data.get("repeat", 1)), rate_names=rate_names,
             sandbox=dict(data.get("sandbox") or {}),
             budget=dict(data["budget"]) if data.get("budget") else None,
+            agent=dict(data.get("agent") or {}),
         )
 
 

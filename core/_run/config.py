@@ -10,7 +10,8 @@ from typing import Any
 from evalctl._errors import UsageError
 
 KEYS = {"reporters": list, "provider": str, "model": str, "concurrency": int, "out": str,
-        "provider_options": dict, "sandbox": str, "sandbox_options": dict}
+        "provider_options": dict, "sandbox": str, "sandbox_options": dict, "agent": str,
+        "agent_options": dict, "agents": dict}
 _TYPE_WORDS = {list: "a list", str: "text", int: "a whole number", dict: "a table"}
 
 

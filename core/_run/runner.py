@@ -1,4 +1,4 @@
-"""Runs a suite: per task a fresh workspace, the agent loop, then the graders.
+"""Runs a suite: per task a fresh workspace, the agent, then the graders.
 
 Tasks run concurrently up to a limit. Each finished attempt is journaled (durably)
 the moment it finishes, and the run's result is rendered from the journal, so a run
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._agent.ledger import ledger_spend
-from evalctl._agent.loop import run_agent
+from evalctl._agent.runtime import run_agent
 from evalctl._agent.throttle import CallThrottle
 from evalctl._agent.tools import tool_validators
 from evalctl._errors import GraderUnavailable, ProviderSetupError, UsageError
@@ -48,6 +48,7 @@ from evalctl._report.results import (
     RunResult,
     TaskResult,
 )
+from evalctl._run.agents import AgentChoice, choose_agent
 from evalctl._run.budget import RunBudget
 from evalctl._run.integrity import (
     protected_changes,
@@ -84,6 +85,11 @@ class RunOptions:
     sandbox_options: Mapping[str, str] = field(default_factory=dict)  # --sandbox-option
     config_sandbox: str | None = None  # `sandbox` in evalctl.toml
     config_sandbox_options: Mapping[str, Any] = field(default_factory=dict)
+    agent: str | None = None  # --agent NAME
+    agent_options: Mapping[str, Any] = field(default_factory=dict)  # --agent-option
+    config_agent: str | None = None  # `agent` in evalctl.toml
+    config_agent_options: Mapping[str, Any] = field(default_factory=dict)
+    config_agents: Mapping[str, Any] = field(default_factory=dict)  # [agents.NAME] presets
     max_cost: float | None = None  # --max-cost: USD for the whole run
     max_tokens: int | None = None  # --max-tokens: tokens for the whole run
     resume: JournalContents | None = None  # --resume: the journal of the run to continue
@@ -93,7 +99,9 @@ class RunOptions:
 # The options that decide what a run's results mean: a resumed run must have the same.
 # (Concurrency, reporters and the budget may change between sessions.)
 IDENTITY_OPTIONS = ("provider", "model", "provider_options", "only", "tags", "repeat",
-                    "sandbox", "sandbox_options", "config_sandbox", "config_sandbox_options")
+                    "sandbox", "sandbox_options", "config_sandbox", "config_sandbox_options",
+                    "agent", "agent_options", "config_agent", "config_agent_options",
+                    "config_agents")
 
 
 def identity_of(options: RunOptions) -> dict[str, Any]:
@@ -125,6 +133,10 @@ def resumed_options(contents: JournalContents, given: Mapping[str, Any],
         sandbox=merged["sandbox"], sandbox_options=dict(merged["sandbox_options"] or {}),
         config_sandbox=merged["config_sandbox"],
         config_sandbox_options=dict(merged["config_sandbox_options"] or {}),
+        agent=merged.get("agent"), agent_options=dict(merged.get("agent_options") or {}),
+        config_agent=merged.get("config_agent"),
+        config_agent_options=dict(merged.get("config_agent_options") or {}),
+        config_agents=dict(merged.get("config_agents") or {}),
         max_cost=budget["max_cost"], max_tokens=budget["max_tokens"],
         resume=contents, retry_errors=bool(given.get("retry_errors")))
 
@@ -157,6 +169,7 @@ class PreparedRun:
     registry: Registry
     run_dir: Path
     sandbox: SandboxChoice
+    agent: AgentChoice
     # Exit statuses that make a task an error, not a failure: the kernel's and those
     # the provider declares (the scripted provider's script_error, say).
     error_statuses: frozenset[str] = ExitStatus.ERRORS
@@ -223,6 +236,10 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
         registry, spec, flag=options.sandbox, flag_options=options.sandbox_options,
         suite_default=suite.sandbox, config_name=options.config_sandbox,
         config_options=options.config_sandbox_options)
+    agent = choose_agent(registry, flag=options.agent, flag_options=options.agent_options,
+                         config_name=options.config_agent,
+                         config_options=options.config_agent_options,
+                         config_presets=options.config_agents)
     tool_validators()  # one-time setup belongs before the first task, not inside it
     concurrency = options.concurrency or min(
         spec.default_concurrency, sandbox.spec.default_concurrency or spec.default_concurrency)
@@ -239,6 +256,11 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
         if recorded != chosen:
             raise UsageError(f"cannot resume {resume.run_dir}: the sandbox differs from the "
                              f"journaled run's: {recorded} -> {chosen}")
+        recorded = {k: v for k, v in resume.header.get("agent", {}).items() if k != "chosen_by"}
+        chosen = {k: v for k, v in agent.to_dict().items() if k != "chosen_by"}
+        if recorded != chosen:  # a new version of the agent, or its options, is another run
+            raise UsageError(f"cannot resume {resume.run_dir}: the agent differs from the "
+                             f"journaled run's: {recorded} -> {chosen}")
     _preflight(registry, tasks)
     if resume is not None:
         run_dir = resume.run_dir.resolve()
@@ -249,7 +271,7 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
             raise UsageError(f"cannot create a run directory under {options.out_dir}: "
                              f"{exc.strerror or exc}") from None
     return PreparedRun(suite, tasks, provider, concurrency, options, registry, run_dir,
-                       sandbox, ExitStatus.ERRORS | set(spec.error_statuses))
+                       sandbox, agent, ExitStatus.ERRORS | set(spec.error_statuses))
 
 
 def _check_resumable(resume: JournalContents, suite: Suite, registry: Registry,
@@ -330,13 +352,16 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
                    budget: RunBudget | None = None) -> TaskResult:
     name = attempt_name(task, attempt, prepared.options.repeat)
     workspace = await asyncio.to_thread(create_workspace, prepared.run_dir, name, task.files)
+    sandbox_request = _sandbox_request(task, workspace, prepared, name, "agent")
     try:
-        sandbox = await open_sandbox(prepared.sandbox,
-                                     _sandbox_request(task, workspace, prepared, name, "agent"))
+        sandbox = await open_sandbox(prepared.sandbox, sandbox_request)
     except Exception as exc:
         return _sandbox_failure(task, workspace, attempt, exc)
     try:
-        agent = await run_agent(task, prepared.provider, workspace, sandbox, throttle=throttle,
+        agent = await run_agent(task, prepared.provider, workspace, sandbox,
+                                agent=prepared.agent.spec.run, options=prepared.agent.options,
+                                name=prepared.agent.name, env=sandbox_request.env,
+                                throttle=throttle,
                                 on_spend=budget.charge if budget is not None else None)
     finally:
         await sandbox.close()  # nothing the agent started outlives its turn at the work
@@ -423,6 +448,7 @@ def _header(prepared: PreparedRun) -> dict[str, Any]:
         "run_directory": str(prepared.run_dir), "repeat": options.repeat,
         "rate_names": sorted({spec.rate for spec in registry.graders.values() if spec.rate}),
         "sandbox": prepared.sandbox.to_dict(),
+        "agent": prepared.agent.to_dict(),
         "options": {**identity_of(options), "max_cost": options.max_cost,
                     "max_tokens": options.max_tokens},
         "tasks": [{"id": task.id, "tags": list(task.tags)} for task in prepared.tasks],

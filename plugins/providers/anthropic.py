@@ -84,20 +84,30 @@ class AnthropicProvider:
     async def aclose(self) -> None:
         await self.client.close()
 
+    async def _forward(self, body: Mapping[str, Any]) -> Any:
+        """The agent's own request, streamed (a CLI agent asks for up to 64k output
+        tokens, which the SDK refuses to wait for without a stream), as one message."""
+        async with self.client.beta.messages.stream(**forwarded_request(body, self.model)) \
+                as stream:
+            return await stream.get_final_message()
+
     async def complete(self, request: evalctl.ModelRequest) -> evalctl.ModelTurn:
         import anthropic
 
         from evalctl.plugins.providers.anthropic_prices import cost_of
 
         try:
-            response = await self.client.messages.create(
-                model=self.model,
-                max_tokens=self.max_tokens,
-                system=[{"type": "text", "text": request.system, "cache_control": CACHE}],
-                tools=to_api_tools(request.tools),
-                messages=to_api_messages(request.messages),
-                **self.extra,
-            )
+            if request.api_request is not None:
+                response = await self._forward(request.api_request)
+            else:
+                response = await self.client.messages.create(
+                    model=self.model,
+                    max_tokens=self.max_tokens,
+                    system=[{"type": "text", "text": request.system, "cache_control": CACHE}],
+                    tools=to_api_tools(request.tools),
+                    messages=to_api_messages(request.messages),
+                    **self.extra,
+                )
         except anthropic.BadRequestError as exc:
             if any(hint in str(exc).lower() for hint in _OVERFLOW_HINTS):
                 return evalctl.ModelTurn(stop_reason=evalctl.StopReason.CONTEXT_OVERFLOW,
@@ -141,6 +151,26 @@ class AnthropicProvider:
             model=model,
             raw_content=[block.model_dump(exclude_none=True) for block in response.content],
         )
+
+
+FORWARDED_AS_PARAMS = ("max_tokens", "messages")
+
+
+def forwarded_request(body: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """A CLI agent's request (through evalctl's model proxy) as SDK arguments: the run's
+    model instead of the agent's (both sides of a comparison use the model the run
+    names), its `anthropic-beta` values (`betas`) as the SDK's, and every other field of
+    the body as it is (`extra_body`), so fields this SDK does not know still reach the
+    API."""
+    rest = {k: v for k, v in body.items() if k not in ("model", "stream", "betas",
+                                                        *FORWARDED_AS_PARAMS)}
+    arguments: dict[str, Any] = {"model": model, "max_tokens": body.get("max_tokens", 1024),
+                                 "messages": body.get("messages", [])}
+    if body.get("betas"):
+        arguments["betas"] = list(body["betas"])
+    if rest:
+        arguments["extra_body"] = rest
+    return arguments
 
 
 def create(options: Mapping[str, Any]) -> AnthropicProvider:

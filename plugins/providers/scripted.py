@@ -47,37 +47,60 @@ def tool_call_schema() -> dict[str, Any]:
     }
 
 
-SCRIPT = {
-    "type": "array",
-    "description": "The turns the scripted provider serves for this task, in order.",
-    "items": {
-        "type": "object",
-        "properties": {
-            "text": {"type": "string", "description": "What the model says this turn."},
-            "tool_calls": {
-                "type": "array",
-                "description": "Tool calls made this turn; several run concurrently.",
-                "items": tool_call_schema(),
-            },
-            "usage": {
-                "type": "object",
-                "description": "Declared token usage; counted from the content when absent.",
-                "properties": {
-                    k: {"type": "integer", "minimum": 0}
-                    for k in ("input_tokens", "output_tokens", "cache_read_tokens",
-                              "cache_write_tokens")
+def script_schema(tool_call: dict[str, Any], description: str) -> dict[str, Any]:
+    """A list of scripted turns, whose tool calls follow `tool_call`."""
+    return {
+        "type": "array",
+        "description": description,
+        "items": {
+            "type": "object",
+            "properties": {
+                "text": {"type": "string", "description": "What the model says this turn."},
+                "tool_calls": {
+                    "type": "array",
+                    "description": "Tool calls made this turn; several run concurrently.",
+                    "items": tool_call,
                 },
-                "additionalProperties": False,
+                "usage": {
+                    "type": "object",
+                    "description": "Declared token usage; counted from the content when absent.",
+                    "properties": {
+                        k: {"type": "integer", "minimum": 0}
+                        for k in ("input_tokens", "output_tokens", "cache_read_tokens",
+                                  "cache_write_tokens")
+                    },
+                    "additionalProperties": False,
+                },
+                "stop_reason": {
+                    "enum": ["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn",
+                             "model_context_window_exceeded"],
+                    "description": "Defaults to tool_use when there are tool calls, else end_turn.",
+                },
+                "cost": {"type": "number", "minimum": 0,
+                         "description": "Declared cost of the turn in USD (default 0), to "
+                                        "exercise cost limits and reports."},
             },
-            "stop_reason": {
-                "enum": ["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn",
-                         "model_context_window_exceeded"],
-                "description": "Defaults to tool_use when there are tool calls, else end_turn.",
-            },
+            "additionalProperties": False,
         },
-        "additionalProperties": False,
-    },
-}
+    }
+
+
+SCRIPT = script_schema(
+    tool_call_schema(), "The turns the scripted provider serves for this task, in order.")
+# A CLI agent (--agent command, claude-code) offers its own tools (Claude Code's Write,
+# Bash, ...), which evalctl cannot know: their names and inputs are checked against the
+# tools the agent sends with each request, at run time.
+AGENT_SCRIPT = script_schema(
+    {"type": "object",
+     "properties": {
+         "tool": {"type": "string", "minLength": 1,
+                  "description": "One of the CLI agent's own tools (Claude Code: Write, "
+                                 "Edit, Bash, Read...)."},
+         "input": {"type": "object", "description": "The tool's arguments."}},
+     "required": ["tool"], "additionalProperties": False},
+    "The turns the scripted provider serves to a CLI agent (--agent command or a preset "
+    "such as claude-code) through the model proxy, in order; tool names are the agent's "
+    "own. The built-in loop reads `script:` instead, so one task can hold both.")
 
 
 def count_tokens(text: str) -> int:
@@ -106,13 +129,16 @@ class ScriptedProvider:
             import asyncio
 
             await asyncio.sleep(self.latency)
-        script = request.task.get("script")
+        # A call through the model proxy (a CLI agent) is served the agent's script.
+        key = "agent_script" if request.api_request is not None and \
+            "agent_script" in request.task else "script"
+        script = request.task.get(key)
         task_id = request.task.get("id", "?")
         if script is None:
             turn: Mapping[str, Any] = {"text": CANNED_REPLY}
         elif request.turn_index >= len(script):
             raise evalctl.ProviderError(
-                f"the script of task '{task_id}' has {len(script)} turn(s) and the agent asked "
+                f"the {key} of task '{task_id}' has {len(script)} turn(s) and the agent asked "
                 f"for turn {request.turn_index + 1}; end the script with a turn without "
                 "tool calls", status=SCRIPT_ERROR)
         else:
@@ -122,7 +148,7 @@ class ScriptedProvider:
         for index, call in enumerate(turn.get("tool_calls", []), start=1):
             if call["tool"] not in known:
                 raise evalctl.ProviderError(
-                    f"the script of task '{task_id}' calls unknown tool {call['tool']!r} in "
+                    f"the {key} of task '{task_id}' calls unknown tool {call['tool']!r} in "
                     f"turn {request.turn_index + 1}; known tools: {', '.join(sorted(known))}",
                     status=SCRIPT_ERROR)
             calls.append(evalctl.ToolCall(f"call_{request.turn_index + 1}_{index}",
@@ -137,7 +163,7 @@ class ScriptedProvider:
         stop = turn.get("stop_reason") or (evalctl.StopReason.TOOL_USE if calls
                                            else evalctl.StopReason.END_TURN)
         return evalctl.ModelTurn(text=text, tool_calls=calls, stop_reason=stop, usage=usage,
-                                 cost=0.0, model="scripted")
+                                 cost=float(turn.get("cost", 0.0)), model="scripted")
 
 
 def create(options: Mapping[str, Any]) -> ScriptedProvider:
@@ -158,7 +184,7 @@ def evalctl_register_providers(register):
                     "Option: latency=SECONDS per turn (for benchmarks).",
         default_concurrency=8,
         live=False,
-        task_schema={"script": SCRIPT},
+        task_schema={"script": SCRIPT, "agent_script": AGENT_SCRIPT},
         error_statuses=(SCRIPT_ERROR,),
         options_schema={"type": "object", "properties": {
             "latency": {"type": "number", "minimum": 0,

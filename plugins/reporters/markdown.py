@@ -49,7 +49,10 @@ def render(run: evalctl.RunResult) -> str:
         if flaky:
             lines.append(f"- Flaky (mixed outcomes): {', '.join(flaky)}")
     usage = run.usage
+    base = run.agent.get("base")
     lines += [
+        f"- Agent: {run.agent_label}" + (f" (a preset of {base})" if base and base !=
+                                          run.agent.get("name") else ""),
         f"- Provider: {run.provider}" + (f" ({run.model})" if run.model else ""),
         f"- Tokens: {usage.input_tokens} in, {usage.output_tokens} out, "
         f"{usage.cache_read_tokens} cache read, {usage.cache_write_tokens} cache write; "

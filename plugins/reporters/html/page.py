@@ -136,6 +136,10 @@ def identity(run: evalctl.RunResult) -> dict[str, Any]:
     return {
         "suite": run.suite_name, "suite_path": run.suite_path,
         "suite_sha256": run.suite_sha256, "provider": run.provider, "model": run.model,
+        "agent": run.agent_label,
+        # a preset (claude-code) names the agent that ran it (command)
+        "agent_preset_of": (run.agent or {}).get("base")
+        if (run.agent or {}).get("base") != (run.agent or {}).get("name") else None,
         "sandbox": sandbox.get("name"), "sandbox_options": sandbox.get("options") or {},
         "isolated": sandbox.get("isolated"), "evalctl_version": run.evalctl_version,
         "plugins": sorted(run.plugin_versions.items()), "started_at": run.started_at,
@@ -177,7 +181,10 @@ def comparison(run: evalctl.RunResult) -> dict[str, Any] | None:
         "significant": bool(test.get("significant")),
         "baseline": {"suite": compared.baseline.suite_name,
                      "provider": compared.baseline.provider, "model": compared.baseline.model,
+                     "agent": compared.baseline.agent_label,
                      "started_at": compared.baseline.started_at},
+        "agents": {"baseline": compared.baseline.agent_label,
+                   "current": compared.current.agent_label},
         "rates": [{"name": labels.get(name, name.removesuffix("_rate")),
                    "baseline": percent(row["baseline"]), "current": percent(row["current"]),
                    "delta": points(row["delta"]),

@@ -1,0 +1,449 @@
+"""The model proxy: the Anthropic Messages API, served to a CLI agent for one attempt.
+
+It listens on a Unix socket in the attempt's TMPDIR (the sandbox mounts that directory,
+and a forwarder inside turns it into http://127.0.0.1:PORT), accepts only the attempt's
+own token (the real API key never enters the sandbox), and answers each call through the
+run's provider: the request is translated into a `ModelRequest` (its raw body rides
+along, for providers that can forward it as it is), the `ModelTurn` back into a Messages
+API response, streamed as server-sent events when the agent asked for a stream. Every
+call goes through the attempt's `ModelCalls`, as the built-in loop's do: the run's
+throttle (rate limits), its budget (each turn's spend), and turns, tokens, cache reads and
+writes and cost counted in memory the same way; it is written to the task's ledger exactly
+as the built-in loop writes its turns (the audit trail, never read back). The task's turn
+and cost limits refuse further calls and end the attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
+from evalctl._agent.throttle import ModelCalls
+from evalctl._errors import ProviderError
+from evalctl._plugin.types import (
+    AgentLimits,
+    AssistantMessage,
+    ExitStatus,
+    Message,
+    ModelRequest,
+    ModelTurn,
+    ToolCall,
+    ToolDefinition,
+    ToolResult,
+    ToolResultsMessage,
+    UserMessage,
+)
+from evalctl._text import truncate
+
+SOCKET_NAME = "evalctl-model.sock"
+TOKEN_PREFIX = "evalctl-task-"
+MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_HEADER_LINES = 200
+CHARS_PER_TOKEN = 4  # for count_tokens: an estimate, never billed
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, kind: str, message: str):
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+# --------------------------------------------------------------------------- translation
+
+
+def _block_text(content: Any) -> str:
+    """The text of a tool result's or message's content: a string or a list of blocks."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, Mapping):
+                if block.get("type") == "text":
+                    parts.append(str(block.get("text", "")))
+                else:
+                    parts.append(f"[{block.get('type', 'block')}]")
+        return "\n".join(parts)
+    return "" if content is None else str(content)
+
+
+def to_model_request(body: Mapping[str, Any], task: Mapping[str, Any]) -> ModelRequest:
+    """A Messages API request body as the kernel's ModelRequest. `turn_index` is the
+    number of assistant turns in the conversation, so a provider that serves turns by
+    position (the scripted one) answers the conversation where it stands, whatever other
+    calls the agent makes on the side."""
+    system = body.get("system")
+    system_text = _block_text(system) if system is not None else ""
+    tools = [ToolDefinition(str(tool.get("name", "")), str(tool.get("description", "")),
+                            dict(tool.get("input_schema") or {"type": "object"}))
+             for tool in body.get("tools") or [] if isinstance(tool, Mapping)]
+    messages: list[Message] = []
+    raw_messages = body.get("messages")
+    if not isinstance(raw_messages, list) or not raw_messages:
+        raise _BadRequest(400, "invalid_request_error", "messages: a non-empty list is required")
+    for message in raw_messages:
+        if not isinstance(message, Mapping):
+            raise _BadRequest(400, "invalid_request_error", "messages: each must be an object")
+        content = message.get("content")
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else \
+            [b for b in content or [] if isinstance(b, Mapping)]
+        if message.get("role") == "assistant":
+            calls = [ToolCall(str(b.get("id", "")), str(b.get("name", "")),
+                              dict(b.get("input") or {}))
+                     for b in blocks if b.get("type") == "tool_use"]
+            text = "\n".join(str(b.get("text", "")) for b in blocks if b.get("type") == "text")
+            messages.append(AssistantMessage(ModelTurn(text=text, tool_calls=calls,
+                                                       raw_content=[dict(b) for b in blocks])))
+            continue
+        results = tuple(ToolResult(str(b.get("tool_use_id", "")), _block_text(b.get("content")),
+                                   bool(b.get("is_error", False)))
+                        for b in blocks if b.get("type") == "tool_result")
+        if results:
+            messages.append(ToolResultsMessage(results))
+        texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
+        if texts or not results:
+            messages.append(UserMessage("\n".join(texts)))
+    turn_index = sum(1 for m in messages if isinstance(m, AssistantMessage))
+    return ModelRequest(system_text, messages, tools, task=dict(task), turn_index=turn_index,
+                        api_request=dict(body))
+
+
+def usage_block(turn: ModelTurn) -> dict[str, int]:
+    return {"input_tokens": turn.usage.input_tokens,
+            "output_tokens": turn.usage.output_tokens,
+            "cache_creation_input_tokens": turn.usage.cache_write_tokens,
+            "cache_read_input_tokens": turn.usage.cache_read_tokens}
+
+
+def content_blocks(turn: ModelTurn) -> list[dict[str, Any]]:
+    """The turn's content as Messages API blocks: the provider's own when it kept them
+    (replayed verbatim), else built from its text and tool calls."""
+    if isinstance(turn.raw_content, list) and turn.raw_content:
+        return [dict(block) for block in turn.raw_content]
+    blocks: list[dict[str, Any]] = []
+    if turn.text or not turn.tool_calls:
+        blocks.append({"type": "text", "text": turn.text})
+    blocks += [{"type": "tool_use", "id": call.id, "name": call.name,
+                "input": dict(call.arguments)} for call in turn.tool_calls]
+    return blocks
+
+
+def to_api_message(turn: ModelTurn, message_id: str, requested_model: str) -> dict[str, Any]:
+    stop = turn.stop_reason
+    if turn.tool_calls and stop == "end_turn":
+        stop = "tool_use"  # what the API says whenever the reply asks for tools
+    return {"id": message_id, "type": "message", "role": "assistant",
+            "model": turn.model or requested_model, "content": content_blocks(turn),
+            "stop_reason": stop, "stop_sequence": None, "usage": usage_block(turn)}
+
+
+def _sse(event: str, data: Mapping[str, Any]) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
+def to_sse(message: Mapping[str, Any]) -> bytes:
+    """A complete message as the Messages API streams it: message_start, per block
+    content_block_start / content_block_delta / content_block_stop, message_delta (the
+    stop reason and the usage) and message_stop."""
+    usage = dict(message["usage"])
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None,
+             "usage": {**usage, "output_tokens": 0}}
+    events = [_sse("message_start", {"type": "message_start", "message": start})]
+    for index, block in enumerate(message["content"]):
+        kind = block.get("type")
+        if kind == "text":
+            opening: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": block.get("text", "")}]
+        elif kind == "tool_use":
+            opening = {"type": "tool_use", "id": block.get("id"), "name": block.get("name"),
+                       "input": {}}
+            deltas = [{"type": "input_json_delta",
+                       "partial_json": json.dumps(block.get("input") or {})}]
+        elif kind == "thinking":
+            opening = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [{"type": "thinking_delta", "thinking": block.get("thinking", "")},
+                      {"type": "signature_delta", "signature": block.get("signature", "")}]
+        else:  # redacted thinking, server tools' blocks: whole in their start event
+            opening, deltas = dict(block), []
+        events.append(_sse("content_block_start", {"type": "content_block_start",
+                                                   "index": index, "content_block": opening}))
+        events += [_sse("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                "delta": delta}) for delta in deltas]
+        events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(_sse("message_delta", {
+        "type": "message_delta",
+        "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+        "usage": usage}))
+    events.append(_sse("message_stop", {"type": "message_stop"}))
+    return b"".join(events)
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+async def _read_request(reader: asyncio.StreamReader
+                        ) -> tuple[str, str, dict[str, str], bytes] | None:
+    line = await reader.readline()
+    if not line:
+        return None
+    parts = line.decode("latin-1").split()
+    if len(parts) != 3:
+        raise _BadRequest(400, "invalid_request_error", "malformed request line")
+    method, target, _ = parts
+    headers: dict[str, str] = {}
+    for _ in range(MAX_HEADER_LINES):
+        raw = await reader.readline()
+        if raw in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = raw.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    else:
+        raise _BadRequest(431, "invalid_request_error", "too many headers")
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = bytearray()
+        while True:
+            size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass
+                break
+            if len(body) + size > MAX_BODY_BYTES:
+                raise _BadRequest(413, "request_too_large", "request body too large")
+            body += await reader.readexactly(size)
+            await reader.readline()
+        return method, target, headers, bytes(body)
+    length = int(headers.get("content-length", "0") or 0)
+    if length > MAX_BODY_BYTES:
+        raise _BadRequest(413, "request_too_large", "request body too large")
+    return method, target, headers, await reader.readexactly(length) if length else b""
+
+
+def _response(status: int, body: bytes, content_type: str = "application/json",
+              extra: Mapping[str, str] | None = None) -> bytes:
+    reasons = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+               404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large",
+               431: "Request Header Fields Too Large", 500: "Internal Server Error"}
+    head = [f"HTTP/1.1 {status} {reasons.get(status, 'Error')}",
+            f"Content-Type: {content_type}", f"Content-Length: {len(body)}",
+            "Connection: close", *(f"{k}: {v}" for k, v in (extra or {}).items())]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def _error(status: int, kind: str, message: str) -> bytes:
+    return _response(status, json.dumps({"type": "error", "error": {
+        "type": kind, "message": message}}).encode())
+
+
+def bind_unix_socket(path: Path) -> socket.socket:
+    """A listening Unix socket at `path`, however long the path (run directories can be
+    deeper than the ~100 bytes a socket address holds: then it is bound through
+    /proc/self/fd/N, a short name for its directory)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        if len(os.fsencode(str(path))) < 100:
+            sock.bind(str(path))
+        else:
+            directory = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+            try:
+                sock.bind(f"/proc/self/fd/{directory}/{path.name}")
+            finally:
+                os.close(directory)
+        os.chmod(path, 0o666)  # the sandbox's user (uid 1000) connects to it
+        sock.listen(64)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+# --------------------------------------------------------------------------- the proxy
+
+
+class ModelProxy:
+    """One attempt's proxy. `await start()`, hand `token` and the socket to the agent,
+    wait for the agent or for `stopped`, then `await close()`."""
+
+    def __init__(self, provider: Any, ledger: Ledger, limits: AgentLimits,
+                 task: Mapping[str, Any], socket_path: Path, *,
+                 calls: ModelCalls | None = None):
+        self.provider = provider
+        # The attempt's model calls (throttle, budget, in-memory totals); its own if None.
+        self.model_calls = calls or ModelCalls(provider, ledger)
+        self.ledger = ledger
+        self.limits = limits
+        self.task = task
+        self.socket_path = socket_path
+        self.token = TOKEN_PREFIX + secrets.token_hex(16)
+        self.calls = 0
+        self.tool_calls = 0
+        self.cost: float | None = 0.0
+        self.final_text = ""
+        self.stop_status: str | None = None
+        self.stop_error: str | None = None
+        self.stopped = asyncio.Event()
+        self._over_cost = False
+        self._unpriced_noted = False
+        self._server: asyncio.AbstractServer | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        sock = bind_unix_socket(self.socket_path)
+        self._server = await asyncio.start_unix_server(self._handle, sock=sock)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for connection in list(self._connections):
+                connection.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
+            self._server = None
+        with contextlib.suppress(OSError):
+            self.socket_path.unlink()
+
+    def _stop(self, status: str, error: str) -> None:
+        if self.stop_status is None:
+            self.stop_status, self.stop_error = status, error
+        self.stopped.set()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        current = asyncio.current_task()
+        if current is not None:
+            self._connections.add(current)
+        try:
+            try:
+                request = await _read_request(reader)
+                if request is None:
+                    return
+                answer = await self._answer(*request)
+            except _BadRequest as exc:
+                answer = _error(exc.status, exc.kind, exc.message)
+            except (ValueError, asyncio.IncompleteReadError):
+                answer = _error(400, "invalid_request_error", "malformed HTTP request")
+            except Exception as exc:  # a bug here must reach the agent as an answer, not a hang
+                answer = _error(500, "api_error",
+                                f"evalctl model proxy failed: {type(exc).__name__}: {exc}")
+            writer.write(answer)
+            await writer.drain()
+        except (ConnectionError, OSError):
+            pass  # the agent went away; nothing to tell it
+        finally:
+            writer.close()
+            if current is not None:
+                self._connections.discard(current)
+
+    async def _answer(self, method: str, target: str, headers: Mapping[str, str],
+                      body: bytes) -> bytes:
+        given = headers.get("x-api-key") or \
+            headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if not secrets.compare_digest(given.encode(), self.token.encode()):
+            return _error(401, "authentication_error",
+                          "evalctl model proxy: invalid x-api-key (use this attempt's "
+                          "ANTHROPIC_API_KEY)")
+        path = target.split("?", 1)[0].rstrip("/")
+        if path not in ("/v1/messages", "/v1/messages/count_tokens"):
+            return _error(404, "not_found_error",
+                          f"evalctl model proxy: {path} is not served (only /v1/messages)")
+        if method != "POST":
+            return _error(405, "invalid_request_error", f"{method} {path}: use POST")
+        try:
+            payload = json.loads(body or b"{}")
+        except json.JSONDecodeError as exc:
+            return _error(400, "invalid_request_error", f"the body is not JSON: {exc}")
+        if not isinstance(payload, dict):
+            return _error(400, "invalid_request_error", "the body must be a JSON object")
+        if path.endswith("count_tokens"):
+            estimate = (len(json.dumps(payload)) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+            return _response(200, json.dumps({"input_tokens": estimate}).encode())
+        betas = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
+        if betas:  # what the agent asked of the API goes with its request
+            payload["betas"] = betas
+        return await self._messages(payload)
+
+    async def _messages(self, body: Mapping[str, Any]) -> bytes:
+        refusal = self._refusal()
+        if refusal is not None:
+            return _error(403, "permission_error", f"evalctl model proxy: {refusal}")
+        request = to_model_request(body, self.task)
+        self.calls += 1
+        number = self.calls
+        try:
+            turn: ModelTurn = await self.model_calls.complete(request)
+        except ProviderError as exc:
+            status = getattr(exc, "status", None) or ExitStatus.PROVIDER_ERROR
+            self.ledger.append("provider_error", error=str(exc), status=status, via="proxy")
+            self._stop(status, str(exc))
+            return _error(500, "api_error", f"evalctl model proxy: {exc}")
+        except Exception as exc:  # a broken provider plugin must not take the run down
+            error = f"the provider raised {type(exc).__name__}: {exc}"
+            self.ledger.append("provider_error", error=error, status=ExitStatus.PROVIDER_ERROR,
+                               via="proxy")
+            self._stop(ExitStatus.PROVIDER_ERROR, error)
+            return _error(500, "api_error", f"evalctl model proxy: {error}")
+        self.ledger.append(
+            "model_turn", turn=number, model=turn.model, stop_reason=turn.stop_reason,
+            text=truncate(turn.text, LEDGER_TEXT_LIMIT),
+            tool_calls=[{"id": c.id, "name": c.name, "arguments": _clip(c.arguments)}
+                        for c in turn.tool_calls],
+            usage=turn.usage.to_dict(), cost=turn.cost, via="proxy",
+            requested_model=body.get("model"), stream=bool(body.get("stream")))
+        self.tool_calls += len(turn.tool_calls)
+        if turn.text:
+            self.final_text = turn.text
+        self.cost = self.model_calls.cost  # the attempt's, counted as the turn arrived
+        self._watch_cost()
+        message = to_api_message(turn, "msg_" + secrets.token_hex(12),
+                                 str(body.get("model", "")))
+        if body.get("stream"):
+            return _response(200, to_sse(message), "text/event-stream",
+                             {"Cache-Control": "no-cache"})
+        return _response(200, json.dumps(message, ensure_ascii=False).encode())
+
+    def _refusal(self) -> str | None:
+        """Why the next call is refused (a limit reached, the attempt stopping), or None."""
+        if self.stop_status is not None:
+            return f"the attempt is over ({self.stop_status})"
+        if self._over_cost:
+            spent = self.cost or 0.0
+            self.ledger.append("limit", limit="cost", value=self.limits.cost, spent=spent)
+            self._stop(ExitStatus.COST_LIMIT,
+                       f"spent ${spent:.4f}, limit ${self.limits.cost:g}")
+            return f"the task's cost limit (${self.limits.cost:g}) is spent"
+        if self.calls >= self.limits.turns:
+            self.ledger.append("limit", limit="turns", value=self.limits.turns)
+            self._stop(ExitStatus.MAX_TURNS,
+                       f"no final answer after {self.limits.turns} turns")
+            return f"the task's turn limit ({self.limits.turns}) is reached"
+        return None
+
+    def _watch_cost(self) -> None:
+        limit = self.limits.cost
+        if limit is None:
+            return
+        if self.cost is None and not self._unpriced_noted:
+            self._unpriced_noted = True
+            self.ledger.append("limit", limit="cost", value=limit,
+                               note="model is unpriced; the cost limit cannot be enforced")
+        elif self.cost is not None and self.cost > limit:
+            self._over_cost = True
+
+
+def _clip(arguments: Any) -> Any:
+    if isinstance(arguments, dict):
+        return {key: _clip(value) for key, value in arguments.items()}
+    if isinstance(arguments, str):
+        return truncate(arguments, LEDGER_TEXT_LIMIT)
+    return arguments
+
+
+def forwarder_source() -> str:
+    return (Path(__file__).with_name("forwarder.py")).read_text(encoding="utf-8")

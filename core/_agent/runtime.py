@@ -1,0 +1,214 @@
+"""One attempt of an agent plugin: its ledger, its context, its limits, its result.
+
+The runner calls `run_agent` with the run's agent (an `AgentSpec`'s `run` and its
+options); without one it runs the built-in loop. Whatever the agent, the ledger opens
+with `task_start` and closes with `task_end`; every model call, the built-in loop's or a
+CLI agent's through the model proxy, goes through one `ModelCalls` for the attempt (the
+run's throttle and budget), which counts turns, tokens and cost in memory as they arrive
+(the ledger is the audit trail, never read back: an agent under the local sandbox can
+delete or mangle it); and the files changed are measured against the seed, off the event
+loop, so every agent is counted the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
+from evalctl._agent.loop import SYSTEM_PROMPT, run_loop
+from evalctl._agent.proxy import SOCKET_NAME, ModelProxy, forwarder_source
+from evalctl._agent.throttle import UNTHROTTLED, CallThrottle, ModelCalls, SpendCallback
+from evalctl._plugin.types import (
+    AgentContext,
+    AgentLimits,
+    AgentOutcome,
+    AgentResult,
+    ExitStatus,
+    Sandbox,
+)
+from evalctl._process import CommandResult
+from evalctl._suite.model import Task
+from evalctl._text import truncate
+from evalctl._workspace import Workspace, sandbox_environment
+
+FORWARDER_NAME = "evalctl-forwarder.py"
+FORWARDER_START_SECONDS = 30
+# A plugin's own run gets this long past the task's seconds to wind down (its command
+# already has the task's seconds as its timeout) before it is cancelled.
+GRACE_SECONDS = 10.0
+WRAPPER_FAILED = 125
+
+AgentRun = Callable[[AgentContext], Awaitable[AgentOutcome]]
+
+
+def proxy_wrapper(script: str) -> str:
+    """`script` behind the model forwarder: a bash script that starts the forwarder in the
+    sandbox, points ANTHROPIC_BASE_URL at it, then runs `script`."""
+    return (
+        f'exec 3< <(exec python3 "$TMPDIR/{FORWARDER_NAME}" "$TMPDIR/{SOCKET_NAME}")\n'
+        f"if ! IFS= read -r -t {FORWARDER_START_SECONDS} EVALCTL_MODEL_PORT <&3; then\n"
+        "  echo 'evalctl: the model forwarder did not start in the sandbox "
+        "(is python3 on its PATH?)' >&2\n"
+        f"  exit {WRAPPER_FAILED}\n"
+        "fi\n"
+        "exec 3<&-\n"
+        'export ANTHROPIC_BASE_URL="http://127.0.0.1:$EVALCTL_MODEL_PORT"\n'
+        "unset EVALCTL_MODEL_PORT\n"
+        f"{script}\n")
+
+
+async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sandbox,
+                    system_prompt: str = SYSTEM_PROMPT, *, agent: AgentRun | None = None,
+                    options: Mapping[str, Any] | None = None, name: str = "evalctl",
+                    env: Mapping[str, str] | None = None,
+                    throttle: CallThrottle | None = None,
+                    on_spend: SpendCallback | None = None) -> AgentResult:
+    """Run one attempt to its end with `agent` (the built-in loop when None).
+
+    Cancellation records 'aborted' and re-raises; an unexpected exception is recorded as
+    'internal_error' and re-raised. `throttle` is the run's shared limit on model calls at
+    once (it adapts to rate limits); `on_spend(usage, cost)` is told of every model turn
+    as it arrives, so a run-wide budget sees spending before the attempt ends."""
+    started = time.monotonic()
+    ledger = Ledger(workspace.ledger_path)
+    ledger.append("task_start", task_id=task.id, prompt=task.prompt, agent=name,
+                  permissions=task.permissions, limits=task.limits.to_dict())
+    limits = AgentLimits(task.limits.turns, task.limits.seconds, task.limits.cost)
+    proxied = {"tool_calls": 0}
+    calls = ModelCalls(provider, ledger, throttle or CallThrottle(UNTHROTTLED), on_spend)
+
+    async def loop() -> AgentOutcome:
+        return await run_loop(task, provider, workspace, sandbox, ledger, system_prompt,
+                              calls=calls)
+
+    async def command(script: str, *, env: Mapping[str, str] | None = None,
+                      stdin: str | None = None, model_proxy: bool = True,
+                      ) -> tuple[AgentOutcome, CommandResult]:
+        seconds_left = max(0.1, limits.seconds - (time.monotonic() - started))
+        outcome, result, tool_calls = await run_command(
+            script, sandbox=sandbox, workspace=workspace, ledger=ledger, provider=provider,
+            task=task, limits=limits, env={**context.env, **(env or {})}, stdin=stdin,
+            model_proxy=model_proxy, timeout=seconds_left, calls=calls)
+        proxied["tool_calls"] += tool_calls
+        return outcome, result
+
+    context = AgentContext(
+        task_id=task.id, prompt=task.prompt, task=task.as_request_data(), limits=limits,
+        workspace=workspace.root, sandbox=sandbox,
+        env=dict(env) if env is not None else sandbox_environment(workspace.home, workspace.tmp),
+        options=dict(options or {}), name=name, _loop=loop, _command=command,
+        _record=ledger.append)
+    try:
+        if agent is None:
+            outcome = await loop()
+        else:
+            try:
+                async with asyncio.timeout(limits.seconds + GRACE_SECONDS):
+                    outcome = await agent(context)
+            except TimeoutError:
+                ledger.append("limit", limit="seconds", value=limits.seconds)
+                outcome = AgentOutcome(ExitStatus.TIMEOUT,
+                                       error=f"stopped after {limits.seconds:g}s")
+            if not isinstance(outcome, AgentOutcome):
+                raise TypeError(f"agent {name!r}: run() returned {type(outcome).__name__}, "
+                                "expected evalctl.AgentOutcome")
+    except asyncio.CancelledError:
+        ledger.append("task_end", status=ExitStatus.ABORTED, error="cancelled")
+        ledger.close()
+        raise
+    except Exception as exc:  # a bug: the ledger still ends honestly; the runner records it
+        ledger.append("task_end", status=ExitStatus.INTERNAL_ERROR,
+                      error=f"{type(exc).__name__}: {exc}")
+        ledger.close()
+        raise
+    ledger.append("task_end", status=outcome.exit_status, error=outcome.error)
+    ledger.close()
+    # Hashing the workspace reads every file the agent left: never on the event loop.
+    files_changed = await asyncio.to_thread(workspace.changed_files)
+    return AgentResult(
+        final_text=outcome.final_text,
+        exit_status=outcome.exit_status,
+        turns=calls.turns,
+        tool_calls=outcome.tool_calls if outcome.tool_calls is not None
+        else proxied["tool_calls"],
+        usage=calls.usage,
+        cost=calls.cost,
+        duration=round(time.monotonic() - started, 4),
+        files_changed=files_changed,
+        ledger_path=workspace.ledger_path,
+        error=outcome.error,
+        seed_path=workspace.seed_path,
+    )
+
+
+async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, ledger: Ledger,
+                      provider: Any, task: Task, limits: AgentLimits, env: Mapping[str, str],
+                      stdin: str | None, model_proxy: bool, timeout: float,
+                      calls: ModelCalls | None = None) -> tuple[AgentOutcome, CommandResult, int]:
+    """A CLI agent's command in the sandbox, behind the model proxy: until it exits, its
+    time runs out, or the proxy stops the attempt (a limit, a provider error)."""
+    proxy: ModelProxy | None = None
+    full_env = dict(env)
+    shown = script
+    if model_proxy:
+        (workspace.tmp / FORWARDER_NAME).write_text(forwarder_source(), encoding="utf-8")
+        proxy = ModelProxy(provider, ledger, limits, task.as_request_data(),
+                           workspace.tmp / SOCKET_NAME, calls=calls)
+        await proxy.start()
+        full_env["ANTHROPIC_API_KEY"] = proxy.token
+        full_env.pop("ANTHROPIC_AUTH_TOKEN", None)
+        script = proxy_wrapper(script)
+    ledger.append("agent_command", script=truncate(shown, LEDGER_TEXT_LIMIT),
+                  model_proxy=model_proxy, timeout=round(timeout, 3))
+    result: CommandResult | None = None
+    running = asyncio.ensure_future(sandbox.run(script, timeout=timeout, env=full_env,
+                                                stdin=stdin))
+    stop_watch = asyncio.ensure_future(proxy.stopped.wait()) if proxy is not None else None
+    try:
+        waiting: set[asyncio.Future[Any]] = {running}
+        if stop_watch is not None:
+            waiting.add(stop_watch)
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if running.done():
+            result = running.result()
+        else:  # the proxy ended the attempt: end the agent (its process group dies)
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+    finally:
+        if not running.done():
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+        if stop_watch is not None:
+            stop_watch.cancel()
+        if proxy is not None:
+            await proxy.close()
+    if result is not None:
+        ledger.append("agent_exit", exit_code=result.exit_code, timed_out=result.timed_out,
+                      stdout=truncate(result.stdout, LEDGER_TEXT_LIMIT),
+                      stderr=truncate(result.stderr, LEDGER_TEXT_LIMIT))
+    else:
+        ledger.append("agent_exit", exit_code=None, stopped_by=proxy.stop_status if proxy
+                      else None)
+        result = CommandResult(None, "", "", False)
+    final_text = proxy.final_text if proxy is not None else ""
+    tool_calls = proxy.tool_calls if proxy is not None else 0
+    if proxy is not None and proxy.stop_status is not None:
+        outcome = AgentOutcome(proxy.stop_status, final_text, proxy.stop_error)
+    elif result.timed_out:
+        ledger.append("limit", limit="seconds", value=limits.seconds)
+        outcome = AgentOutcome(ExitStatus.TIMEOUT, final_text,
+                               f"stopped after {limits.seconds:g}s")
+    elif result.exit_code != 0:
+        tail = truncate(result.stderr.strip() or result.stdout.strip(), 600, keep="tail")
+        outcome = AgentOutcome(ExitStatus.AGENT_FAILED, final_text,
+                               f"the agent exited with code {result.exit_code}"
+                               + (f": {tail}" if tail else ""))
+    else:
+        outcome = AgentOutcome(ExitStatus.COMPLETED, final_text)
+    return outcome, result, tool_calls

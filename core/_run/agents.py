@@ -1,0 +1,141 @@
+"""Choosing the run's agent (the system under test) and resolving presets.
+
+The choice: `--agent NAME` on the command line, else `agent` in evalctl.toml, else the
+built-in loop. A name is an installed agent (`AgentSpec` with `run`), a preset an
+installed plugin registered (`AgentSpec` with `base` and `defaults`), or a preset in
+evalctl.toml (`[agents.NAME]` with `base` and options). Options merge from the innermost
+preset outwards, then the config's `agent_options`, then `--agent-option`: the last
+word wins. `version` is not an option of the agent but of the report: the preset's, or
+`--agent-option version=`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalctl._errors import UsageError
+from evalctl._plugin.registry import Registry
+from evalctl._plugin.specs import AgentSpec
+
+DEFAULT_AGENT = "evalctl"
+VERSION_OPTION = "version"
+
+
+@dataclass(frozen=True)
+class AgentChoice:
+    """The run's agent: the name the user chose, the agent that runs (`spec`, the base
+    of a preset), its options, its version and how it was chosen."""
+
+    name: str
+    spec: AgentSpec
+    options: Mapping[str, Any] = field(default_factory=dict)
+    version: str | None = None
+    chosen_by: str = "default"  # "--agent", "config" or "default"
+    presets: tuple[str, ...] = ()  # the preset chain from `name` down to `spec`
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "base": self.spec.name, "version": self.version,
+                "options": dict(self.options), "chosen_by": self.chosen_by}
+
+
+def _config_presets(presets: Mapping[str, Any]) -> dict[str, AgentSpec]:
+    found = {}
+    for name, table in presets.items():
+        if not isinstance(table, Mapping):
+            raise UsageError(f"evalctl.toml: [agents.{name}] must be a table")
+        values = dict(table)
+        base = values.pop("base", None)
+        if not isinstance(base, str) or not base:
+            raise UsageError(f"evalctl.toml: [agents.{name}] needs base = \"AGENT\" (the agent "
+                             "it presets, e.g. \"command\")")
+        version = values.pop(VERSION_OPTION, None)
+        description = values.pop("description", "")
+        try:
+            found[name] = AgentSpec(name=name, base=base, defaults=values,
+                                    version=None if version is None else str(version),
+                                    description=str(description))
+        except ValueError as exc:
+            raise UsageError(f"evalctl.toml: [agents.{name}]: {exc}") from None
+    return found
+
+
+def choose_agent(registry: Registry, *, flag: str | None, flag_options: Mapping[str, Any],
+                 config_name: str | None = None,
+                 config_options: Mapping[str, Any] | None = None,
+                 config_presets: Mapping[str, Any] | None = None) -> AgentChoice:
+    """The run's agent, or a UsageError (exit 2) saying why it cannot be used."""
+    configured = _config_presets(config_presets or {})
+    clashing = sorted(set(configured) & set(registry.agents))
+    if clashing:
+        raise UsageError(f"evalctl.toml defines agent(s) {', '.join(clashing)} that an "
+                         "installed plugin already provides; give the preset another name")
+    name, chosen_by = (flag, "--agent") if flag else (config_name, "config") if config_name \
+        else (DEFAULT_AGENT, "default")
+
+    def lookup(agent: str) -> AgentSpec:
+        return configured[agent] if agent in configured else registry.get("agent", agent)
+
+    spec = lookup(name)
+    chain = [name]
+    merged: dict[str, Any] = {}
+    version = spec.version
+    while spec.run is None:
+        merged = {**dict(spec.defaults), **merged}
+        base = str(spec.base)
+        if base in chain:
+            raise UsageError(f"agent presets form a loop: {' -> '.join([*chain, base])}")
+        chain.append(base)
+        spec = lookup(base)
+        version = version or spec.version
+    if chosen_by == "config":
+        merged.update(config_options or {})
+    merged.update(coerce_agent_options(spec, flag_options))
+    given_version = merged.pop(VERSION_OPTION, None)
+    if given_version is not None:
+        version = str(given_version)
+    validate_agent_options(spec, name, merged)
+    return AgentChoice(name, spec, merged, version, chosen_by, tuple(chain))
+
+
+def coerce_agent_options(spec: AgentSpec, pairs: Mapping[str, Any]) -> dict[str, Any]:
+    """`--agent-option KEY=VALUE` values typed by the agent's options schema (values that
+    are not text, from evalctl.testing say, are taken as they are)."""
+    properties = spec.options_schema.get("properties", {})
+    out: dict[str, Any] = {}
+    for key, text in pairs.items():
+        if not isinstance(text, str) or key == VERSION_OPTION:
+            out[key] = text
+            continue
+        kind = properties.get(key, {}).get("type", "string")
+        try:
+            if kind == "integer":
+                out[key] = int(text)
+            elif kind == "number":
+                out[key] = float(text)
+            elif kind == "boolean":
+                if text.lower() not in {"true", "false", "1", "0", "yes", "no"}:
+                    raise ValueError(text)
+                out[key] = text.lower() in {"true", "1", "yes"}
+            elif kind == "array":
+                out[key] = [part for part in text.split(",") if part]
+            else:
+                out[key] = text
+        except ValueError:
+            raise UsageError(f"--agent-option {key}={text}: agent '{spec.name}' wants {kind} "
+                             f"for {key}") from None
+    return out
+
+
+def validate_agent_options(spec: AgentSpec, name: str, options: Mapping[str, Any]) -> None:
+    from jsonschema import Draft202012Validator
+
+    schema = {"additionalProperties": False, **dict(spec.options_schema)}
+    problems = sorted(Draft202012Validator(schema).iter_errors(dict(options)),
+                      key=lambda e: list(e.path))
+    if problems:
+        known = ", ".join([*spec.options_schema.get("properties", {}), VERSION_OPTION])
+        via = f" (a preset of '{spec.name}')" if name != spec.name else ""
+        raise UsageError(f"agent '{name}'{via} options: "
+                         + "; ".join(p.message for p in problems) + f" (known options: {known})")

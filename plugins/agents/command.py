@@ -1,0 +1,128 @@
+"""`command`: any CLI agent, run inside the attempt's sandbox, in the workspace.
+
+The prompt reaches it as an argument (`{prompt}` in `argv`), in a file (`{prompt_file}`)
+or on its standard input (neither). Its model calls go through evalctl's model proxy
+(ANTHROPIC_BASE_URL and a per-attempt ANTHROPIC_API_KEY in its environment), which
+meters and limits them; the task's seconds are its timeout; its exit code and output go
+to the ledger. `claude-code` is a preset of it: Claude Code headless.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+import evalctl
+
+PROMPT = "{prompt}"
+PROMPT_FILE = "{prompt_file}"
+PROMPT_FILE_NAME = "evalctl-prompt.md"
+
+OPTIONS = {
+    "type": "object",
+    "properties": {
+        "argv": {"type": "string", "minLength": 1,
+                 "description": "The command line, split like a shell does (no pipes or "
+                                "variables). {prompt} is replaced by the task's prompt, "
+                                "{prompt_file} by the path of a file that holds it; with "
+                                "neither, the prompt is the command's standard input."},
+        "env": {"type": "array", "items": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*="},
+                "description": "NAME=VALUE variables for the agent (comma-separated on the "
+                               "command line). Never put a real API key here: the agent gets "
+                               "the proxy's own."},
+        "path": {"type": "array", "items": {"type": "string", "minLength": 1},
+                 "description": "Directories put first on the agent's PATH (where the CLI is "
+                                "installed; under bwrap mount them too: --sandbox-option "
+                                "ro_paths=DIR)."},
+        "final_text": {"type": "string", "pattern": "^(model|stdout|json:.+)$",
+                       "description": "What the agent said last, for talk-only checks: "
+                                      "model (the last model turn's text, the default), "
+                                      "stdout, or json:KEY (that key of the JSON it printed)."},
+        "model_proxy": {"type": "boolean",
+                        "description": "Serve the Messages API to the agent (default true). "
+                                       "Without it the agent has no model: for tests."},
+    },
+    "required": ["argv"],
+}
+
+CLAUDE_CODE = {
+    "argv": "claude -p {prompt} --output-format json --dangerously-skip-permissions",
+    # Headless, and nothing but the model proxy: no auto-update, telemetry, error
+    # reports or side traffic (bwrap has no network anyway; these avoid waiting on it).
+    "env": ["DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1", "DISABLE_ERROR_REPORTING=1",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_NON_ESSENTIAL_MODEL_CALLS=1",
+            "CLAUDE_CODE_DISABLE_TERMINAL_TITLE=1"],
+    "final_text": "json:result",
+}
+
+
+def command_script(argv: str, prompt: str) -> tuple[str, str | None]:
+    """The bash script that runs `argv` with the prompt delivered, and its stdin."""
+    try:
+        words = shlex.split(argv)
+    except ValueError as exc:
+        raise evalctl.UsageError(f"agent option argv: {exc}: {argv!r}") from None
+    if not words:
+        raise evalctl.UsageError("agent option argv is empty")
+    quoted = []
+    by_file = False
+    for word in words:
+        if PROMPT_FILE in word:
+            by_file = True
+            pieces = [shlex.quote(piece) for piece in word.split(PROMPT_FILE)]
+            quoted.append(f'"$TMPDIR/{PROMPT_FILE_NAME}"'.join(pieces))
+        else:
+            quoted.append(shlex.quote(word.replace(PROMPT, prompt)))
+    command = " ".join(quoted)
+    if by_file:  # the prompt arrives on stdin and goes to the file; the agent reads nothing
+        return f'cat > "$TMPDIR/{PROMPT_FILE_NAME}"\n{command} < /dev/null', prompt
+    if PROMPT in argv:
+        return command, None
+    return command, prompt
+
+
+def _final_text(how: str, model_text: str, result: evalctl.CommandResult) -> str:
+    if how == "stdout":
+        return result.stdout.strip()
+    if how.startswith("json:"):
+        key = how.removeprefix("json:")
+        try:
+            document: Any = json.loads(result.stdout)
+        except json.JSONDecodeError:
+            return model_text
+        value = document.get(key) if isinstance(document, dict) else None
+        return value if isinstance(value, str) else model_text
+    return model_text
+
+
+async def run(context: evalctl.AgentContext) -> evalctl.AgentOutcome:
+    options = context.options
+    script, stdin = command_script(options["argv"], context.prompt)
+    env = dict(name_value.split("=", 1) for name_value in options.get("env", ()))
+    if options.get("path"):
+        env["PATH"] = ":".join([*options["path"], env.get("PATH") or context.env.get("PATH", "")])
+    outcome, result = await context.run_command(
+        script, env=env, stdin=stdin, model_proxy=options.get("model_proxy", True))
+    final_text = _final_text(options.get("final_text", "model"), outcome.final_text, result)
+    return evalctl.AgentOutcome(outcome.exit_status, final_text, outcome.error,
+                                outcome.tool_calls)
+
+
+@evalctl.hookimpl
+def evalctl_register_agents(register):
+    register(evalctl.AgentSpec(
+        name="command",
+        run=run,
+        options_schema=OPTIONS,
+        description="Any CLI agent, run in the sandbox with the model proxy: "
+                    "--agent-option 'argv=my-agent --task {prompt}'.",
+    ))
+    register(evalctl.AgentSpec(
+        name="claude-code",
+        base="command",
+        defaults=CLAUDE_CODE,
+        description="Claude Code (npm @anthropic-ai/claude-code) headless: claude -p, JSON "
+                    "output, its own tools, every model call through evalctl's proxy. "
+                    "Needs `claude` on the sandbox's PATH (agent option path=DIR).",
+    ))
