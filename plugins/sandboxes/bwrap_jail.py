@@ -895,8 +895,7 @@ class BwrapJail:
         setup = self._cgroups
         if setup.version == 0:
             return
-        for parent in setup.parents.values():
-            _remove_stale_cgroups(parent)
+        _remove_stale_cgroups_once(tuple(setup.parents.values()))
         name = f"evalctl-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         memory = self.options.memory_mb * 1024 * 1024
         try:
@@ -1025,6 +1024,14 @@ def _clear_setid(directory: int, name: str, setid: int) -> None:
         os.fchmod(fd, mode & 0o7777 & ~setid)
     finally:
         os.close(fd)
+
+
+@functools.cache
+def _remove_stale_cgroups_once(parents: tuple[Path, ...]) -> None:
+    """Once per process: a listing of the parent cgroups per attempt would cost more as
+    they fill up."""
+    for parent in parents:
+        _remove_stale_cgroups(parent)
 
 
 def _remove_stale_cgroups(parent: Path) -> None:
