@@ -17,8 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from evalctl._errors import EvalctlError, ProviderError, UsageError
-from evalctl._files import ConfinementError, open_in_workspace, write_atomically
+from evalctl._errors import (
+    EvalctlError,
+    GraderUnavailable,
+    ProviderError,
+    RateLimited,
+    UsageError,
+)
+from evalctl._files import ConfinementError, open_in_workspace, walk_files, write_atomically
 from evalctl._files import resolve_inside as resolve_in_workspace
 from evalctl._plugin.hookspecs import hookimpl
 from evalctl._plugin.specs import (
@@ -104,12 +110,14 @@ __all__ = [
     "ImportedSuite",
     "ImporterSpec",
     "ImportProblem",
+    "GraderUnavailable",
     "Message",
     "ModelRequest",
     "ModelTurn",
     "ProviderError",
     "ProviderSpec",
     "Rate",
+    "RateLimited",
     "ReporterSpec",
     "RunResult",
     "StopReason",
@@ -132,5 +140,6 @@ __all__ = [
     "resolve_in_workspace",
     "tool_definitions",
     "truncate",
+    "walk_files",
     "write_atomically",
 ]

@@ -270,7 +270,19 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
 
 
 @cli.command()
-@click.argument("suite", type=click.Path(path_type=Path))
+@click.argument("suite", type=click.Path(path_type=Path), required=False)
+@click.option("--resume", "resume_dir", type=click.Path(file_okay=False, path_type=Path),
+              metavar="RUN_DIR",
+              help="Continue a run that stopped (killed, interrupted, out of budget): run "
+                   "only the attempts its journal has no result for. Suite and options come "
+                   "from the journal.")
+@click.option("--retry-errors", is_flag=True,
+              help="With --resume: also rerun the attempts that ended in an error.")
+@click.option("--max-cost", type=click.FloatRange(min=0), metavar="USD",
+              help="Budget for the whole run (agent and judges): once spent, no new attempt "
+                   "starts; the rest are reported not run and --resume continues them.")
+@click.option("--max-tokens", type=click.IntRange(min=0), metavar="N",
+              help="Token budget for the whole run, like --max-cost.")
 @click.option("--only", multiple=True, metavar="ID", help="Run only this task (repeatable).")
 @click.option("--tag", "tags", multiple=True, metavar="T",
               help="Run tasks with this tag (repeatable: tasks with any of the tags; with "
@@ -313,8 +325,9 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
               help="With --baseline: whether a task that passed and now fails is a "
                    "regression by itself.")
 @click.pass_context
-def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str, ...],
-        scripted: bool, provider: str | None, model: str | None,
+def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_errors: bool,
+        max_cost: float | None, max_tokens: int | None, only: tuple[str, ...],
+        tags: tuple[str, ...], scripted: bool, provider: str | None, model: str | None,
         provider_options: tuple[str, ...], sandbox: str | None,
         sandbox_options: tuple[str, ...], agent: str | None, agent_options: tuple[str, ...],
         concurrency: int | None, report: Path | None,
@@ -323,49 +336,87 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     """Run a suite and grade it. Exit 0 all passed, 1 a task failed, 2 bad input.
 
     SUITE is a file, or the name of a built-in suite (evalctl suites) when no file of
-    that name exists. With --baseline, the exit code says whether the run regressed
-    against it instead.
+    that name exists. Every finished attempt is journaled in the run directory as it
+    finishes; a run that stopped (killed, interrupted, out of budget) continues with
+    `evalctl run --resume RUN_DIR`. With --baseline, the exit code says whether the
+    run regressed against it instead.
     """
     import asyncio
 
     from evalctl._errors import ProviderSetupError, UsageError
     from evalctl._report.compare import compare_reports, gate
     from evalctl._report.console import RunView
+    from evalctl._report.journal import attempts_to_run, read_journal
     from evalctl._report.results import load_report
     from evalctl._report.writing import write_reports
     from evalctl._run.config import load_config
-    from evalctl._run.runner import RunOptions, execute, prepare_run, select_tasks
+    from evalctl._run.runner import (
+        RunOptions,
+        execute,
+        prepare_run,
+        resumed_options,
+        select_tasks,
+    )
     from evalctl._suite.builtin import resolve_suite
     from evalctl._suite.loader import load_suite
 
     if scripted and provider and provider != "scripted":
         raise UsageError("--scripted and --provider are alternatives; give one")
+    if retry_errors and resume_dir is None:
+        raise UsageError("--retry-errors works with --resume RUN_DIR")
     baseline_report = load_report(baseline) if baseline else None
     config = load_config()
     registry = _registry(ctx)
-    loaded = load_suite(resolve_suite(suite), registry)
+    parsed_provider_options = _parse_options(provider_options)
+    parsed_sandbox_options = _parse_options(sandbox_options, "--sandbox-option")
+    parsed_agent_options = _parse_options(agent_options, "--agent-option")
+    if resume_dir is not None:
+        # The journal holds the run's suite and options; flags may only repeat them.
+        contents = read_journal(resume_dir)
+        for problem in contents.problems:
+            click.echo(f"warning: {problem}", err=True)
+        given = {name: value for name, value in (
+            ("provider", "scripted" if scripted else provider), ("model", model),
+            ("provider_options", parsed_provider_options), ("only", list(only)),
+            ("tags", list(tags)), ("repeat", repeat), ("sandbox", sandbox),
+            ("sandbox_options", parsed_sandbox_options), ("agent", agent),
+            ("agent_options", parsed_agent_options), ("max_cost", max_cost),
+            ("max_tokens", max_tokens), ("retry_errors", retry_errors))
+            if _given(ctx, name, value)}
+        options = resumed_options(contents, given, concurrency or config.get("concurrency"),
+                                  out or resume_dir.resolve().parent)
+        recorded = contents.header.get("suite", {})
+        suite_path = resolve_suite(suite) if suite else \
+            Path(recorded.get("absolute_path") or recorded.get("path", ""))
+    elif suite is None:
+        raise UsageError("give a SUITE to run, or --resume RUN_DIR to continue a run")
+    else:
+        suite_path = resolve_suite(suite)
+        configured = config.get("provider", "scripted")
+        chosen = "scripted" if scripted else provider or configured
+        # The config's model and options are for the config's provider: `--scripted` in a
+        # team that runs anthropic must not hand the scripted provider a model.
+        from_config = chosen == configured
+        options = RunOptions(
+            provider=chosen,
+            model=model or (config.get("model") if from_config else None),
+            provider_options={**(config.get("provider_options", {}) if from_config else {}),
+                              **parsed_provider_options},
+            concurrency=concurrency or config.get("concurrency"),
+            out_dir=out or Path(config.get("out", "eval_reports")),
+            only=only, tags=tags, repeat=repeat,
+            sandbox=sandbox, sandbox_options=parsed_sandbox_options,
+            config_sandbox=config.get("sandbox"),
+            config_sandbox_options=config.get("sandbox_options", {}),
+            agent=agent, agent_options=parsed_agent_options,
+            config_agent=config.get("agent"),
+            config_agent_options=config.get("agent_options", {}),
+            config_agents=config.get("agents", {}),
+            max_cost=max_cost, max_tokens=max_tokens,
+        )
+    loaded = load_suite(suite_path, registry)
     for warning in loaded.warnings:
         click.echo(str(warning), err=True)
-    configured = config.get("provider", "scripted")
-    chosen = "scripted" if scripted else provider or configured
-    # The config's model and options are for the config's provider: `--scripted` in a
-    # team that runs anthropic must not hand the scripted provider a model.
-    from_config = chosen == configured
-    options = RunOptions(
-        provider=chosen,
-        model=model or (config.get("model") if from_config else None),
-        provider_options={**(config.get("provider_options", {}) if from_config else {}),
-                          **_parse_options(provider_options)},
-        concurrency=concurrency or config.get("concurrency"),
-        out_dir=out or Path(config.get("out", "eval_reports")),
-        only=only, tags=tags, repeat=repeat,
-        sandbox=sandbox, sandbox_options=_parse_options(sandbox_options, "--sandbox-option"),
-        config_sandbox=config.get("sandbox"),
-        config_sandbox_options=config.get("sandbox_options", {}),
-        agent=agent, agent_options=_parse_options(agent_options, "--agent-option"),
-        config_agent=config.get("agent"), config_agent_options=config.get("agent_options", {}),
-        config_agents=config.get("agents", {}),
-    )
     # The JSON report is always written: it is the run's record, and what compare and
     # --baseline read. --reporter (or the config's reporters) choose the others.
     reporter_names = tuple(dict.fromkeys(
@@ -373,7 +424,8 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     for name in dict.fromkeys(reporter_names):
         registry.get("reporter", name)
     if baseline_report is not None:
-        _shares_a_task(baseline, baseline_report, select_tasks(loaded, only, tags))
+        _shares_a_task(baseline, baseline_report,
+                       select_tasks(loaded, options.only, options.tags))
     try:
         prepared = prepare_run(loaded, registry, options)
     except ProviderSetupError as exc:
@@ -382,10 +434,20 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
         click.echo(f"warning: sandbox '{prepared.sandbox.spec.name}' does not isolate the agent: "
                    f"{prepared.sandbox.spec.isolation}", err=True)
 
-    view = RunView(len(prepared.tasks) * repeat, repeat=repeat)
+    to_run = len(prepared.tasks) * options.repeat
+    if options.resume is not None:
+        to_run = len(attempts_to_run(options.resume, options.retry_errors))
+        click.echo(f"resuming {prepared.run_dir}: {to_run} of "
+                   f"{len(prepared.tasks) * options.repeat} attempt(s) to run", err=True)
+
+    view = RunView(to_run, repeat=options.repeat)
     with view:
         result = asyncio.run(execute(prepared, progress=view.update))
     view.print_summary(result)
+    if prepared.journal_failure:
+        click.echo(f"warning: the journal stopped being written ({prepared.journal_failure}); "
+                   "these reports are complete, but a resume of this run would rerun the "
+                   "attempts it is missing", err=True)
     if baseline_report is not None:  # before writing: reporters show the comparison too
         result.comparison = compare_reports(baseline_report, result)
     written, failures = write_reports(result, registry, reporter_names, options.out_dir, report)
@@ -394,8 +456,13 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
     for failure in failures:
         click.echo(f"error: {failure}", err=True)
     if result.interrupted:
-        click.echo("interrupted: reports cover the tasks that finished", err=True)
+        click.echo("interrupted: reports cover the tasks that finished; continue with "
+                   f"evalctl run --resume {prepared.run_dir}", err=True)
         ctx.exit(EXIT_INTERRUPTED)
+    if result.budget and result.budget.get("reached"):
+        click.echo(f"{result.count('not_run')} attempt(s) not run: the budget was reached; "
+                   f"continue with evalctl run --resume {prepared.run_dir} and a higher "
+                   "--max-cost/--max-tokens", err=True)
     if result.comparison is not None:
         comparison = result.comparison
         reasons = gate(comparison, max_drop, fail_on_flip)
@@ -406,6 +473,57 @@ def run(ctx: click.Context, suite: Path, only: tuple[str, ...], tags: tuple[str,
             click.echo(f"regression against {baseline}: {reason}", err=True)
         ctx.exit(EXIT_FAILED if reasons or failures else EXIT_OK)
     ctx.exit(EXIT_OK if result.all_passed and not failures else EXIT_FAILED)
+
+
+def _given(ctx: click.Context, name: str, value: Any) -> bool:
+    """Whether an option was given on the command line (or its environment variable),
+    as opposed to left at its default."""
+    from click.core import ParameterSource
+
+    if name == "provider" and value == "scripted" and ctx.params.get("scripted"):
+        return True  # --scripted
+    source = ctx.get_parameter_source(name)
+    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+
+
+@cli.command("report")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--reporter", "reporters", multiple=True, metavar="NAME",
+              help="Another report format, e.g. junit or html (repeatable; default "
+                   "markdown). The JSON report is always written.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for the reports (default: the one that holds RUN_DIR).")
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the JSON report to this path.")
+@click.pass_context
+def report_command(ctx: click.Context, run_dir: Path, reporters: tuple[str, ...],
+                   out: Path | None, report: Path | None) -> None:
+    """Render a run's reports again, from its journal: any reporter, any time.
+
+    RUN_DIR is a run directory (eval_reports/workspaces-<time>), or a JSON report. A
+    finished run, one still going and one that was killed (its unfinished attempts
+    reported not run) all render. Exit 0 when every report was written, 1 when a
+    reporter failed, 2 when there is no run there.
+    """
+    from evalctl._report.rundir import read_run
+    from evalctl._report.writing import write_reports
+    from evalctl._run.config import load_config
+
+    stored = read_run(run_dir)
+    for problem in stored.problems:
+        click.echo(f"warning: {problem}", err=True)
+    registry = _registry(ctx)
+    names = tuple(dict.fromkeys((ALWAYS_REPORTED, *(
+        reporters or load_config().get("reporters", DEFAULT_REPORTERS)))))
+    for name in names:
+        registry.get("reporter", name)
+    written, failures = write_reports(stored.run, registry, names,
+                                      out or stored.stem.parent, report)
+    for path in written:
+        click.echo(f"wrote {path}")
+    for failure in failures:
+        click.echo(f"error: {failure}", err=True)
+    ctx.exit(EXIT_FAILED if failures else EXIT_OK)
 
 
 def _shares_a_task(path: Path, baseline: Any, tasks: list[Any]) -> None:

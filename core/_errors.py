@@ -57,3 +57,28 @@ class ProviderError(Exception):
     def __init__(self, message: str, status: str = "provider_error"):
         super().__init__(message)
         self.status = status
+
+
+class RateLimited(ProviderError):
+    """The model's service refused the call for now: rate limited (HTTP 429) or
+    overloaded, after the provider's own retries.
+
+    Raised by providers instead of a plain ProviderError so the run can adapt: it lowers
+    how many model calls it makes at once, waits `retry_after` seconds (when the service
+    said; else it backs off), asks again, and raises its concurrency again as calls
+    succeed. Only when the service keeps refusing does the attempt end as an error.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class GraderUnavailable(Exception):
+    """A check cannot run here, for a reason outside the agent's work: a tool the
+    grader needs is not installed, a service it needs is misconfigured.
+
+    Raised by a grader with a message that says how to fix it ("pytest is not
+    installed: pip install pytest"). The check is then reported as an error with that
+    message, never as a failure, and the attempt is left out of completion.
+    """

@@ -2,13 +2,17 @@
 
 Path confinement is what keeps the file tools and graders inside a workspace;
 `snapshot` is how changes against the seed are found; `write_atomically` is how
-reports are written so a reader never sees half of one."""
+reports are written so a reader never sees half of one.
+
+A workspace is the agent's, so nothing here trusts what is in it: directories are
+walked without recursion (any depth), special files (FIFOs, sockets, devices) are
+never read, and big files are never read whole."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -37,37 +41,107 @@ def resolve_inside(root: Path, user_path: str) -> Path:
     return resolved
 
 
+# Files bigger than this are fingerprinted by size and time instead of hashed: a seed
+# comes from a suite's YAML and is never this big, so a change is still seen.
+HASH_LIMIT_BYTES = 64 * 1024 * 1024
+
+
+def walk(root: str | os.PathLike[str], *, max_depth: int | None = None
+         ) -> Iterator[tuple[str, os.DirEntry[str]]]:
+    """(relative POSIX path, entry) of everything under `root` that is not a directory,
+    in sorted order, depth first. Iterative, so no nesting is too deep (os.walk and
+    Path.glob recurse on Python 3.11 and fail past about a thousand levels); directory
+    links are not followed and tool caches (IGNORED_DIRS) are skipped. `max_depth` 1
+    lists `root` alone. Directories that cannot be read are passed over."""
+    stack: list[tuple[str, str, int]] = [(os.fspath(root), "", 1)]
+    while stack:
+        directory, prefix, depth = stack.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            continue
+        below = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if not is_dir:
+                yield prefix + entry.name, entry
+            elif entry.name not in IGNORED_DIRS and (max_depth is None or depth < max_depth):
+                below.append((entry.path, f"{prefix}{entry.name}/", depth + 1))
+        stack.extend(reversed(below))
+
+
+def walk_files(root: str | os.PathLike[str]) -> Iterator[str]:
+    """Every path under `root` that is not a directory (files, links, and special files
+    such as FIFOs, which are listed but must not be opened), relative and POSIX-style,
+    in sorted order. Iterative, so any depth works; linked directories are not entered
+    and tool caches (`__pycache__`, `.pytest_cache`...) are skipped. Names that are not
+    UTF-8 come as Python keeps them (surrogate escapes)."""
+    for relative, _ in walk(root):
+        yield relative
+
+
+def remove_tree(top: str | os.PathLike[str]) -> None:
+    """Delete `top` and everything under it, deepest first, without recursion (on Python
+    3.11 shutil.rmtree recurses, and a tree a thousand deep raises RecursionError).
+    Links are removed, never followed; what cannot be removed is left."""
+    directories = []
+    pending = [os.fspath(top)]
+    while pending:
+        directory = pending.pop()
+        directories.append(directory)
+        with contextlib.suppress(OSError), os.scandir(directory) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                    else:
+                        os.unlink(entry.path)
+    for directory in reversed(directories):
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)
+
+
 def snapshot(root: Path) -> dict[str, str]:
-    """Relative path -> content hash of every file (symlinks by their target; a FIFO,
-    socket or device by its kind alone: opening one could block or read forever)."""
+    """Relative path -> fingerprint of everything in `root` that is not a directory:
+    the content hash of a file, `symlink:TARGET` for a link, `special:KIND` for a FIFO,
+    socket or device (never read: opening one could block or read for ever), and
+    `size:N:MTIME` for a file over HASH_LIMIT_BYTES. Blocking work: callers on an event
+    loop run it in a thread."""
     import hashlib  # here: plugins import this module, and list-plugins should stay quick
     import stat
 
     found: dict[str, str] = {}
-    for directory, subdirs, names in os.walk(root):
-        subdirs[:] = sorted(d for d in subdirs if d not in IGNORED_DIRS)
-        for name in names:
-            full = Path(directory, name)
-            relative = full.relative_to(root).as_posix()
-            if full.is_symlink():
-                found[relative] = "symlink:" + os.readlink(full)
+    for relative, entry in walk(root):
+        try:
+            if entry.is_symlink():
+                found[relative] = "symlink:" + os.readlink(entry.path)
                 continue
-            digest = hashlib.sha256()
+            info = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(info.st_mode):
+                found[relative] = f"special:{stat.filemode(info.st_mode)[0]}"
+                continue
+            if info.st_size > HASH_LIMIT_BYTES:
+                found[relative] = f"size:{info.st_size}:{info.st_mtime_ns}"
+                continue
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        digest = hashlib.sha256()
+        with os.fdopen(fd, "rb") as handle:
+            kind = os.fstat(fd).st_mode
+            if not stat.S_ISREG(kind):  # swapped for a FIFO since the stat: still not read
+                found[relative] = f"special:{stat.filemode(kind)[0]}"
+                continue
             try:
-                fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+                for block in iter(lambda h=handle: h.read(1 << 20), b""):
+                    digest.update(block)
             except OSError:
                 continue
-            with os.fdopen(fd, "rb") as handle:
-                kind = os.fstat(fd).st_mode
-                if not stat.S_ISREG(kind):
-                    found[relative] = f"special:{stat.filemode(kind)[0]}"
-                    continue
-                try:
-                    for block in iter(lambda h=handle: h.read(1 << 20), b""):
-                        digest.update(block)
-                except OSError:
-                    continue
-            found[relative] = digest.hexdigest()
+        found[relative] = digest.hexdigest()
     return found
 
 
@@ -88,7 +162,10 @@ def write_atomically(path: str | os.PathLike[str], text: str | Iterable[str]) ->
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide reports from CI users
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+        # backslashreplace: a lone surrogate a reporter let through is written escaped,
+        # not allowed to cost the report
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace",
+                       newline="\n") as handle:
             handle.writelines([text] if isinstance(text, str) else text)
         os.replace(tmp, target)
     except BaseException:

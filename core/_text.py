@@ -7,10 +7,50 @@ are cut, and money is shown, the same way everywhere.
 from __future__ import annotations
 
 import codecs
+import json
+import re
 from collections.abc import Iterable
+from typing import Any
 
 BINARY_SAMPLE_BYTES = 8192
 _TEXT_CONTROLS = frozenset(b"\t\n\r\f\x1b")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_OR_CONTROL = re.compile("[\ud800-\udfff\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, as os and surrogateescape keep it
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def escape_surrogates(text: str) -> str:
+    """`text` that can always be encoded as UTF-8: a lone surrogate becomes an escape.
+
+    A file name that is not UTF-8 reaches Python as surrogate escapes, and a model can
+    send a lone surrogate; either would make writing or sending the text fail. A byte of
+    a name becomes `\\xNN` (as `ls -b` shows it), any other lone surrogate `\\uXXXX`.
+    """
+    return _SURROGATE.sub(_escape, text) if _SURROGATE.search(text) else text
+
+
+def escape_text(text: str) -> str:
+    """`text` safe to show in any report: lone surrogates escaped as in
+    `escape_surrogates`, and control characters other than tab and line breaks as
+    `\\xNN`, so nothing is lost and no reporter can choke on it."""
+    return _SURROGATE_OR_CONTROL.sub(_escape, text) \
+        if _SURROGATE_OR_CONTROL.search(text) else text
+
+
+def json_line(record: Any) -> str:
+    """One JSON line for an append-only record (a ledger, the journal), readable as
+    UTF-8 whatever the strings hold: a lone surrogate is written as its JSON escape
+    (`\\ud800`), which reads back as the same string."""
+    text = json.dumps(record, ensure_ascii=False, default=str)
+    if _SURROGATE.search(text):  # only inside JSON strings, where \\uXXXX is the escape
+        text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text
 
 
 def truncate(text: str, limit: int, keep: str = "both") -> str:

@@ -136,6 +136,26 @@ def write_seed(directory: Path, files: Mapping[str, str], source: Source | None,
         target.write_text(content, encoding="utf-8")
 
 
+def attempt_paths(run_dir: Path, name: str) -> dict[str, Path]:
+    """Everything an attempt leaves in a run directory: its workspace, seed copy, state
+    (HOME, TMPDIR) and ledger."""
+    return {"workspace": run_dir / name, "seed": run_dir / ".seed" / name,
+            "state": run_dir / ".state" / name, "ledger": ledger_path(run_dir, name)}
+
+
+def retire_attempt(run_dir: Path, name: str, into: Path) -> bool:
+    """Move what an unfinished (or errored) attempt left to `into`, so it can be run
+    again in a fresh workspace and nothing it did is lost. False when it left nothing."""
+    moved = False
+    for label, path in attempt_paths(run_dir, name).items():
+        if not os.path.lexists(path):
+            continue
+        into.mkdir(parents=True, exist_ok=True)
+        os.replace(path, into / ("ledger.jsonl" if label == "ledger" else label))
+        moved = True
+    return moved
+
+
 def sandbox_environment(home: Path, tmp: Path) -> dict[str, str]:
     """The environment of every sandboxed command, built from nothing: the harness's
     interpreter first on PATH (so `python` and `pytest` mean the ones evalctl runs on),

@@ -5,6 +5,7 @@ limits, the sandbox's guarantees for a CLI agent, and reports that name the agen
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import sys
 import threading
@@ -188,6 +189,42 @@ def test_an_sdk_agent_without_streaming(tmp_path):
     assert task.status == "passed", (task.error, task.checks)
     turns = [e for e in read_events(Path(task.ledger)) if e["event"] == "model_turn"]
     assert [t["stream"] for t in turns] == [False, False]
+
+
+@pytest.mark.parametrize("hostile", [
+    "rm ../.ledgers/write-hello.jsonl",
+    "printf '{not json\\n\\xff' >> ../.ledgers/write-hello.jsonl",
+], ids=["deleted", "mangled"])
+def test_a_cli_agent_that_deletes_or_mangles_its_ledger_costs_the_record_not_the_totals(
+        tmp_path, hostile):
+    # After its model calls the agent vandalises its ledger (visible under the local
+    # sandbox): turns, tokens and cost were counted as the proxy's calls came back.
+    script = f'{sys.executable} {SDK_AGENT} "$1"; code=$?; {hostile}; exit $code'
+    argv = f"bash -c {shlex.quote(script)} agent {{prompt}}"
+    run = run_suite(WRITE_HELLO, sandbox="local", agent="command", out_dir=tmp_path,
+                    agent_options=sdk_options(argv=argv))
+    task = run.tasks[0]
+    assert task.status == "passed", (task.error, task.checks)
+    assert (task.exit_status, task.turns, task.tool_calls) == ("completed", 2, 1)
+    assert task.usage == evalctl.TokenUsage(230, 25, 50, 10) and task.cost == 0.0
+    ledger = Path(task.ledger)
+    if hostile.startswith("rm"):
+        assert not ledger.exists()
+    else:
+        with pytest.raises(ValueError):  # the ledger no longer parses
+            read_events(ledger)
+
+
+def test_a_cli_agents_turns_are_charged_to_the_run_budget(tmp_path):
+    # Charged as each proxied turn arrives (nothing else charges the agent's spend): the
+    # first attempt spends past --max-tokens, so the second never starts.
+    suite = WRITE_HELLO + WRITE_HELLO.split("tasks:\n", 1)[1].replace(
+        "id: write-hello", "id: write-hello-again")
+    run = run_suite(suite, sandbox="local", agent="command", out_dir=tmp_path,
+                    agent_options=sdk_options(), concurrency=1, max_tokens=100)
+    assert [t.status for t in run.tasks] == ["passed", "not_run"]
+    assert run.budget is not None
+    assert (run.budget["spent_tokens"], run.budget["reached"]) == (230 + 25 + 50 + 10, True)
 
 
 def test_the_built_in_loop_as_an_agent_plugin_reads_script_not_agent_script():

@@ -264,7 +264,8 @@ def test_outcomes_by_tag_stack_each_tags_attempts():
     chart = outcomes_by_tag(tasks)
     labels = [t["text"] for t in chart.texts[::2]]
     assert labels == ["x", "(no tag)", "y"]
-    assert [t["text"] for t in chart.texts[1::2]] == ["50.0% (1/2)", "0.0% (0/1)",
+    # completion per tag is over graded attempts: the error of (no tag) is left out
+    assert [t["text"] for t in chart.texts[1::2]] == ["50.0% (1/2)", "n/a (0/0)",
                                                       "0.0% (0/1)"]
     x_row = [r for r in chart.rects if r["title"].startswith("x:")]
     assert [r["cls"] for r in x_row] == ["s-passed", "s-failed", "s-not_run"]
@@ -294,9 +295,10 @@ def test_distributions_count_every_attempt_that_ran():
 def test_read_run_takes_a_run_directory_a_report_or_a_directory_of_reports(run):
     reports = run.report_path.parent
     run_dir = Path(run.report["run_directory"])
-    for target in (run.report_path, run_dir, reports):
+    for target, source in ((run.report_path, run.report_path), (run_dir, run_dir / "journal.jsonl"),
+                           (reports, run.report_path)):
         stored = read_run(target)
-        assert stored.source == run.report_path
+        assert stored.source == source  # a run directory is read from its journal
         assert [t.task_id for t in stored.run.tasks] == [t["id"] for t in run.report["tasks"]]
         assert stored.derived("html") == run.html_path
 

@@ -17,7 +17,8 @@ try:  # the HTTP client the installed anthropic SDK is built on
 except ImportError:  # older SDKs
     import httpx  # type: ignore[no-redef]
 
-from evalctl._agent.ledger import Ledger, ledger_totals, read_events
+import evalctl
+from evalctl._agent.ledger import Ledger, ledger_spend, read_events
 from evalctl._agent.proxy import (
     SOCKET_NAME,
     TOKEN_PREFIX,
@@ -25,6 +26,7 @@ from evalctl._agent.proxy import (
     forwarder_source,
     to_model_request,
 )
+from evalctl._agent.throttle import CallThrottle, ModelCalls
 from evalctl._plugin.types import (
     AgentLimits,
     AssistantMessage,
@@ -115,9 +117,11 @@ def test_a_tool_turn_then_a_final_turn_through_the_sdk(tmp_path):
     assert [t["turn"] for t in turns] == [1, 2]
     assert turns[0]["tool_calls"][0]["name"] == "Write"
     assert turns[0]["via"] == "proxy" and turns[0]["requested_model"] == "claude-test"
-    usage, cost, count = ledger_totals(harness.ledger_path)
-    assert count == 2 and cost == pytest.approx(0.5)
-    assert usage == TokenUsage(270, 35, 40, 7)
+    counted = harness.proxy.model_calls  # the totals, kept in memory as turns came back
+    assert counted.turns == 2 and counted.cost == pytest.approx(0.5)
+    assert counted.usage == TokenUsage(270, 35, 40, 7)
+    usage, cost = ledger_spend(harness.ledger_path)  # and the ledger records the same
+    assert cost == pytest.approx(0.5) and usage == TokenUsage(270, 35, 40, 7)
     assert harness.proxy.tool_calls == 1 and harness.proxy.final_text == "Wrote hello.txt."
 
 
@@ -201,6 +205,39 @@ def test_a_provider_error_ends_the_attempt_with_its_status(tmp_path):
     harness.run(body)
     assert harness.proxy.stop_status == "script_error"
     assert "agent_script of task 't' has 0 turn(s)" in harness.events("provider_error")[0]["error"]
+
+
+class BusyOnce:
+    """A service that is rate limited on its first call, then serves."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def complete(self, request):
+        self.calls += 1
+        if self.calls == 1:
+            raise evalctl.RateLimited("HTTP 429: slow down", retry_after=0.01)
+        return ModelTurn(text="Done.", usage=TokenUsage(10, 5), cost=0.25)
+
+
+def test_a_cli_agents_calls_go_through_the_run_throttle_and_budget(tmp_path):
+    # The proxy's calls are the attempt's ModelCalls: a rate limit is waited out and
+    # asked again (the run's concurrency lowered), each turn is charged as it arrives.
+    harness = Harness(tmp_path, [])
+    spent: list[tuple[TokenUsage, float | None]] = []
+    throttle = CallThrottle(4)
+    harness.proxy.model_calls = ModelCalls(BusyOnce(), harness.ledger, throttle,
+                                           lambda usage, cost: spent.append((usage, cost)))
+
+    async def body(h):
+        return await create(h.client(), FIRST)
+
+    reply = harness.run(body)
+    assert reply.content[0].text == "Done." and reply.usage.input_tokens == 10
+    assert [w["concurrency"] for w in harness.events("rate_limited")] == [2]
+    assert throttle.lowest == 2
+    assert spent == [(TokenUsage(10, 5), 0.25)]
+    assert (harness.proxy.model_calls.turns, harness.proxy.cost) == (1, 0.25)
 
 
 def test_other_paths_are_not_served_and_count_tokens_is_an_estimate(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import evalctl
+from evalctl._agent.ledger import read_events
 from evalctl._agent.runtime import run_agent
 from evalctl._cli import cli
 from evalctl._errors import UsageError
@@ -141,11 +142,26 @@ def test_a_429_with_retry_after_is_retried(registry, server, tmp_path):
 
 
 def test_a_529_that_never_recovers_is_a_provider_error(registry, server, tmp_path):
+    from evalctl._agent.throttle import RATE_LIMIT_RETRIES
+
+    tries = 3 * (RATE_LIMIT_RETRIES + 1)  # the SDK's 1 + 2 each time the run asks
     server.replies += [error(529, "overloaded_error", "Overloaded",
-                             **{"retry-after-ms": "10"})] * 3
-    result, _ = run_task(anthropic(registry), tmp_path)
+                             **{"retry-after-ms": "10"})] * tries
+    result, workspace = run_task(anthropic(registry), tmp_path)
     assert result.exit_status == ExitStatus.PROVIDER_ERROR
-    assert "HTTP 529" in result.error and len(server.requests) == 3  # 1 + 2 retries
+    assert "still rate limited" in result.error and "HTTP 529" in result.error
+    assert len(server.requests) == tries
+    waits = [e for e in read_events(workspace.ledger_path) if e["event"] == "rate_limited"]
+    assert len(waits) == RATE_LIMIT_RETRIES and all(e["wait"] == 0.01 for e in waits)
+
+
+def test_a_429_after_the_sdks_retries_is_waited_out_by_the_run(registry, server, tmp_path):
+    server.replies += [error(429, "rate_limit_error", "slow down", **{"retry-after": "0.05"})] \
+        * 3 + [message([text_block("Done.")], "end_turn")]
+    result, workspace = run_task(anthropic(registry), tmp_path)
+    assert result.exit_status == ExitStatus.COMPLETED and len(server.requests) == 4
+    waits = [e for e in read_events(workspace.ledger_path) if e["event"] == "rate_limited"]
+    assert [(e["wait"], "HTTP 429" in e["error"]) for e in waits] == [(0.05, True)]
 
 
 def test_a_timeout_is_retried_then_a_provider_error(registry, server, tmp_path):

@@ -1,7 +1,10 @@
 """The per-task ledger: an append-only JSONL record of everything the agent did.
 
 Each event is one line, written and flushed as it happens and never rewritten, so an
-interrupted task still leaves an honest record. Token totals are read back from it.
+interrupted task still leaves an honest record. The ledger is the audit trail, not
+the source of truth: the loop keeps its totals in memory, so a ledger the agent
+deleted or corrupted costs the record, never the result. Any text is written, lone
+surrogates included (as JSON escapes).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._plugin.types import TokenUsage
+from evalctl._text import json_line
 
 LEDGER_TEXT_LIMIT = 8_000
 
@@ -21,19 +25,34 @@ class Ledger:
         self.path = path
         # A ledger opened again (the agent's, after the setup's events) numbers on.
         self._seq = _count_lines(path)
-        self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.failure: str | None = None  # why the ledger stopped being written, if it did
+        try:
+            self._handle: Any = open(path, "a", encoding="utf-8")  # noqa: SIM115 - close()
+        except OSError as exc:
+            self._handle = None
+            self.failure = f"cannot open {path}: {exc.strerror or exc}"
         self._start = time.monotonic()
 
     def append(self, event: str, **fields: Any) -> None:
         self._seq += 1
+        if self._handle is None:
+            return
         record = {"seq": self._seq, "t": round(time.monotonic() - self._start, 4),
                   "event": event, **fields}
-        self._handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-        self._handle.flush()
+        try:
+            self._handle.write(json_line(record) + "\n")
+            self._handle.flush()
+        except (OSError, ValueError) as exc:  # a full disk must not cost the task its result
+            self.failure = f"cannot write {self.path}: {exc}"
+            self.close()
 
     def close(self) -> None:
-        if not self._handle.closed:
-            self._handle.close()
+        if self._handle is not None and not self._handle.closed:
+            try:
+                self._handle.close()
+            except OSError as exc:
+                self.failure = self.failure or f"cannot write {self.path}: {exc}"
+        self._handle = None
 
 
 def _count_lines(path: Path) -> int:
@@ -49,20 +68,32 @@ def read_events(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in handle if line.strip()]
 
 
-def ledger_totals(path: Path) -> tuple[TokenUsage, float | None, int]:
-    """Token usage, cost (None if any turn was unpriced) and turns, from the ledger."""
-    usage = TokenUsage()
-    cost: float | None = 0.0
-    turns = 0
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if '"model_turn"' not in line:
-                continue
-            event = json.loads(line)
-            if event.get("event") != "model_turn":
-                continue
-            turns += 1
-            usage = usage + TokenUsage.from_dict(event.get("usage", {}))
-            turn_cost = event.get("cost")
-            cost = None if cost is None or turn_cost is None else cost + turn_cost
-    return usage, cost, turns
+def ledger_spend(path: Path) -> tuple[TokenUsage, float | None]:
+    """What an unfinished attempt's ledger says its model turns spent, for the budget of
+    a resumed run; lines that cannot be read are passed over (the attempt may have
+    been killed mid-line, or the agent may have written to it). Never a result's
+    source: a finished attempt's totals come from memory."""
+    usage, cost = TokenUsage(), 0.0
+    unpriced = False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                if '"model_turn"' not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                    if event.get("event") != "model_turn":
+                        continue
+                    turn_usage = TokenUsage.from_dict(event.get("usage") or {})
+                    turn_cost = event.get("cost")
+                    turn_cost = None if turn_cost is None else float(turn_cost)
+                except (ValueError, TypeError, AttributeError):
+                    continue
+                usage = usage + turn_usage
+                if turn_cost is None:
+                    unpriced = True
+                else:
+                    cost += turn_cost
+    except OSError:
+        pass
+    return usage, None if unpriced else round(cost, 6)

@@ -1,5 +1,10 @@
 """The agent loop: model turn -> tool calls -> tool results -> ... until the model
-ends its turn or a limit stops it. The exit status is always recorded."""
+ends its turn or a limit stops it. The exit status is always recorded.
+
+Model calls go through the attempt's `ModelCalls` (the run's throttle and budget), which
+keeps token, cost and turn totals in memory as turns arrive: the ledger records them but
+is never read back (the agent may have deleted or mangled it).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
+from evalctl._agent.throttle import ModelCalls
 from evalctl._agent.tools import Toolbox, ToolOutcome
 from evalctl._errors import ProviderError
 from evalctl._plugin.tooldefs import TOOL_DEFINITIONS
@@ -52,15 +58,18 @@ class _Progress:
 
 
 async def run_loop(task: Task, provider: Any, workspace: Workspace, sandbox: Sandbox,
-                   ledger: Ledger, system_prompt: str = SYSTEM_PROMPT) -> AgentOutcome:
+                   ledger: Ledger, system_prompt: str = SYSTEM_PROMPT, *,
+                   calls: ModelCalls | None = None) -> AgentOutcome:
     """The built-in agent on one attempt: turns until the model ends its turn or a limit
-    (turns, seconds, cost) stops it, every event appended to `ledger`."""
+    (turns, seconds, cost) stops it, every event appended to `ledger`. Its model calls go
+    through `calls` (the attempt's, which counts them; a fresh unthrottled one if None)."""
+    calls = calls or ModelCalls(provider, ledger)
     toolbox = Toolbox(workspace, sandbox, task.permissions)
     messages: list[Message] = [UserMessage(task.prompt)]
     progress = _Progress()
     try:
         async with asyncio.timeout(task.limits.seconds):
-            status, error = await _converse(task, provider, toolbox, ledger, messages,
+            status, error = await _converse(task, calls, toolbox, ledger, messages,
                                             system_prompt, progress)
     except TimeoutError:
         status, error = ExitStatus.TIMEOUT, f"stopped after {task.limits.seconds:g}s"
@@ -68,15 +77,14 @@ async def run_loop(task: Task, provider: Any, workspace: Workspace, sandbox: San
     return AgentOutcome(status, progress.final_text, error, progress.tool_calls)
 
 
-async def _converse(task: Task, provider: Any, toolbox: Toolbox, ledger: Ledger,
+async def _converse(task: Task, calls: ModelCalls, toolbox: Toolbox, ledger: Ledger,
                     messages: list[Message], system_prompt: str,
                     progress: _Progress) -> tuple[str, str | None]:
-    cost: float | None = 0.0
     for turn_index in range(task.limits.turns):
         request = ModelRequest(system_prompt, list(messages), list(TOOL_DEFINITIONS),
                                task=task.as_request_data(), turn_index=turn_index)
         try:
-            turn: ModelTurn = await provider.complete(request)
+            turn: ModelTurn = await calls.complete(request)
         except ProviderError as exc:
             status = getattr(exc, "status", None) or ExitStatus.PROVIDER_ERROR
             ledger.append("provider_error", error=str(exc), status=status)
@@ -93,7 +101,7 @@ async def _converse(task: Task, provider: Any, toolbox: Toolbox, ledger: Ledger,
             usage=turn.usage.to_dict(), cost=turn.cost)
         messages.append(AssistantMessage(turn))
         progress.final_text = turn.text  # the summary is what the last turn says
-        cost = None if cost is None or turn.cost is None else cost + turn.cost
+        cost = calls.cost  # the attempt's, counted as the turn arrived
 
         if turn.tool_calls:
             results = await asyncio.gather(*(_call_tool(toolbox, ledger, call)

@@ -6,8 +6,10 @@ own token (the real API key never enters the sandbox), and answers each call thr
 run's provider: the request is translated into a `ModelRequest` (its raw body rides
 along, for providers that can forward it as it is), the `ModelTurn` back into a Messages
 API response, streamed as server-sent events when the agent asked for a stream. Every
-call is written to the task's ledger exactly as the built-in loop writes its turns, so
-turns, tokens, cache reads and writes and cost are counted the same way; the task's turn
+call goes through the attempt's `ModelCalls`, as the built-in loop's do: the run's
+throttle (rate limits), its budget (each turn's spend), and turns, tokens, cache reads and
+writes and cost counted in memory the same way; it is written to the task's ledger exactly
+as the built-in loop writes its turns (the audit trail, never read back). The task's turn
 and cost limits refuse further calls and end the attempt.
 """
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
+from evalctl._agent.throttle import ModelCalls
 from evalctl._errors import ProviderError
 from evalctl._plugin.types import (
     AgentLimits,
@@ -269,8 +272,11 @@ class ModelProxy:
     wait for the agent or for `stopped`, then `await close()`."""
 
     def __init__(self, provider: Any, ledger: Ledger, limits: AgentLimits,
-                 task: Mapping[str, Any], socket_path: Path):
+                 task: Mapping[str, Any], socket_path: Path, *,
+                 calls: ModelCalls | None = None):
         self.provider = provider
+        # The attempt's model calls (throttle, budget, in-memory totals); its own if None.
+        self.model_calls = calls or ModelCalls(provider, ledger)
         self.ledger = ledger
         self.limits = limits
         self.task = task
@@ -371,7 +377,7 @@ class ModelProxy:
         self.calls += 1
         number = self.calls
         try:
-            turn: ModelTurn = await self.provider.complete(request)
+            turn: ModelTurn = await self.model_calls.complete(request)
         except ProviderError as exc:
             status = getattr(exc, "status", None) or ExitStatus.PROVIDER_ERROR
             self.ledger.append("provider_error", error=str(exc), status=status, via="proxy")
@@ -393,7 +399,7 @@ class ModelProxy:
         self.tool_calls += len(turn.tool_calls)
         if turn.text:
             self.final_text = turn.text
-        self.cost = None if self.cost is None or turn.cost is None else self.cost + turn.cost
+        self.cost = self.model_calls.cost  # the attempt's, counted as the turn arrived
         self._watch_cost()
         message = to_api_message(turn, "msg_" + secrets.token_hex(12),
                                  str(body.get("model", "")))

@@ -2,10 +2,12 @@
 
 The runner calls `run_agent` with the run's agent (an `AgentSpec`'s `run` and its
 options); without one it runs the built-in loop. Whatever the agent, the ledger opens
-with `task_start` and closes with `task_end`, turns, tokens and cost are read back from
-the ledger's `model_turn` events (written by the built-in loop or by the model proxy),
-and the files changed are measured against the seed, so every agent is counted the same
-way.
+with `task_start` and closes with `task_end`; every model call, the built-in loop's or a
+CLI agent's through the model proxy, goes through one `ModelCalls` for the attempt (the
+run's throttle and budget), which counts turns, tokens and cost in memory as they arrive
+(the ledger is the audit trail, never read back: an agent under the local sandbox can
+delete or mangle it); and the files changed are measured against the seed, off the event
+loop, so every agent is counted the same way.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger, ledger_totals
+from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
 from evalctl._agent.loop import SYSTEM_PROMPT, run_loop
 from evalctl._agent.proxy import SOCKET_NAME, ModelProxy, forwarder_source
+from evalctl._agent.throttle import UNTHROTTLED, CallThrottle, ModelCalls, SpendCallback
 from evalctl._plugin.types import (
     AgentContext,
     AgentLimits,
@@ -61,20 +64,26 @@ def proxy_wrapper(script: str) -> str:
 async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sandbox,
                     system_prompt: str = SYSTEM_PROMPT, *, agent: AgentRun | None = None,
                     options: Mapping[str, Any] | None = None, name: str = "evalctl",
-                    env: Mapping[str, str] | None = None) -> AgentResult:
+                    env: Mapping[str, str] | None = None,
+                    throttle: CallThrottle | None = None,
+                    on_spend: SpendCallback | None = None) -> AgentResult:
     """Run one attempt to its end with `agent` (the built-in loop when None).
 
     Cancellation records 'aborted' and re-raises; an unexpected exception is recorded as
-    'internal_error' and re-raised."""
+    'internal_error' and re-raised. `throttle` is the run's shared limit on model calls at
+    once (it adapts to rate limits); `on_spend(usage, cost)` is told of every model turn
+    as it arrives, so a run-wide budget sees spending before the attempt ends."""
     started = time.monotonic()
     ledger = Ledger(workspace.ledger_path)
     ledger.append("task_start", task_id=task.id, prompt=task.prompt, agent=name,
                   permissions=task.permissions, limits=task.limits.to_dict())
     limits = AgentLimits(task.limits.turns, task.limits.seconds, task.limits.cost)
     proxied = {"tool_calls": 0}
+    calls = ModelCalls(provider, ledger, throttle or CallThrottle(UNTHROTTLED), on_spend)
 
     async def loop() -> AgentOutcome:
-        return await run_loop(task, provider, workspace, sandbox, ledger, system_prompt)
+        return await run_loop(task, provider, workspace, sandbox, ledger, system_prompt,
+                              calls=calls)
 
     async def command(script: str, *, env: Mapping[str, str] | None = None,
                       stdin: str | None = None, model_proxy: bool = True,
@@ -83,7 +92,7 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
         outcome, result, tool_calls = await run_command(
             script, sandbox=sandbox, workspace=workspace, ledger=ledger, provider=provider,
             task=task, limits=limits, env={**context.env, **(env or {})}, stdin=stdin,
-            model_proxy=model_proxy, timeout=seconds_left)
+            model_proxy=model_proxy, timeout=seconds_left, calls=calls)
         proxied["tool_calls"] += tool_calls
         return outcome, result
 
@@ -118,17 +127,18 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
         raise
     ledger.append("task_end", status=outcome.exit_status, error=outcome.error)
     ledger.close()
-    usage, cost, turns = ledger_totals(workspace.ledger_path)
+    # Hashing the workspace reads every file the agent left: never on the event loop.
+    files_changed = await asyncio.to_thread(workspace.changed_files)
     return AgentResult(
         final_text=outcome.final_text,
         exit_status=outcome.exit_status,
-        turns=turns,
+        turns=calls.turns,
         tool_calls=outcome.tool_calls if outcome.tool_calls is not None
         else proxied["tool_calls"],
-        usage=usage,
-        cost=cost,
+        usage=calls.usage,
+        cost=calls.cost,
         duration=round(time.monotonic() - started, 4),
-        files_changed=workspace.changed_files(),
+        files_changed=files_changed,
         ledger_path=workspace.ledger_path,
         error=outcome.error,
         seed_path=workspace.seed_path,
@@ -138,7 +148,7 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
 async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, ledger: Ledger,
                       provider: Any, task: Task, limits: AgentLimits, env: Mapping[str, str],
                       stdin: str | None, model_proxy: bool, timeout: float,
-                      ) -> tuple[AgentOutcome, CommandResult, int]:
+                      calls: ModelCalls | None = None) -> tuple[AgentOutcome, CommandResult, int]:
     """A CLI agent's command in the sandbox, behind the model proxy: until it exits, its
     time runs out, or the proxy stops the attempt (a limit, a provider error)."""
     proxy: ModelProxy | None = None
@@ -147,7 +157,7 @@ async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, le
     if model_proxy:
         (workspace.tmp / FORWARDER_NAME).write_text(forwarder_source(), encoding="utf-8")
         proxy = ModelProxy(provider, ledger, limits, task.as_request_data(),
-                           workspace.tmp / SOCKET_NAME)
+                           workspace.tmp / SOCKET_NAME, calls=calls)
         await proxy.start()
         full_env["ANTHROPIC_API_KEY"] = proxy.token
         full_env.pop("ANTHROPIC_AUTH_TOKEN", None)

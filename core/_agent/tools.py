@@ -2,21 +2,29 @@
 
 Every failure is a ToolOutcome with is_error=True that the model sees and can act
 on; nothing a model asks for raises out of here.
+
+The workspace is the agent's, and so are the patterns: no tool does unbounded work.
+Directories are walked without recursion and with a cap on entries; FIFOs, sockets
+and devices are never opened; big files are skipped or read in bounded pieces; and
+grep's regular expressions run on RE2, whose matching is linear in the input, so no
+pattern can backtrack for ever (Python's `re` holds the interpreter while it does, so
+not even the task's time limit could fire).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import functools
 import io
 import os
-import re
-from collections.abc import Mapping
+import stat
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evalctl._files import IGNORED_DIRS, ConfinementError, open_confined
+from evalctl._files import ConfinementError, open_confined, walk
 from evalctl._plugin.tooldefs import (
     BASH_DEFAULT_TIMEOUT,
     EDIT_MAX_FILE_BYTES,
@@ -26,13 +34,17 @@ from evalctl._plugin.tooldefs import (
     LINE_LIMIT,
     READ_DEFAULT_LINES,
     SEARCH_MAX_FILE_BYTES,
+    SEARCH_MAX_TOTAL_BYTES,
     TOOL_DEFINITIONS,
+    WALK_MAX_ENTRIES,
     WRITING_TOOLS,
 )
 from evalctl._plugin.types import Sandbox
 from evalctl._process import OUTPUT_LIMIT
-from evalctl._text import BINARY_SAMPLE_BYTES, looks_binary, truncate
+from evalctl._text import BINARY_SAMPLE_BYTES, escape_surrogates, looks_binary, truncate
 from evalctl._workspace import Workspace
+
+_WILDCARDS = frozenset("*?[")
 
 
 @dataclass(frozen=True)
@@ -46,12 +58,83 @@ def _error(message: str) -> ToolOutcome:
     return ToolOutcome(message, is_error=True)
 
 
-def _walk_files(base: Path) -> list[Path]:
-    found = []
-    for directory, subdirs, names in os.walk(base):
-        subdirs[:] = sorted(d for d in subdirs if d not in IGNORED_DIRS)
-        found.extend(Path(directory, name) for name in sorted(names))
-    return found
+def _shown(relative: str) -> str:
+    """A workspace path as the model and the ledger see it: a name that is not UTF-8
+    with its bytes escaped (\\xNN), so the text can always be sent and recorded."""
+    return escape_surrogates(relative)
+
+
+@dataclass
+class _Walk:
+    """The paths under a directory, matching a glob, at most WALK_MAX_ENTRIES looked at."""
+
+    base: Path
+    pattern: str | None = None
+    cut_short: bool = False
+
+    def __iter__(self) -> Iterator[Path]:
+        parts = [p for p in (self.pattern or "**").split("/") if p not in ("", ".")]
+        # Literal leading parts name a directory: start there instead of walking it all.
+        fixed = 0
+        while fixed < len(parts) - 1 and not _WILDCARDS & set(parts[fixed]) and \
+                parts[fixed] != "**":
+            fixed += 1
+        start = self.base.joinpath(*parts[:fixed])
+        if not start.resolve().is_relative_to(self.base.resolve()):
+            return  # a link that leads out: nothing there is the workspace's
+        rest = parts[fixed:]
+        depth = None if "**" in rest else len(rest)
+        matches = _glob_matcher(rest)
+        for seen, (relative, entry) in enumerate(walk(start, max_depth=depth), start=1):
+            if seen > WALK_MAX_ENTRIES:
+                self.cut_short = True
+                return
+            if matches(relative.split("/")):
+                yield Path(entry.path)
+
+
+def _glob_matcher(parts: list[str]) -> Callable[[list[str]], bool]:
+    """Whether a path's parts match glob parts, `**` standing for any number of
+    directories. Dynamic programming over the parts: linear in their product, never
+    recursive."""
+    def matches(names: list[str]) -> bool:
+        # reachable[j]: the pattern parts consumed so far can match names[:j]
+        reachable = [True] + [False] * len(names)
+        for part in parts:
+            following = [False] * (len(names) + 1)
+            if part == "**":
+                for j in range(len(names) + 1):
+                    following[j] = reachable[j] or (j > 0 and following[j - 1])
+            else:
+                for j in range(1, len(names) + 1):
+                    following[j] = reachable[j - 1] and fnmatch.fnmatchcase(names[j - 1], part)
+            reachable = following
+        return reachable[len(names)]
+    return matches
+
+
+def _regular(path: Path) -> bool:
+    """Whether `path` (links followed) is a regular file: the only kind a tool opens."""
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def _compile_search(pattern: str) -> Any:
+    """The pattern compiled by RE2 (linear-time matching), or a message saying why not."""
+    import re2  # google-re2; imported on first use, not when evalctl loads
+
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print parse errors to evalctl's stderr
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", errors="replace")
+        return (f"grep: invalid regular expression: {reason} (grep uses RE2 syntax, which "
+                "matches in linear time: no lookaround and no backreferences)")
 
 
 def _bounded_lines(handle: Any) -> Any:
@@ -110,12 +193,18 @@ class Toolbox:
                 "read_file, glob and grep still work.", is_error=True, denied=True)
         try:
             if name == "bash":
-                return await self.bash(**arguments)
-            return await asyncio.to_thread(getattr(self, name), **arguments)
+                outcome = await self.bash(**arguments)
+            else:
+                outcome = await asyncio.to_thread(getattr(self, name), **arguments)
         except ConfinementError as exc:
-            return _error(f"{name}: {exc}")
+            outcome = _error(f"{name}: {exc}")
         except OSError as exc:
-            return _error(f"{name}: {exc.strerror or exc}: {arguments.get('path', '')}")
+            outcome = _error(f"{name}: {exc.strerror or exc}: {arguments.get('path', '')}")
+        except UnicodeError as exc:  # a lone surrogate in a path or a file's new content
+            outcome = _error(f"{name}: cannot be written as UTF-8: {exc}")
+        # Whatever it holds (a name that is not UTF-8, say), the outcome can be sent on.
+        return ToolOutcome(escape_surrogates(outcome.content), outcome.is_error,
+                           outcome.denied)
 
     # -- files --------------------------------------------------------------------
 
@@ -193,72 +282,92 @@ class Toolbox:
         if pattern.startswith("/") or ".." in Path(pattern).parts:
             return _error("glob: the pattern must be relative to the workspace, without '..'")
         root = self.workspace.root
+        found = _Walk(root, pattern)
         matches = []
-        for found in root.glob(pattern):
-            if not found.is_file() or any(p in IGNORED_DIRS for p in found.parts):
+        for path in found:
+            if not _regular(path):
                 continue
             try:
-                self.workspace.resolve(str(found))
+                self.workspace.resolve(str(path))
             except ConfinementError:
                 continue
-            matches.append(found.relative_to(root).as_posix())
+            matches.append(_shown(path.relative_to(root).as_posix()))
         matches.sort()
+        cut = (f"\n[stopped after looking at {WALK_MAX_ENTRIES} paths; narrow the pattern]"
+               if found.cut_short else "")
         if not matches:
-            return ToolOutcome(f"no files match {pattern}")
+            return ToolOutcome(f"no files match {pattern}{cut}")
         shown = matches[:GLOB_MAX_RESULTS]
         text = "\n".join(shown)
         if len(matches) > len(shown):
             text += f"\n[{len(matches) - len(shown)} more not shown; narrow the pattern]"
-        return ToolOutcome(text)
+        return ToolOutcome(text + cut)
 
     def grep(self, pattern: str, path: str | None = None, glob: str | None = None) -> ToolOutcome:
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            return _error(f"grep: invalid regular expression: {exc}")
+        regex = _compile_search(pattern)
+        if isinstance(regex, str):
+            return _error(regex)
         root = self.workspace.root
+        walked: _Walk | None = None
+        candidates: Any
         if glob is not None:
             if glob.startswith("/") or ".." in Path(glob).parts:
                 return _error("grep: the glob must be relative to the workspace, without '..'")
-            base = self.workspace.resolve(path) if path else root
-            candidates = sorted(base.glob(glob))
+            walked = _Walk(self.workspace.resolve(path) if path else root, glob)
+            candidates = walked
         elif path:
             base = self.workspace.resolve(path)
             if not base.exists():
                 return _error(f"grep: {path} does not exist")
-            candidates = [base] if base.is_file() else _walk_files(base)
+            walked = _Walk(base) if base.is_dir() else None
+            candidates = walked if walked is not None else [base]
         else:
-            candidates = _walk_files(root)
+            walked = _Walk(root)
+            candidates = walked
         matches: list[str] = []
         total = 0
+        read = 0
         skipped: list[str] = []
+        unread: list[str] = []
+        real_root = root.resolve()
         for candidate in candidates:
             try:
                 candidate = self.workspace.resolve(str(candidate))
             except ConfinementError:
                 continue
-            if not candidate.is_file():
-                continue
-            relative = candidate.relative_to(root.resolve()).as_posix()
+            if not _regular(candidate):
+                continue  # directories, and FIFOs or devices that must not be opened
+            relative = candidate.relative_to(real_root).as_posix()
             try:
                 raw = self._open(relative)
             except ConfinementError:
-                skipped.append(relative)
+                skipped.append(_shown(relative))
                 continue
             with raw:
-                if os.fstat(raw.fileno()).st_size > SEARCH_MAX_FILE_BYTES or _looks_binary(raw):
-                    skipped.append(relative)
+                size = os.fstat(raw.fileno()).st_size
+                if size > SEARCH_MAX_FILE_BYTES or _looks_binary(raw):
+                    skipped.append(_shown(relative))
                     continue
+                if read + size > SEARCH_MAX_TOTAL_BYTES:
+                    unread.append(_shown(relative))
+                    continue
+                read += size
                 handle = io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
                 for number, line in enumerate(handle, start=1):
+                    line = line.rstrip("\r\n")  # RE2's $ is the end of the text alone
                     if regex.search(line):
                         total += 1
                         if len(matches) < GREP_MAX_MATCHES:
-                            matches.append(f"{relative}:{number}:"
+                            matches.append(f"{_shown(relative)}:{number}:"
                                            f"{line.rstrip()[:GREP_LINE_LIMIT]}")
         note = (f"\n[not searched, binary or over {SEARCH_MAX_FILE_BYTES // 1_000_000} MB: "
                 f"{', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}]"
                 if skipped else "")
+        if unread:
+            note += (f"\n[not searched, over {SEARCH_MAX_TOTAL_BYTES // 1_000_000} MB read in "
+                     f"all: {len(unread)} file(s); narrow the search with path or glob]")
+        if walked is not None and walked.cut_short:
+            note += f"\n[stopped after looking at {WALK_MAX_ENTRIES} paths; narrow the search]"
         if not matches:
             return ToolOutcome(f"no matches for {pattern}{note}")
         text = "\n".join(matches)

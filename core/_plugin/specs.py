@@ -53,6 +53,12 @@ class GraderSpec:
     `grounding` grader's "grounding" gives `grounding_rate`); None for none.
     `trusts` says what the answer relies on and what it does not (the generated grader
     docs show it), so suite authors know what can and cannot game it.
+    `preflight(checks)`, when given, is called once before any task starts with every
+    check of this type the run will grade (a list of mappings; it may be async): raise
+    evalctl.UsageError when they cannot work here (a judge without an API key, an
+    unknown model) and the run stops with exit 2 before any task, as it does for a
+    misconfigured agent provider. A check that cannot run for a reason found only while
+    grading raises evalctl.GraderUnavailable from `grade` instead.
     """
 
     name: str
@@ -64,11 +70,14 @@ class GraderSpec:
     example: str = ""  # a YAML check, as it would appear under `checks:`
     rate: str | None = None
     trusts: str = ""  # what the grader relies on, and what it does not: for the docs
+    preflight: Callable[[list[Mapping[str, Any]]], Any] | None = None
 
     def __post_init__(self) -> None:
         _check_name("grader", self.name)
         if not callable(self.grade):
             raise TypeError(f"grader {self.name!r}: grade must be callable")
+        if self.preflight is not None and not callable(self.preflight):
+            raise TypeError(f"grader {self.name!r}: preflight must be callable")
         if self.kind not in GRADER_KINDS:
             raise ValueError(f"grader {self.name!r}: kind must be one of {GRADER_KINDS}")
         schema = self.params_schema

@@ -22,6 +22,8 @@ GREP_MAX_MATCHES = 200
 GREP_LINE_LIMIT = 500
 GLOB_MAX_RESULTS = 500
 SEARCH_MAX_FILE_BYTES = 5_000_000
+SEARCH_MAX_TOTAL_BYTES = 200_000_000  # one grep reads at most this much in all
+WALK_MAX_ENTRIES = 200_000  # one glob or grep looks at most at this many paths
 EDIT_MAX_FILE_BYTES = 10_000_000
 BASH_DEFAULT_TIMEOUT = 60.0
 BASH_MAX_TIMEOUT = 600
@@ -109,7 +111,8 @@ GREP = ToolDefinition(
         "type": "object",
         "properties": {
             "pattern": {"type": "string", "minLength": 1,
-                        "description": "A Python regular expression."},
+                        "description": "A regular expression (RE2 syntax: no lookaround "
+                                       "or backreferences)."},
             "path": {"type": "string",
                      "description": "A file or directory to search (default: everything)."},
             "glob": {"type": "string", "description": "Only files matching this glob."},
@@ -184,7 +187,9 @@ TOOL_REFERENCE: dict[str, ToolReference] = {
     "glob": ToolReference(
         {"pattern": "**/*.py"},
         (f"lists at most {GLOB_MAX_RESULTS} files, sorted, and how many more matched",
-         "files only; " + ", ".join(f"`{d}`" for d in sorted(IGNORED_DIRS)) + " are skipped"),
+         "files only; " + ", ".join(f"`{d}`" for d in sorted(IGNORED_DIRS)) + " are skipped",
+         f"looks at most at {WALK_MAX_ENTRIES:,} paths (any depth; linked directories are "
+         "not entered), and says when it stopped"),
         ("a pattern that is absolute or contains `..`",
          "no match is not an error: the result says so")),
     "grep": ToolReference(
@@ -193,7 +198,12 @@ TOOL_REFERENCE: dict[str, ToolReference] = {
          "were",
          f"a matching line is cut at {GREP_LINE_LIMIT} characters",
          f"binary files and files over {SEARCH_MAX_FILE_BYTES // _MB} MB are not searched, "
-         "and are named"),
-        ("an invalid regular expression (Python's `re` syntax)", "`path` does not exist",
+         "and are named",
+         f"reads at most {SEARCH_MAX_TOTAL_BYTES // _MB} MB in all and looks at most at "
+         f"{WALK_MAX_ENTRIES:,} paths, and says what it left out",
+         "the pattern is matched by RE2, in time linear in the text: no pattern can make "
+         "it hang"),
+        ("an invalid regular expression (RE2 syntax, as Python's `re` without lookaround "
+         "or backreferences)", "`path` does not exist",
          "a `glob` that is absolute or contains `..`", _OUTSIDE)),
 }

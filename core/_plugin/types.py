@@ -30,13 +30,18 @@ class ExitStatus:
     # The workspace could not be prepared (a source that cannot be fetched, a verify
     # patch that does not apply, a setup command that failed): the agent never started.
     SETUP_ERROR = "setup_error"
+    SANDBOX_ERROR = "sandbox_error"  # the attempt's sandbox could not start
 
     # Statuses where the model could not do its work at all: the task is an error,
     # counted apart from failures. Providers add their own (ProviderSpec.error_statuses).
-    ERRORS = frozenset({PROVIDER_ERROR, INTERNAL_ERROR, SETUP_ERROR})
+    ERRORS = frozenset({PROVIDER_ERROR, INTERNAL_ERROR, SETUP_ERROR, SANDBOX_ERROR})
     # A CLI agent's process that exited with a non-zero code (it crashed, or gave up):
     # a failure of the agent, graded like any other.
     AGENT_FAILED = "agent_failed"
+    # Statuses of an agent that did its work, whatever came of it: any other status of
+    # an errored attempt is the provider's.
+    AGENT = frozenset({COMPLETED, MAX_TURNS, TIMEOUT, COST_LIMIT, ABORTED, MAX_TOKENS,
+                       REFUSED, CONTEXT_OVERFLOW, AGENT_FAILED})
 
 
 class StopReason:

@@ -36,6 +36,9 @@ class Comparison:
     alpha: float
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    # In both runs, but with no graded attempt in one of them (errors, not run): left
+    # out of the comparison, since an error says nothing about the agent.
+    not_compared: list[str] = field(default_factory=list)
     newly_failing: list[str] = field(default_factory=list)
     newly_passing: list[str] = field(default_factory=list)
     common: int = 0
@@ -82,6 +85,10 @@ class Comparison:
         """Why the runs cannot be compared at all, or None when they can."""
         if self.common:
             return None
+        if self.not_compared:
+            return ("nothing to compare: no task was graded in both runs (in error or not run "
+                    f"in one of them: {', '.join(self.not_compared[:10])}"
+                    f"{', ...' if len(self.not_compared) > 10 else ''})")
         return ("nothing to compare: no task is in both runs (baseline "
                 f"{_tasks_of(self.baseline)}, current {_tasks_of(self.current)})")
 
@@ -127,6 +134,7 @@ class Comparison:
             "added": self.added,
             "removed": self.removed,
             "warnings": self.warnings(),
+            "not_compared": self.not_compared,
             "significance": self.test,
             "spend": self.spend(),
         }
@@ -173,7 +181,9 @@ class Comparison:
         for title, ids in (("Newly failing", self.newly_failing),
                            ("Newly passing", self.newly_passing),
                            ("Added tasks (not compared)", self.added),
-                           ("Removed tasks (not compared)", self.removed)):
+                           ("Removed tasks (not compared)", self.removed),
+                           ("Errors or not run in one run (not compared)",
+                            self.not_compared)):
             if ids:
                 lines += ["", f"### {title} ({len(ids)})", ""] + [f"- `{i}`" for i in ids]
         return "\n".join(lines) + "\n"
@@ -211,8 +221,11 @@ def compare_reports(baseline: RunResult, current: RunResult,
     after = {t.task_id: t for t in current.by_task()}
     common = [i for i in before if i in after]
     result = Comparison(baseline, current, alpha)
-    result.added = [i for i in after if i not in before]
-    result.removed = [i for i in before if i not in after]
+    was = list(dict.fromkeys(t.task_id for t in baseline.tasks))
+    now = list(dict.fromkeys(t.task_id for t in current.tasks))
+    result.added = [i for i in now if i not in was]
+    result.removed = [i for i in was if i not in now]
+    result.not_compared = [i for i in was if i in now and i not in common]
     result.common = len(common)
     result.newly_failing = [i for i in common if before[i].pass_hat_k and
                             not after[i].pass_hat_k]

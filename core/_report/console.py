@@ -80,16 +80,22 @@ class RunView:
         console = Console(file=sys.stdout, width=None if terminal else 120)
         console.print(table)
         console.print(summary_line(run), highlight=False)
+        for task in run.errors():
+            console.print(f"error ({task.error_kind}) {run.label(task)}: "
+                          f"{task.error_detail()}", highlight=False, markup=False)
 
 
 def summary_line(run: RunResult) -> str:
     """How many passed, in words that say what was counted: with repeats, attempts and
-    tasks are not the same thing."""
+    tasks are not the same thing; errors and attempts not run are counted apart."""
     passed = sum(1 for t in run.tasks if t.passed)
+    apart = (f"; {len(run.errors())} in error, not counted" if run.errors() else "") + \
+        (f"; {run.count('not_run')} not run" if run.count("not_run") else "")
     if run.repeat == 1:
-        return f"{passed}/{len(run.ran())} tasks passed"
+        return f"{passed}/{len(run.graded())} tasks passed{apart}"
     per_task = run.by_task()
     every = sum(1 for t in per_task if t.pass_hat_k)
     some = sum(1 for t in per_task if t.pass_at_k)
-    return (f"{passed}/{len(run.ran())} attempts passed; tasks: {every}/{len(per_task)} passed "
-            f"every attempt (pass^k), {some}/{len(per_task)} at least one (pass@k)")
+    return (f"{passed}/{len(run.graded())} attempts passed; tasks: {every}/{len(per_task)} "
+            f"passed every attempt (pass^k), {some}/{len(per_task)} at least one (pass@k)"
+            f"{apart}")

@@ -5,9 +5,15 @@ runner, or loaded back from its JSON report with `RunResult.from_dict`, and ever
 figure is derived from its tasks in one place.
 
 `completion_rate` is the headline: tasks whose mechanical checks all passed, over
-tasks run. Named rates that graders contribute (`grounding_rate`, say) and the judge's
-rate are separate figures, never averaged into it. Errors (the model unreachable, a
-grader crashing) are counted apart from failures.
+tasks graded. Named rates that graders contribute (`grounding_rate`, say) and the
+judge's rate are separate figures, never averaged into it.
+
+Errors are not failures. An attempt is an error when something outside the agent's
+work went wrong — the provider (the model unreachable, a script that ran out), the
+sandbox (it could not start), a grader (a check that cannot run here, or crashed), or
+evalctl itself — and it is left out of completion, pass@k/pass^k, the rates and the
+paired comparison alike, and listed apart with what to do about it. Likewise a check
+that errored is left out of its rate.
 """
 
 from __future__ import annotations
@@ -19,14 +25,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalctl._errors import UsageError
-from evalctl._plugin.types import TokenUsage
+from evalctl._plugin.types import ExitStatus, TokenUsage
 from evalctl._text import sum_costs
 
 if TYPE_CHECKING:
     from evalctl._report.compare import Comparison
 
 PASSED, FAILED, ERROR, NOT_RUN = "passed", "failed", "error", "not_run"
+GRADED = frozenset({PASSED, FAILED})  # the attempts every rate is over
 REPORT_FORMAT = "evalctl-run/1"
+
+# Why an attempt is an error, and what to do about each kind.
+ERROR_KINDS = {
+    "provider": "the model could not be used (unreachable, rate limited, misconfigured, or "
+                "a script that ran out); fix the provider or its options and resume with "
+                "--retry-errors",
+    "sandbox": "the attempt's sandbox could not start; check that the sandbox works on "
+               "this machine or choose another with --sandbox, then resume with "
+               "--retry-errors",
+    "setup": "the workspace could not be prepared (a source that cannot be fetched, a "
+             "verify patch that does not apply, a setup command that failed: the ledger has "
+             "its output); fix the task and resume with --retry-errors",
+    "grader": "a check could not run here (its detail says what to install or set), or "
+              "its grader crashed; fix that and resume with --retry-errors",
+    "internal": "a bug in evalctl or a plugin; please report it with the attempt's ledger",
+}
 
 
 @dataclass
@@ -91,7 +114,32 @@ class TaskResult:
 
     def failed_checks(self) -> list[CheckOutcome]:
         """The mechanical checks that said no: what decided a failure."""
-        return [c for c in self.checks if not c.passed and c.kind == "mechanical"]
+        return [c for c in self.checks if not c.passed and c.kind == "mechanical"
+                and not c.error]
+
+    @property
+    def error_kind(self) -> str | None:
+        """For an errored attempt, what failed that was not the agent's work: provider,
+        sandbox, setup, grader or internal (ERROR_KINDS). None for any other attempt."""
+        if self.status != ERROR:
+            return None
+        if self.exit_status == ExitStatus.SANDBOX_ERROR:
+            return "sandbox"
+        if self.exit_status == ExitStatus.SETUP_ERROR:
+            return "setup"
+        if self.exit_status == ExitStatus.INTERNAL_ERROR:
+            return "internal"
+        if self.exit_status is not None and self.exit_status not in ExitStatus.AGENT:
+            return "provider"
+        return "grader" if any(c.error for c in self.checks) else "internal"
+
+    def error_detail(self) -> str:
+        """What went wrong, for an errored attempt: its error, and each check that
+        could not run with its detail (which says how to fix it)."""
+        parts = [self.error] if self.error and self.error_kind != "grader" else []
+        parts += [f"{c.type}: {c.detail}" for c in self.checks
+                  if c.error and c.kind == "mechanical"]
+        return "\n".join(parts) or self.error or ""
 
     def judge_checks(self) -> list[CheckOutcome]:
         return [c for c in self.checks if c.kind == "judge"]
@@ -104,6 +152,7 @@ class TaskResult:
             "passed": self.passed,
             "exit_status": self.exit_status,
             "error": self.error,
+            "error_kind": self.error_kind,
             "checks": [c.to_dict() for c in self.checks],
             "turns": self.turns,
             "tool_calls": self.tool_calls,
@@ -158,10 +207,12 @@ class TaskAggregate:
 
 @dataclass(frozen=True)
 class Rate:
-    """A share of checks (or tasks) that passed; `value` is None when there were none."""
+    """A share of checks (or tasks) that passed; `value` is None when there were none.
+    `errors` counts those that could not be graded: never part of `total`."""
 
     passed: int
     total: int
+    errors: int = 0
 
     @property
     def value(self) -> float | None:
@@ -169,14 +220,14 @@ class Rate:
 
 
 def aggregate_attempts(tasks: list[TaskResult]) -> list[TaskAggregate]:
-    """Per task, over its attempts, in first-seen order. Attempts not run are left out;
-    a task none of whose attempts ran is left out."""
+    """Per task, over its graded attempts, in first-seen order. Attempts not run or in
+    error are left out; a task none of whose attempts was graded is left out."""
     by_id: dict[str, list[TaskResult]] = {}
     for task in tasks:
         by_id.setdefault(task.task_id, []).append(task)
     out = []
     for task_id, attempts in by_id.items():
-        ran = [a for a in attempts if a.status != NOT_RUN]
+        ran = [a for a in attempts if a.status in GRADED]
         if ran:
             out.append(TaskAggregate(
                 task_id, tuple(a.status for a in sorted(attempts, key=lambda a: a.attempt)),
@@ -208,6 +259,9 @@ class RunResult:
     # Against a baseline (`run --baseline`, `compare --html`), for reporters that show
     # it; not part of the JSON report, which `evalctl compare` recomputes from two.
     comparison: Comparison | None = None
+    # The run's budget when it had one: max_cost, max_tokens, spent_cost, spent_tokens,
+    # reached (whether it stopped new attempts).
+    budget: dict[str, Any] | None = None
     # The system under test: name (as chosen, a preset's say), base, version, options.
     agent: dict[str, Any] = field(default_factory=dict)
 
@@ -222,6 +276,14 @@ class RunResult:
     def ran(self) -> list[TaskResult]:
         return [t for t in self.tasks if t.status != NOT_RUN]
 
+    def graded(self) -> list[TaskResult]:
+        """The attempts that were graded (passed or failed): what every rate is over."""
+        return [t for t in self.tasks if t.status in GRADED]
+
+    def errors(self) -> list[TaskResult]:
+        """The attempts in error, listed apart from failures."""
+        return [t for t in self.tasks if t.status == ERROR]
+
     def count(self, status: str) -> int:
         return sum(1 for t in self.tasks if t.status == status)
 
@@ -231,11 +293,17 @@ class RunResult:
 
     @property
     def completion_rate(self) -> float | None:
-        return Rate(self.count(PASSED), len(self.ran())).value
+        """Attempts passed / attempts graded; errors and attempts not run are left out."""
+        return Rate(self.count(PASSED), len(self.graded())).value
 
     def check_rate(self, predicate: Callable[[CheckOutcome], bool]) -> Rate:
-        checks = [c for t in self.ran() for c in t.checks if predicate(c)]
-        return Rate(sum(1 for c in checks if c.passed), len(checks))
+        """The checks matching `predicate` in graded attempts; a check that errored is
+        counted in `errors`, never in `total`."""
+        checks = [c for t in self.graded() for c in t.checks if predicate(c)]
+        graded = [c for c in checks if not c.error]
+        errors = len(checks) - len(graded) + sum(
+            1 for t in self.errors() for c in t.checks if predicate(c) and c.error)
+        return Rate(sum(1 for c in graded if c.passed), len(graded), errors)
 
     def named_rates(self) -> dict[str, Rate]:
         """Each grader-contributed rate (grounding, say), over the checks that feed it."""
@@ -245,7 +313,13 @@ class RunResult:
 
     @property
     def judge(self) -> Rate:
-        return self.check_rate(lambda c: c.kind == "judge")
+        """The judge's verdicts on graded attempts; judges that could not give one are
+        `errors`, not in the rate."""
+        checks = [c for t in self.ran() for c in t.checks if c.kind == "judge"]
+        graded = [c for t in self.graded() for c in t.checks if c.kind == "judge" and
+                  not c.error]
+        return Rate(sum(1 for c in graded if c.passed), len(graded),
+                    sum(1 for c in checks if c.error))
 
     @property
     def judge_rate(self) -> float | None:
@@ -298,10 +372,12 @@ class RunResult:
         }
         for name, rate in self.named_rates().items():
             summary[f"{name}_rate"] = rate.value
-            summary[f"{name}_checks"] = {"passed": rate.passed, "total": rate.total}
+            summary[f"{name}_checks"] = {"passed": rate.passed, "total": rate.total,
+                                         "errors": rate.errors}
         summary.update({
             "judge_rate": judge.value,
-            "judge_checks": {"passed": judge.passed, "total": judge.total},
+            "judge_checks": {"passed": judge.passed, "total": judge.total,
+                             "errors": judge.errors},
             "usage": self.usage.to_dict(),
             "cost": self.cost,
             "grader_usage": grader_usage.to_dict(),
@@ -322,7 +398,11 @@ class RunResult:
             "interrupted": self.interrupted,
             "run_directory": self.run_directory,
             "repeat": self.repeat,
+            "budget": None if self.budget is None else dict(self.budget),
             "summary": summary,
+            "errors": [{"id": t.task_id, "attempt": t.attempt, "kind": t.error_kind,
+                        "detail": t.error_detail(), "remedy": ERROR_KINDS.get(
+                            t.error_kind or "", "")} for t in self.errors()],
             "by_task": [t.to_dict() for t in per_task],
             "tasks": [t.to_dict() for t in self.tasks],
         }
@@ -349,6 +429,7 @@ class RunResult:
             run_directory=str(data.get("run_directory", "")),
             repeat=int(data.get("repeat", 1)), rate_names=rate_names,
             sandbox=dict(data.get("sandbox") or {}),
+            budget=dict(data["budget"]) if data.get("budget") else None,
             agent=dict(data.get("agent") or {}),
         )
 

@@ -1,10 +1,11 @@
 """Reading a finished run back from what a user points at: a run directory, a JSON
 report, or a directory of reports (the newest).
 
-`read_run` is the one place that does it. Today a run directory is read through the
-JSON report written beside it (`eval_reports/report-<time>.json` for
-`eval_reports/workspaces-<time>/`); when the run journal lands, this is where a run
-directory is read from its journal instead, and nothing that calls it changes.
+`read_run` is the one place that does it. A run directory is read from its journal
+(`journal.jsonl`), so a run that was killed, or is still going, reads back as well as
+a finished one; a run directory from before the journal is read through the JSON
+report written beside it (`eval_reports/report-<time>.json` for
+`eval_reports/workspaces-<time>/`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evalctl._errors import UsageError
+from evalctl._report.journal import build_run, journal_path, read_journal
 from evalctl._report.results import RunResult, load_report
 
 RUN_DIRECTORY_PREFIX = "workspaces-"
@@ -26,6 +28,7 @@ class StoredRun:
     run: RunResult
     source: Path  # the file read; a derived report older than it is stale
     stem: Path  # derived reports are written to <stem>.<extension>
+    problems: tuple[str, ...] = ()  # lines of a journal that could not be read
 
     def derived(self, extension: str) -> Path:
         return self.stem.with_name(f"{self.stem.name}.{extension}")
@@ -40,6 +43,12 @@ def read_run(path: Path) -> StoredRun:
     recorded are rebased onto it.
     """
     path = Path(path)
+    if path.is_dir() and journal_path(path).is_file():
+        contents = read_journal(path)
+        run = build_run(contents)
+        _rebase_onto(run, path)
+        stem = path.parent / f"{REPORT_PREFIX}{path.name.removeprefix(RUN_DIRECTORY_PREFIX)}"
+        return StoredRun(run, contents.path, stem, tuple(contents.problems))
     if not path.is_dir():
         report = path  # a report, or a path load_report says it cannot read
     elif _is_run_directory(path):
@@ -69,7 +78,15 @@ def _rebase(run: RunResult, report_dir: Path) -> None:
     if not recorded or Path(recorded).is_dir():
         return
     moved = report_dir / Path(recorded).name
-    if not moved.is_dir():
+    if moved.is_dir():
+        _rebase_onto(run, moved)
+
+
+def _rebase_onto(run: RunResult, moved: Path) -> None:
+    """Point the recorded workspace and ledger paths at `moved`, where the run
+    directory is now, when it was recorded somewhere else."""
+    recorded = run.run_directory
+    if not recorded or Path(recorded).resolve() == moved.resolve():
         return
     prefix = recorded.rstrip("/") + "/"
     for task in run.tasks:

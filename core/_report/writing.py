@@ -1,5 +1,6 @@
 """Writing a run's reports through the reporter plugins. One broken reporter does
-not stop the others from writing."""
+not stop the others from writing, and a report's path that is taken by a directory
+does not stop it either: the report goes beside it, under the next free name."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ def write_reports(run: RunResult, registry: Registry, names: tuple[str, ...] | l
         targets.append(("json", Path(json_path)))
     written: list[Path] = []
     failures: list[str] = []
-    for name, path in targets:
+    for name, wanted in targets:
         spec = registry.get("reporter", name)
+        path = free_path(wanted)
         try:
             written.append(Path(spec.write(run, path)))
         except Exception as exc:  # a broken reporter must not cost the other reports
@@ -38,3 +40,15 @@ def write_reports(run: RunResult, registry: Registry, names: tuple[str, ...] | l
             failures.append(f"reporter '{name}'{who} failed writing {path}: "
                             f"{type(exc).__name__}: {exc}")
     return written, failures
+
+
+def free_path(path: Path) -> Path:
+    """`path`, or when a directory (or anything but a file) is in the way, the first of
+    `name-2.ext`, `name-3.ext`... that is free: a report is never lost to a name."""
+    if path.is_file() or not path.exists():
+        return path
+    for number in range(2, 10_000):
+        candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
+        if not candidate.exists():
+            return candidate
+    return path  # let the reporter fail, and say why

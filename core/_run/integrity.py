@@ -19,12 +19,13 @@ rests on what evalctl observed rather than on anything the agent could edit.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from evalctl._files import ConfinementError, resolve_inside, snapshot
+from evalctl._files import ConfinementError, remove_tree, resolve_inside, snapshot
 from evalctl._report.results import CheckOutcome
 from evalctl._suite.model import Task
 from evalctl._workspace import Workspace, write_seed
@@ -107,15 +108,18 @@ def _write_replacing(root: Path, relative: str, content: str | None) -> None:
 
 
 def remove_bytecode_caches(root: Path) -> None:
-    """Remove every __pycache__ directory under `root` (not following links)."""
-    import shutil
-
-    for directory, subdirs, _ in os.walk(root):
-        for name in [d for d in subdirs if d == "__pycache__"]:
-            path = Path(directory, name)
-            subdirs.remove(name)
-            if not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
+    """Remove every __pycache__ directory under `root` (not following links). Iterative,
+    walk and removal both: the agent decides how deep the workspace goes."""
+    caches = []
+    pending = [os.fspath(root)]
+    while pending:
+        with contextlib.suppress(OSError), os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    if entry.is_dir(follow_symlinks=False):
+                        (caches if entry.name == "__pycache__" else pending).append(entry.path)
+    for cache in caches:
+        remove_tree(cache)
 
 
 def protected_changes_during_grading(task: Task, before: Mapping[str, str],

@@ -1,40 +1,55 @@
 """Runs a suite: per task a fresh workspace, the agent, then the graders.
 
-Tasks run concurrently up to a limit. Ctrl-C (task cancellation) stops the run but
-still returns what finished; unfinished tasks are marked not run, their partial
-workspaces and ledgers kept.
+Tasks run concurrently up to a limit. Each finished attempt is journaled (durably)
+the moment it finishes, and the run's result is rendered from the journal, so a run
+killed by any means keeps every finished attempt and can be resumed. Ctrl-C (task
+cancellation) stops the run but still returns what finished; unfinished tasks are
+marked not run, their partial workspaces and ledgers kept. A run budget stops new
+attempts once it is spent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
 import inspect
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from evalctl._agent.ledger import ledger_spend
 from evalctl._agent.runtime import run_agent
+from evalctl._agent.throttle import CallThrottle
 from evalctl._agent.tools import tool_validators
-from evalctl._errors import ProviderSetupError, UsageError
+from evalctl._errors import GraderUnavailable, ProviderSetupError, UsageError
 from evalctl._files import snapshot
 from evalctl._plugin.options import provider_options as checked_provider_options
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.specs import CheckResult, GraderSpec
-from evalctl._plugin.types import AgentResult, ExitStatus, SandboxRequest
+from evalctl._plugin.types import AgentResult, ExitStatus, SandboxRequest, TokenUsage
+from evalctl._report.journal import (
+    Journal,
+    JournalContents,
+    attempts_to_run,
+    build_run,
+    differences,
+    now,
+)
+from evalctl._report.journal import attempt_name as _attempt_name
 from evalctl._report.results import (
     ERROR,
     FAILED,
-    NOT_RUN,
     PASSED,
     CheckOutcome,
     RunResult,
     TaskResult,
 )
 from evalctl._run.agents import AgentChoice, choose_agent
+from evalctl._run.budget import RunBudget
 from evalctl._run.integrity import (
     protected_changes,
     protected_changes_during_grading,
@@ -45,13 +60,14 @@ from evalctl._run.integrity import (
 from evalctl._run.sandboxing import SandboxChoice, choose_sandbox, open_sandbox
 from evalctl._run.setup import SetupFailed, prepare_workspace, run_setup
 from evalctl._suite.model import Suite, Task
+from evalctl._text import escape_text
 from evalctl._version import __version__
 from evalctl._workspace import (
     Workspace,
     grading_state,
-    ledger_path,
     new_run_directory,
     new_workspace,
+    retire_attempt,
     sandbox_environment,
 )
 
@@ -75,6 +91,55 @@ class RunOptions:
     config_agent: str | None = None  # `agent` in evalctl.toml
     config_agent_options: Mapping[str, Any] = field(default_factory=dict)
     config_agents: Mapping[str, Any] = field(default_factory=dict)  # [agents.NAME] presets
+    max_cost: float | None = None  # --max-cost: USD for the whole run
+    max_tokens: int | None = None  # --max-tokens: tokens for the whole run
+    resume: JournalContents | None = None  # --resume: the journal of the run to continue
+    retry_errors: bool = False  # --retry-errors: with resume, rerun attempts in error
+
+
+# The options that decide what a run's results mean: a resumed run must have the same.
+# (Concurrency, reporters and the budget may change between sessions.)
+IDENTITY_OPTIONS = ("provider", "model", "provider_options", "only", "tags", "repeat",
+                    "sandbox", "sandbox_options", "config_sandbox", "config_sandbox_options",
+                    "agent", "agent_options", "config_agent", "config_agent_options",
+                    "config_agents")
+
+
+def identity_of(options: RunOptions) -> dict[str, Any]:
+    """The options that decide results, as the journal records them."""
+    value = {key: getattr(options, key) for key in IDENTITY_OPTIONS}
+    return {key: list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, Mapping)
+            else v for key, v in value.items()}
+
+
+def resumed_options(contents: JournalContents, given: Mapping[str, Any],
+                    concurrency: int | None, out_dir: Path) -> RunOptions:
+    """The options of a run to resume: the journal's, with the budget and concurrency
+    given now. An option given now that differs from the journal's is refused, with
+    every difference named: a resumed run must mean what it meant."""
+    recorded = dict(contents.header.get("options", {}))
+    merged = {**recorded, **{k: v for k, v in given.items() if k in IDENTITY_OPTIONS}}
+    changed = differences(recorded, merged, IDENTITY_OPTIONS)
+    if changed:
+        raise UsageError(f"cannot resume {contents.run_dir}: options differ from the journaled "
+                         "run's (journal -> now):\n  " + "\n  ".join(changed)
+                         + "\nresume without them to continue the run as it was")
+    budget = {"max_cost": recorded.get("max_cost"), "max_tokens": recorded.get("max_tokens")}
+    budget.update({k: v for k, v in given.items() if k in budget and v is not None})
+    return RunOptions(
+        provider=merged["provider"], model=merged["model"],
+        provider_options=dict(merged["provider_options"] or {}),
+        concurrency=concurrency, out_dir=out_dir, only=tuple(merged["only"] or ()),
+        tags=tuple(merged["tags"] or ()), repeat=int(merged["repeat"]),
+        sandbox=merged["sandbox"], sandbox_options=dict(merged["sandbox_options"] or {}),
+        config_sandbox=merged["config_sandbox"],
+        config_sandbox_options=dict(merged["config_sandbox_options"] or {}),
+        agent=merged.get("agent"), agent_options=dict(merged.get("agent_options") or {}),
+        config_agent=merged.get("config_agent"),
+        config_agent_options=dict(merged.get("config_agent_options") or {}),
+        config_agents=dict(merged.get("config_agents") or {}),
+        max_cost=budget["max_cost"], max_tokens=budget["max_tokens"],
+        resume=contents, retry_errors=bool(given.get("retry_errors")))
 
 
 ProgressCallback = Callable[[str, Task, TaskResult | None], None]
@@ -109,6 +174,46 @@ class PreparedRun:
     # Exit statuses that make a task an error, not a failure: the kernel's and those
     # the provider declares (the scripted provider's script_error, say).
     error_statuses: frozenset[str] = ExitStatus.ERRORS
+    # Set after the run when the journal could not be written (a full disk): the
+    # reports, built from memory, are whole, but a resume would not see everything.
+    journal_failure: str | None = None
+
+
+def _preflight(registry: Registry, tasks: list[Task]) -> None:
+    """Each grader with a preflight sees every check of its type before any task: a
+    check that cannot work here (a judge without a key) stops the run with exit 2."""
+    checks: dict[str, list[dict[str, Any]]] = {}
+    for task in tasks:
+        for check in task.checks:
+            checks.setdefault(check["type"], []).append(dict(check))
+    for name, of_type in checks.items():
+        spec = registry.graders[name]
+        if spec.preflight is None:
+            continue
+        try:
+            with use_registry(registry):
+                answer = spec.preflight(of_type)
+                if inspect.isawaitable(answer):
+                    _wait_for(answer)
+        except UsageError as exc:
+            raise UsageError(f"the {name} checks cannot run: {exc}") from None
+        except Exception as exc:  # a broken preflight must not let a doomed run start
+            owner = registry.plugin_of("grader", name)
+            raise UsageError(f"the {name} checks cannot run: the grader's preflight failed"
+                             f"{f' ({owner.label})' if owner else ''}: "
+                             f"{type(exc).__name__}: {exc}") from None
+
+
+def _wait_for(awaitable: Any) -> Any:
+    """Run an awaitable to its end from synchronous code, on a loop of its own in a
+    thread (so this works whether or not the caller is inside an event loop), with the
+    caller's context (the active registry)."""
+    async def main() -> Any:
+        return await awaitable
+
+    context = contextvars.copy_context()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(context.run, asyncio.run, main()).result()
 
 
 def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> PreparedRun:
@@ -117,6 +222,9 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
     for task in tasks:
         for check in task.checks:
             registry.get("grader", check["type"])
+    resume = options.resume
+    if resume is not None:
+        _check_resumable(resume, suite, registry, tasks)
     provider_options = dict(options.provider_options)
     if options.model:
         provider_options["model"] = options.model
@@ -140,13 +248,59 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
         raise UsageError("--concurrency must be at least 1")
     if options.repeat < 1:
         raise UsageError("--repeat must be at least 1")
-    try:
-        run_dir = new_run_directory(options.out_dir)
-    except OSError as exc:
-        raise UsageError(f"cannot create a run directory under {options.out_dir}: "
-                         f"{exc.strerror or exc}") from None
+    for limit, flag in ((options.max_cost, "--max-cost"), (options.max_tokens, "--max-tokens")):
+        if limit is not None and limit < 0:
+            raise UsageError(f"{flag} must not be negative")
+    if resume is not None:
+        recorded = {k: v for k, v in resume.header.get("sandbox", {}).items() if k != "chosen_by"}
+        chosen = {k: v for k, v in sandbox.to_dict().items() if k != "chosen_by"}
+        if recorded != chosen:
+            raise UsageError(f"cannot resume {resume.run_dir}: the sandbox differs from the "
+                             f"journaled run's: {recorded} -> {chosen}")
+        recorded = {k: v for k, v in resume.header.get("agent", {}).items() if k != "chosen_by"}
+        chosen = {k: v for k, v in agent.to_dict().items() if k != "chosen_by"}
+        if recorded != chosen:  # a new version of the agent, or its options, is another run
+            raise UsageError(f"cannot resume {resume.run_dir}: the agent differs from the "
+                             f"journaled run's: {recorded} -> {chosen}")
+    _preflight(registry, tasks)
+    if resume is not None:
+        run_dir = resume.run_dir.resolve()
+    else:
+        try:
+            run_dir = new_run_directory(options.out_dir)
+        except OSError as exc:
+            raise UsageError(f"cannot create a run directory under {options.out_dir}: "
+                             f"{exc.strerror or exc}") from None
     return PreparedRun(suite, tasks, provider, concurrency, options, registry, run_dir,
                        sandbox, agent, ExitStatus.ERRORS | set(spec.error_statuses))
+
+
+def _check_resumable(resume: JournalContents, suite: Suite, registry: Registry,
+                     tasks: list[Task]) -> None:
+    """Refuse, naming what changed, to resume a run whose suite, evalctl or plugins are
+    not what they were: its finished attempts would not mean the same."""
+    header = resume.header
+    changed = []
+    recorded_sha = header.get("suite", {}).get("sha256")
+    if recorded_sha != suite.sha256:
+        changed.append(f"the suite {suite.path}: sha256 {str(recorded_sha)[:12]} -> "
+                       f"{suite.sha256[:12]}")
+    if header.get("evalctl_version") != __version__:
+        changed.append(f"evalctl: {header.get('evalctl_version')} -> {__version__}")
+    plugins = _plugin_versions(registry)
+    changed += [f"plugin {line}" for line in differences(
+        header.get("plugins", {}), plugins, sorted({*header.get("plugins", {}), *plugins}))]
+    planned = [t.get("id") for t in header.get("tasks", [])]
+    if planned != [t.id for t in tasks]:
+        changed.append("the tasks selected")
+    if changed:
+        raise UsageError(f"cannot resume {resume.run_dir}: it was run with something else "
+                         "(journal -> now):\n  " + "\n  ".join(changed)
+                         + "\nstart a new run instead")
+
+
+def _plugin_versions(registry: Registry) -> dict[str, str | None]:
+    return {p.name: p.version for p in registry.plugins if p.status == "ok"}
 
 
 async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
@@ -160,22 +314,27 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
         if not isinstance(answer, CheckResult):
             raise TypeError(f"grade() returned {type(answer).__name__}, expected "
                             "evalctl.CheckResult")
+    except GraderUnavailable as exc:  # not the agent's doing: an error that says the fix
+        return CheckOutcome(spec.name, spec.kind, False,
+                            escape_text(f"cannot run here: {exc}"), error=True, rate=spec.rate)
     except UsageError as exc:  # configuration, not a bug: say so, without alarm
         return CheckOutcome(spec.name, spec.kind, False,
-                            f"the {spec.name} check cannot run: {exc}", error=True,
-                            rate=spec.rate)
+                            escape_text(f"the {spec.name} check cannot run: {exc}"),
+                            error=True, rate=spec.rate)
     except Exception as exc:
         return CheckOutcome(spec.name, spec.kind, False,
-                            f"grader crashed: {type(exc).__name__}: {exc}", error=True,
-                            rate=spec.rate)
-    return CheckOutcome(spec.name, spec.kind, bool(answer.passed), str(answer.detail),
+                            escape_text(f"grader crashed: {type(exc).__name__}: {exc}"),
+                            error=True, rate=spec.rate)
+    # Whatever text a grader returns (a file name that is not UTF-8, a control
+    # character from a test's output) is kept, escaped, so every reporter can show it.
+    return CheckOutcome(spec.name, spec.kind, bool(answer.passed), escape_text(str(answer.detail)),
                         usage=answer.usage, cost=answer.cost, rate=spec.rate,
                         suspected_gaming=bool(answer.suspected_gaming))
 
 
 def attempt_name(task: Task, attempt: int, repeat: int) -> str:
     """The workspace (and ledger) name of one attempt: the task id, or id@attempt."""
-    return task.id if repeat == 1 else f"{task.id}@{attempt}"
+    return _attempt_name(task.id, attempt, repeat)
 
 
 def _sandbox_request(task: Task, workspace: Workspace, prepared: PreparedRun, name: str,
@@ -191,9 +350,11 @@ def _sandbox_request(task: Task, workspace: Workspace, prepared: PreparedRun, na
                           purpose=purpose, attempt=name)
 
 
-async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskResult:
+async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
+                   throttle: CallThrottle | None = None,
+                   budget: RunBudget | None = None) -> TaskResult:
     name = attempt_name(task, attempt, prepared.options.repeat)
-    workspace = new_workspace(prepared.run_dir, name)
+    workspace = await asyncio.to_thread(new_workspace, prepared.run_dir, name)
     try:
         verify = await prepare_workspace(task, workspace)
         await run_setup(task, workspace, lambda: open_sandbox(
@@ -210,7 +371,9 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
     try:
         agent = await run_agent(task, prepared.provider, workspace, sandbox,
                                 agent=prepared.agent.spec.run, options=prepared.agent.options,
-                                name=prepared.agent.name, env=sandbox_request.env)
+                                name=prepared.agent.name, env=sandbox_request.env,
+                                throttle=throttle,
+                                on_spend=budget.charge if budget is not None else None)
     finally:
         await sandbox.close()  # nothing the agent started outlives its turn at the work
     if agent.turns == 0 and agent.exit_status in prepared.error_statuses:
@@ -221,7 +384,7 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
     integrity = [outcome for outcome in (
         protected_changes(task, agent.files_changed), restore_seed(task, workspace),
         write_verify_files(verify, workspace)) if outcome is not None]
-    before_grading = snapshot(workspace.root) if task.protected else {}
+    before_grading = await asyncio.to_thread(snapshot, workspace.root) if task.protected else {}
     try:
         agent.sandbox = await open_sandbox(
             prepared.sandbox, _sandbox_request(task, workspace, prepared, name, "grading"))
@@ -232,15 +395,20 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1) -> TaskR
         for check in task.checks:
             # Again before every check: one that ran the agent's code may have left a
             # forged cache for the next.
-            remove_bytecode_caches(workspace.root)
+            await asyncio.to_thread(remove_bytecode_caches, workspace.root)
             checks.append(await grade(check, prepared.registry.graders[check["type"]],
                                       workspace.root, agent))
     finally:
         await agent.sandbox.close()
-    late = protected_changes_during_grading(task, before_grading, snapshot(workspace.root)) \
+    late = protected_changes_during_grading(
+        task, before_grading, await asyncio.to_thread(snapshot, workspace.root)) \
         if task.protected else None
     if late is not None:
         checks.append(late)
+    if budget is not None:
+        for check in checks:
+            if check.usage is not None:
+                budget.charge(check.usage, check.cost)
     # Only mechanical checks decide the task; a judge's error shows in its own section.
     mechanical = [c for c in checks if c.kind == "mechanical"]
     if agent.exit_status in prepared.error_statuses or any(c.error for c in mechanical):
@@ -256,7 +424,8 @@ def _result(task: Task, status: str, checks: list[CheckOutcome], agent: AgentRes
             workspace: Workspace, attempt: int) -> TaskResult:
     return TaskResult(
         task_id=task.id, status=status, checks=checks, exit_status=agent.exit_status,
-        error=agent.error, turns=agent.turns, tool_calls=agent.tool_calls, usage=agent.usage,
+        error=escape_text(agent.error) if agent.error else None, turns=agent.turns,
+        tool_calls=agent.tool_calls, usage=agent.usage,
         cost=agent.cost, duration=agent.duration, workspace=str(workspace.root),
         ledger=str(workspace.ledger_path), tags=task.tags, attempt=attempt,
     )
@@ -265,14 +434,11 @@ def _result(task: Task, status: str, checks: list[CheckOutcome], agent: AgentRes
 def _sandbox_failure(task: Task, workspace: Workspace, attempt: int,
                      exc: Exception) -> TaskResult:
     """A sandbox that cannot start is the machine's problem, not the agent's: an error."""
-    return TaskResult(task.id, ERROR, exit_status=ExitStatus.INTERNAL_ERROR, tags=task.tags,
+    return TaskResult(task.id, ERROR, exit_status=ExitStatus.SANDBOX_ERROR, tags=task.tags,
                       attempt=attempt, workspace=str(workspace.root),
                       ledger=str(workspace.ledger_path),
-                      error=f"the sandbox failed to start: {type(exc).__name__}: {exc}")
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+                      error=escape_text(f"the sandbox failed to start: {type(exc).__name__}: "
+                                        f"{exc}"))
 
 
 async def execute(prepared: PreparedRun, progress: ProgressCallback | None = None) -> RunResult:
@@ -281,23 +447,76 @@ async def execute(prepared: PreparedRun, progress: ProgressCallback | None = Non
         return await _execute(prepared, progress)
 
 
+def _header(prepared: PreparedRun) -> dict[str, Any]:
+    """The journal's first line: what ran, with what, and what was planned."""
+    suite, registry, options = prepared.suite, prepared.registry, prepared.options
+    return {
+        "started_at": now(),
+        "suite": {"path": str(suite.path), "absolute_path": str(Path(suite.path).resolve()),
+                  "name": suite.name, "sha256": suite.sha256},
+        "provider": options.provider, "model": options.model,
+        "evalctl_version": __version__, "plugins": _plugin_versions(registry),
+        "run_directory": str(prepared.run_dir), "repeat": options.repeat,
+        "rate_names": sorted({spec.rate for spec in registry.graders.values() if spec.rate}),
+        "sandbox": prepared.sandbox.to_dict(),
+        "agent": prepared.agent.to_dict(),
+        "options": {**identity_of(options), "max_cost": options.max_cost,
+                    "max_tokens": options.max_tokens},
+        "tasks": [{"id": task.id, "tags": list(task.tags)} for task in prepared.tasks],
+    }
+
+
+def open_journal(prepared: PreparedRun) -> Journal:
+    """The run's journal: a new one, or the resumed run's, reopened for appending."""
+    options = prepared.options
+    if options.resume is None:
+        return Journal.create(prepared.run_dir, _header(prepared))
+    return Journal.reopen(options.resume, {
+        "retry_errors": options.retry_errors, "max_cost": options.max_cost,
+        "max_tokens": options.max_tokens, "evalctl_version": __version__})
+
+
 async def _execute(prepared: PreparedRun, progress: ProgressCallback | None) -> RunResult:
     run_dir = prepared.run_dir
-    started_at = _now()
+    options = prepared.options
+    journal = open_journal(prepared)
+    contents = journal.contents
     gate = asyncio.Semaphore(prepared.concurrency)
+    throttle = CallThrottle(prepared.concurrency)
+    budget = RunBudget(options.max_cost, options.max_tokens, contents.spent_cost,
+                       contents.spent_tokens, contents.unpriced)
     notify = progress or (lambda *_: None)
+    session = sum(1 for s in contents.sessions if s.get("kind") == "resume")
+    by_id = {task.id: task for task in prepared.tasks}
 
-    async def guarded(task: Task, attempt: int) -> TaskResult:
+    async def guarded(task: Task, attempt: int) -> None:
         async with gate:
+            if budget.capped and budget.exhausted():
+                budget.reached_reason = budget.exhausted()
+                return  # reported not run, with the reason; a resume can continue it
             notify("start", task, None)
             begun = time.monotonic()
-            result = await run_task(task, prepared, attempt)
+            if options.resume is not None:
+                name = attempt_name(task, attempt, options.repeat)
+                into = run_dir / ".retired" / f"session-{session}" / name
+                retired = await asyncio.to_thread(_retire, run_dir, name, into)
+                if retired is not None:
+                    # A journaled (errored) attempt's spend is counted already, from its
+                    # result; a killed one's only its ledger knows.
+                    finished = (task.id, attempt) in contents.results
+                    journal.retired(name, str(into), {} if finished else retired[0].to_dict(),
+                                    0.0 if finished else retired[1])
+            result = await run_task(task, prepared, attempt, throttle=throttle, budget=budget)
             result.duration = round(time.monotonic() - begun, 4)
+            await journal.record(result)  # durable before the attempt counts as done
             notify("finish", task, result)
-            return result
 
-    repeat = prepared.options.repeat
-    attempts = [(task, attempt) for task in prepared.tasks for attempt in range(1, repeat + 1)]
+    if options.resume is None:
+        attempts = [(task, attempt) for task in prepared.tasks
+                    for attempt in range(1, options.repeat + 1)]
+    else:
+        attempts = [(by_id[task_id], attempt) for task_id, attempt in
+                    attempts_to_run(contents, options.retry_errors)]
     pending = [asyncio.ensure_future(guarded(task, attempt)) for task, attempt in attempts]
     interrupted = False
     try:
@@ -316,42 +535,28 @@ async def _execute(prepared: PreparedRun, progress: ProgressCallback | None) -> 
         with contextlib.suppress(Exception):
             await close()
 
-    results = []
     for (task, attempt), future in zip(attempts, pending, strict=True):
-        if future.done() and not future.cancelled() and future.exception() is None:
-            results.append(future.result())
-        elif future.done() and not future.cancelled():
+        if future.done() and not future.cancelled() and future.exception() is not None:
             # A bug in evalctl or a plugin: recorded as this task's error, so the run
             # still reports everything else.
             exc = future.exception()
-            results.append(TaskResult(
+            name = attempt_name(task, attempt, options.repeat)
+            await journal.record(TaskResult(
                 task.id, ERROR, exit_status=ExitStatus.INTERNAL_ERROR, tags=task.tags,
-                attempt=attempt, error=f"internal error: {type(exc).__name__}: {exc}"))
-        else:
-            name = attempt_name(task, attempt, repeat)
-            started = (run_dir / name).is_dir()
-            results.append(TaskResult(
-                task.id, NOT_RUN, exit_status=ExitStatus.ABORTED if started else None,
-                error="the run was interrupted", tags=task.tags, attempt=attempt,
-                workspace=str(run_dir / name) if started else None,
-                ledger=str(ledger_path(run_dir, name)) if started else None))
-    registry = prepared.registry
-    return RunResult(
-        suite_path=str(prepared.suite.path),
-        suite_name=prepared.suite.name,
-        suite_sha256=prepared.suite.sha256,
-        provider=prepared.options.provider,
-        model=prepared.options.model,
-        started_at=started_at,
-        finished_at=_now(),
-        evalctl_version=__version__,
-        plugin_versions={p.name: p.version for p in registry.plugins if p.status == "ok"},
-        tasks=results,
-        interrupted=interrupted,
-        run_directory=str(run_dir),
-        repeat=repeat,
-        rate_names=tuple(sorted({spec.rate for spec in registry.graders.values() if spec.rate})),
-        sandbox=prepared.sandbox.to_dict(),
-        agent=prepared.agent.to_dict(),
-    )
+                attempt=attempt, workspace=str(run_dir / name),
+                error=escape_text(f"internal error: {type(exc).__name__}: {exc}")))
+    reason = "the run was interrupted" if interrupted else budget.reached_reason
+    journal.end(interrupted=interrupted, reason=reason, budget=budget.to_dict())
+    journal.close()
+    prepared.journal_failure = journal.failure
+    return build_run(contents, interrupted=interrupted, stop_reason=reason,
+                     budget=budget.to_dict())
 
+
+def _retire(run_dir: Path, name: str, into: Path) -> tuple[TokenUsage, float | None] | None:
+    """Before an attempt of a resumed run starts again, move aside what an earlier try
+    left (a killed attempt's partial workspace, an errored one's) to `into`, and say
+    what its ledger recorded spending; None when it left nothing."""
+    ledger = run_dir / ".ledgers" / f"{name}.jsonl"
+    spend = ledger_spend(ledger) if ledger.exists() else (TokenUsage(), 0.0)
+    return spend if retire_attempt(run_dir, name, into) else None

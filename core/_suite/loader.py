@@ -53,12 +53,18 @@ def load_suite(path: str | Path, registry: Registry | None = None,
     if use_cache:
         cached = suite_cache.read(key)
         if cached is not None:
-            warnings = [Problem(label, w["line"], w["message"], w["severity"])
-                        for w in cached["warnings"]]
-            suite = _build(path, cached["data"], cached["task_lines"], sha, warnings, registry)
-            # A source is outside the file: whether it is still there is checked anew.
-            _check_sources(suite, cached["source_lines"], label)
-            return suite
+            try:
+                warnings = [Problem(label, int(w["line"]), str(w["message"]), str(w["severity"]))
+                            for w in cached["warnings"]]
+                suite = _build(path, cached["data"], cached["task_lines"], sha, warnings,
+                               registry)
+                source_lines = cached["source_lines"]
+            except (KeyError, TypeError, ValueError, AttributeError):
+                suite = None  # an entry of the wrong shape is a miss: validate the file again
+            if suite is not None:
+                # A source is outside the file: whether it is still there is checked anew.
+                _check_sources(suite, source_lines, label)
+                return suite
 
     located, problems = _parse_and_validate(raw, label, schema, registry)
     errors = [p for p in problems if p.severity == "error"]

@@ -122,7 +122,7 @@ def grade_grounding(check: dict[str, Any], workspace: Path,
         paths.append(path)
     if not paths:
         return evalctl.CheckResult(True, "the final summary names no files")
-    every_file = [p.relative_to(workspace).as_posix() for p in workspace.rglob("*")]
+    every_file = list(evalctl.walk_files(workspace))  # any depth; no recursion
     missing = [p for p in paths if not _exists(workspace, p, result, every_file)]
     if missing:
         return evalctl.CheckResult(False, "the summary names files that are not in the "

@@ -47,6 +47,7 @@ TAIL = 1_500
 WITNESS_DIR = Path(__file__).parent / "witness"
 WITNESS_MARK = "evalctl-witness:"
 RUNNER_DURATION = re.compile(r" in \d+(?:\.\d+)?s\b")
+NO_PYTEST = re.compile(r"No module named '?pytest'?(?:$|[^.\w])", re.MULTILINE)
 # pytest's configuration files, by its order of precedence, and the section it reads.
 CONFIG_FILES = (("pytest.toml", None), (".pytest.toml", None), ("pytest.ini", None),
                 (".pytest.ini", None), ("pyproject.toml", "[tool.pytest"),
@@ -236,10 +237,11 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
         return evalctl.CheckResult(False, f"tests timed out after {timeout:g}s\n"
                                           f"{_tail(output)}{suffix}")
     if report is None:
-        if "No module named pytest" in output:
-            where = f"in {check['python']}" if "python" in check else "beside evalctl"
-            return evalctl.CheckResult(False, f"pytest is not installed {where}: install "
-                                              f"pytest to use tests_pass\n{_tail(output)}")
+        if NO_PYTEST.search(output) and await _pytest_missing(result.sandbox, interpreter):
+            # Not the agent's doing: an error that says the fix, never a failure.
+            raise evalctl.GraderUnavailable(
+                f"pytest is not installed for {interpreter} (No module named pytest); install "
+                f"pytest: {interpreter} -m pip install pytest")
         if ran.exit_code == 0:
             return evalctl.CheckResult(
                 False, "suspected gaming: the test run exited with status 0 but evalctl's "
@@ -278,6 +280,14 @@ def _gaming_evidence(report: Mapping[str, Any], workspace: Path, result: evalctl
         return (f"the code of test(s) {', '.join(swapped[:5])} came from the agent's "
                 f"{', '.join(sorted({foreign[n] for n in swapped}))}, not from the test file")
     return ""
+
+
+async def _pytest_missing(sandbox: evalctl.Sandbox, interpreter: str) -> bool:
+    """Whether pytest is really not installed for the interpreter the tests ran under,
+    asked of a process of its own (-I: the workspace is not on its path), so an agent
+    whose tests print the message cannot pass a failure off as the harness's error."""
+    probe = await sandbox.run([interpreter, "-I", "-c", "import pytest"], timeout=60)
+    return not probe.timed_out and probe.exit_code != 0
 
 
 def _verdict(report: Mapping[str, Any], named: list[str], output: str,

@@ -31,6 +31,18 @@ OPTIONS = {"type": "object", "properties": {
     "base_url": {"type": "string", "minLength": 1,
                  "description": "The API's URL (default: ANTHROPIC_BASE_URL, else the SDK's)."},
 }}
+RATE_LIMITED = (429, 529)  # rate limited, overloaded
+
+
+def _retry_after(exc: Any) -> float | None:
+    """The seconds a refusal's retry-after(-ms) header asks for, if it gives a number."""
+    headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            return float(headers[name]) / scale
+        except (KeyError, TypeError, ValueError):
+            continue
+    return None
 
 
 def to_api_messages(messages: list[evalctl.Message]) -> list[dict[str, Any]]:
@@ -102,6 +114,9 @@ class AnthropicProvider:
                                          cost=0.0, model=self.model)
             raise evalctl.ProviderError(f"the API rejected the request: {exc}") from None
         except anthropic.APIStatusError as exc:
+            if exc.status_code in RATE_LIMITED:  # the run backs off and asks again
+                raise evalctl.RateLimited(f"HTTP {exc.status_code} after retries: {exc.message}",
+                                          retry_after=_retry_after(exc)) from None
             raise evalctl.ProviderError(
                 f"HTTP {exc.status_code} after retries: {exc.message}") from None
         except anthropic.APIConnectionError as exc:

@@ -8,12 +8,18 @@ from pathlib import Path
 
 import evalctl
 
-# XML 1.0 cannot carry most control characters, and agents' output has them.
-_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+# XML 1.0 cannot carry most control characters (nor lone surrogates), and agents' output
+# has them: they are written as escapes (\x1b), so nothing is lost.
+_INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _text(value: object) -> str:
-    return _INVALID_XML.sub("\ufffd", str(value))
+    return _INVALID_XML.sub(_escape, str(value))
 
 
 def render(run: evalctl.RunResult) -> str:
@@ -39,17 +45,18 @@ def render(run: evalctl.RunResult) -> str:
                              name=_text(run.label(task)), time=f"{task.duration:.3f}")
         failed = task.failed_checks()
         if task.status == "error":
+            detail = task.error_detail()
             element = ET.SubElement(case, "error", message=_text(
-                task.error or "a grader crashed"), type=_text(task.exit_status or "error"))
-            element.text = _text("\n".join(f"{c.type}: {c.detail}" for c in task.checks
-                                           if c.error) or task.error or "")
+                task.error or detail.partition("\n")[0] or "error"),
+                type=_text(task.error_kind or task.exit_status or "error"))
+            element.text = _text(detail)
         elif task.status == "failed":
             element = ET.SubElement(case, "failure", message=_text(
                 f"{len(failed)} check(s) failed: {', '.join(c.type for c in failed)}"),
                 type="check_failed")
             element.text = _text("\n\n".join(f"{c.type}: {c.detail}" for c in failed))
         elif task.status == "not_run":
-            ET.SubElement(case, "skipped", message="the run was interrupted")
+            ET.SubElement(case, "skipped", message=_text(task.error or "not run"))
         out = ET.SubElement(case, "system-out")
         judged = task.judge_checks()
         lines = [f"exit status: {task.exit_status}", f"turns: {task.turns}",

@@ -17,25 +17,26 @@ def _cell(text: str, limit: int = 120) -> str:
 
 
 def render(run: evalctl.RunResult) -> str:
-    ran = run.ran()
     errors, not_run = run.count("error"), run.count("not_run")
+    graded = run.graded()
     lines = [
         f"## evalctl: {run.suite_name}",
         "",
         f"**Completion: {percent(run.completion_rate)}** "
-        f"({run.count('passed')}/{len(ran)} tasks passed"
-        + (f", {errors} errors" if errors else "")
-        + (f", {not_run} not run" if not_run else "") + ")",
+        f"({run.count('passed')}/{len(graded)} tasks passed"
+        + (f"; {errors} errors, not counted" if errors else "")
+        + (f"; {not_run} not run" if not_run else "") + ")",
         "",
     ]
     for name, rate in run.named_rates().items():
         lines.append(f"- {name.capitalize()}: {percent(rate.value)} ({rate.passed}/{rate.total} "
-                     "checks)")
+                     "checks" + (f"; {rate.errors} errors" if rate.errors else "") + ")")
     judge = run.judge
-    if judge.total:
+    if judge.total or judge.errors:
         judge_usage, judge_cost = run.grader_usage()
         lines.append(f"- Judge (reported apart): {percent(judge.value)} "
-                     f"({judge.passed}/{judge.total}); "
+                     f"({judge.passed}/{judge.total}"
+                     + (f"; {judge.errors} could not judge" if judge.errors else "") + "); "
                      f"judge tokens {judge_usage.input_tokens} in, "
                      f"{judge_usage.output_tokens} out, cost {money(judge_cost)}")
     if run.repeat > 1:
@@ -58,6 +59,16 @@ def render(run: evalctl.RunResult) -> str:
         f"cost {money(run.cost)}",
         f"- Suite: `{run.suite_path}` (sha256 {run.suite_sha256[:12]})",
     ]
+    if run.budget:
+        budget = run.budget
+        caps = ", ".join(part for part in (
+            f"{money(budget['max_cost'])}" if budget.get("max_cost") is not None else "",
+            f"{budget['max_tokens']} tokens" if budget.get("max_tokens") is not None else "")
+            if part)
+        lines.append(f"- Budget: {caps}; spent {money(budget.get('spent_cost'))}, "
+                     f"{budget.get('spent_tokens')} tokens"
+                     + ("; **reached**: tasks not run are marked" if budget.get("reached")
+                        else ""))
     if run.interrupted:
         lines.append("- **The run was interrupted**; tasks not run are marked.")
     lines += [
@@ -74,6 +85,11 @@ def render(run: evalctl.RunResult) -> str:
             f"{_cell('; '.join(failed)) or '—'} | {task.exit_status or '—'} | "
             f"{task.turns} | {task.usage.input_tokens}/{task.usage.output_tokens} | "
             f"{money(task.cost)} | {task.duration:.1f}s |")
+    if errors:
+        lines += ["", "### Errors (not failures: left out of completion)", "",
+                  "| Task | Kind | What went wrong |", "|---|---|---|"]
+        lines += [f"| {_cell(run.label(t), 60)} | {t.error_kind} | "
+                  f"{_cell(t.error_detail(), 300)} |" for t in run.errors()]
     judged = [(run.label(t), c) for t in run.tasks for c in t.judge_checks()]
     if judged:
         lines += ["", "### Judge verdicts (not part of completion)", "",

@@ -36,7 +36,8 @@ def _shorten(text: str, limit: int) -> str:
 
 def outcomes_by_tag(tasks: Sequence[evalctl.TaskResult]) -> Chart:
     """One stacked bar per tag (the most used first): the share of its attempts that
-    passed, failed, errored or did not run, and its completion."""
+    passed, failed, errored or did not run, and its completion (over its graded
+    attempts: errors and attempts not run are left out, as in completion_rate)."""
     counts: dict[str, dict[str, int]] = {}
     for task in tasks:
         for tag in task.tags or ("(no tag)",):
@@ -57,7 +58,7 @@ def outcomes_by_tag(tasks: Sequence[evalctl.TaskResult]) -> Chart:
     for index, (tag, row) in enumerate(rows):
         y = 4 + index * row_height
         total = sum(row.values())
-        ran = total - row.get("not_run", 0)
+        graded = row.get("passed", 0) + row.get("failed", 0)
         chart.texts.append({"x": label_width - 8, "y": y + 15, "anchor": "end",
                             "text": _shorten(tag, 20), "title": tag})
         x = float(label_width)
@@ -70,9 +71,9 @@ def outcomes_by_tag(tasks: Sequence[evalctl.TaskResult]) -> Chart:
                                 "h": row_height - 8, "cls": f"s-{status}",
                                 "title": f"{tag}: {parts}"})
             x += width
-        shown = evalctl.format_percent(row["passed"] / ran if ran else None)
+        shown = evalctl.format_percent(row["passed"] / graded if graded else None)
         chart.texts.append({"x": label_width + bar_width + 8, "y": y + 15, "anchor": "start",
-                            "text": f"{shown} ({row['passed']}/{ran})", "title": parts})
+                            "text": f"{shown} ({row['passed']}/{graded})", "title": parts})
     chart.height = 8 + len(rows) * row_height
     return chart
 

@@ -107,7 +107,6 @@ def details(run: evalctl.RunResult, report_dir: Path) -> Iterator[dict[str, Any]
 
 def overview(run: evalctl.RunResult) -> dict[str, Any]:
     """The figures at the top, each formatted as every evalctl report formats it."""
-    ran = run.ran()
     per_task = run.by_task()
     usage = run.usage
     grader_usage, grader_cost = run.grader_usage()
@@ -116,7 +115,8 @@ def overview(run: evalctl.RunResult) -> dict[str, Any]:
         "completion": percent(run.completion_rate),
         "passed": run.count("passed"), "failed": run.count("failed"),
         "errors": run.count("error"), "not_run": run.count("not_run"),
-        "total": len(run.tasks), "ran": len(ran),
+        # completion's denominator: errors and attempts not run are left out of it
+        "total": len(run.tasks), "graded": len(run.graded()),
         "rates": [{"name": name, "value": percent(rate.value), "passed": rate.passed,
                    "total": rate.total} for name, rate in run.named_rates().items()],
         "judge": {"value": percent(judge.value), "passed": judge.passed, "total": judge.total,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -159,7 +161,8 @@ def test_judge_results_are_reported_apart(tmp_path):
     report = json.loads(next(reports.glob("report-*.json")).read_text())
     summary = report["summary"]
     assert summary["completion_rate"] == 1.0
-    assert summary["judge_rate"] == 0.0 and summary["judge_checks"] == {"passed": 0, "total": 1}
+    assert summary["judge_rate"] == 0.0
+    assert summary["judge_checks"] == {"passed": 0, "total": 1, "errors": 0}
     assert summary["grader_usage"]["input_tokens"] == 700
     assert summary["usage"]["input_tokens"] < 700 * 2  # the agent's own, without the judge's
     task_usage = report["tasks"][0]["usage"]["input_tokens"]
@@ -191,6 +194,10 @@ def test_a_judge_error_does_not_change_the_task_outcome(tmp_path):
     assert task["status"] == "passed" and report["summary"]["errors"] == 0
     judged = task["checks"][1]
     assert (judged["kind"], judged["passed"], judged["error"]) == ("judge", False, True)
+    # A judge that gave no verdict is counted apart, never in its rate's denominator.
+    summary = report["summary"]
+    assert summary["judge_rate"] is None
+    assert summary["judge_checks"] == {"passed": 0, "total": 0, "errors": 1}
 
 
 def test_a_task_judged_only_by_a_judge_breaks_rule_one(tmp_path):
@@ -235,3 +242,92 @@ def test_a_judge_without_a_key_says_it_cannot_run_and_offers_no_agent_advice(wor
     assert outcome.detail.startswith("the judge check cannot run: ")
     assert "ANTHROPIC_API_KEY" in outcome.detail
     assert "crashed" not in outcome.detail and "--scripted" not in outcome.detail
+
+
+LIVE_JUDGE = SUITE.replace("      provider: scripted\n", "      provider: anthropic\n")
+
+
+def _run_in(where: Path, *args: str):
+    previous = Path.cwd()
+    os.chdir(where)
+    try:
+        return CliRunner().invoke(cli, ["run", "suite.yaml", *args])
+    finally:
+        os.chdir(previous)
+
+
+def test_a_judge_without_an_api_key_stops_the_run_before_any_task(tmp_path):
+    assert LIVE_JUDGE != SUITE
+    (tmp_path / "suite.yaml").write_text(LIVE_JUDGE)
+    result = _run_in(tmp_path)
+    assert result.exit_code == 2, result.output
+    assert "the judge checks cannot run: the judge's provider 'anthropic' cannot be used: the " \
+           "anthropic provider needs ANTHROPIC_API_KEY" in result.output
+    assert not (tmp_path / "eval_reports").exists()  # no task started
+
+
+class _NoSuchModel(BaseHTTPRequestHandler):
+    """The Messages API's answer to a model it does not know."""
+
+    def do_POST(self):  # noqa: N802 - the http.server API
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = json.dumps({"type": "error", "error": {"type": "not_found_error",
+                                                      "message": "model: claude-nonesuch"}})
+        self.send_response(404)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_judge_with_an_unknown_model_stops_the_run_before_any_task(tmp_path, monkeypatch):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _NoSuchModel)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{server.server_port}")
+        (tmp_path / "suite.yaml").write_text(LIVE_JUDGE.replace(
+            "      provider: anthropic\n", "      provider: anthropic\n"
+                                          "      model: claude-nonesuch\n"))
+        result = _run_in(tmp_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 2, result.output
+    assert "the judge's provider 'anthropic' with model 'claude-nonesuch' cannot be used: " \
+           "HTTP 404" in result.output
+    assert "model: claude-nonesuch" in result.output
+    assert not (tmp_path / "eval_reports").exists()
+
+
+class _Reachable:
+    """A judge model that answers anything: what a preflight probe needs."""
+
+    def __init__(self, asked):
+        self.asked = asked
+
+    async def complete(self, request):
+        self.asked.append(request.task["id"])
+        return evalctl.ModelTurn(text="ok")
+
+
+def test_the_preflight_asks_each_judge_model_once(monkeypatch):
+    from evalctl_judge import preflight_judge
+
+    created, asked = [], []
+
+    def counting(name, options=None):
+        created.append((name, dict(options or {})))
+        return _Reachable(asked)
+
+    monkeypatch.setattr(evalctl, "create_provider", counting)
+    checks = [{"type": "judge", "rubric": r, "provider": "elsewhere", **extra}
+              for r, extra in (("a?", {}), ("b?", {}), ("c?", {"model": "m2"}),
+                               ("d?", {"model": "m2"}))]
+    asyncio.run(preflight_judge(checks))
+    assert created == [("elsewhere", {}), ("elsewhere", {"model": "m2"})]
+    assert asked == ["judge-preflight", "judge-preflight"]

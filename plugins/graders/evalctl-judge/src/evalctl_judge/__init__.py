@@ -14,6 +14,9 @@ DEFAULT_SHOW = ("summary", "diff")
 # `evalctl validate`, not only when the judge would read it).
 INSIDE_WORKSPACE = r"^(?![/~])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\x00]*[^/\\\x00]$"
 EVIDENCE_LIMIT = 40_000
+READ_LIMIT_BYTES = 4 * EVIDENCE_LIMIT  # never read more of one file than could be shown
+DEFAULT_PROVIDER = "anthropic"
+PROBE_SYSTEM = "You are checked for availability. Reply with the single word: ok"
 
 SYSTEM = """\
 You review an AI agent's work. You are given a yes/no question and evidence: the \
@@ -64,11 +67,14 @@ def _workspace_diff(workspace: Path, result: evalctl.AgentResult) -> str:
 
 def _text(path: Path | None) -> str | None:
     if path is None or not path.is_file():
-        return ""
-    data = path.read_bytes()
+        return ""  # absent, a directory, or a FIFO or device: never opened
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        data = handle.read(READ_LIMIT_BYTES)
     if evalctl.looks_binary(data):
         return None
-    return data.decode("utf-8", errors="replace")
+    text = data.decode("utf-8", errors="replace")
+    return text if size <= READ_LIMIT_BYTES else text + f"\n[... cut: the file has {size} bytes]"
 
 
 def build_prompt(check: dict[str, Any], workspace: Path, result: evalctl.AgentResult) -> str:
@@ -111,12 +117,47 @@ def _read(answer: Any) -> tuple[bool, str]:
     return answer["verdict"] == "pass", str(answer.get("reason", "")).strip()
 
 
+def _model_options(check: dict[str, Any]) -> dict[str, Any]:
+    return {"model": check["model"]} if "model" in check else {}
+
+
+async def preflight_judge(checks: list[dict[str, Any]]) -> None:
+    """Before any task: can each judge model the suite names be used at all? Creating
+    its provider finds a missing API key or an unknown provider; one short request
+    (a few dozen tokens, per distinct provider and model) finds a rejected key or an
+    unknown model. Either stops the run with exit 2 instead of erroring every task. A
+    service that is only busy (rate limited) does not stop it."""
+    seen: set[tuple[str, str | None]] = set()
+    for check in checks:
+        name = check.get("provider", DEFAULT_PROVIDER)
+        model = check.get("model")
+        if (name, model) in seen:
+            continue
+        seen.add((name, model))
+        label = f"the judge's provider '{name}'" + (f" with model '{model}'" if model else "")
+        try:
+            provider = evalctl.create_provider(name, _model_options(check))
+        except evalctl.UsageError as exc:
+            raise evalctl.UsageError(f"{label} cannot be used: {exc}") from None
+        try:
+            await provider.complete(evalctl.ModelRequest(
+                system=PROBE_SYSTEM, messages=[evalctl.UserMessage("ok?")], tools=[],
+                task={"id": "judge-preflight"}))
+        except evalctl.RateLimited:
+            pass
+        except evalctl.ProviderError as exc:
+            raise evalctl.UsageError(f"{label} cannot be used: {exc}; fix the check's "
+                                     "provider, model or API key") from None
+        finally:
+            close = getattr(provider, "aclose", None)
+            if close is not None:
+                await close()
+
+
 async def grade_judge(check: dict[str, Any], workspace: Path,
                       result: evalctl.AgentResult) -> evalctl.CheckResult:
-    options: dict[str, Any] = {}
-    if "model" in check:
-        options["model"] = check["model"]
-    provider = evalctl.create_provider(check.get("provider", "anthropic"), options)
+    provider = evalctl.create_provider(check.get("provider", DEFAULT_PROVIDER),
+                                       _model_options(check))
     request = evalctl.ModelRequest(
         system=SYSTEM,
         messages=[evalctl.UserMessage(build_prompt(check, workspace, result))],
@@ -141,6 +182,7 @@ def evalctl_register_graders(register):
     register(evalctl.GraderSpec(
         name="judge",
         grade=grade_judge,
+        preflight=preflight_judge,
         kind="judge",
         talk_only=True,
         params_schema={

@@ -1,0 +1,127 @@
+"""How many model calls a run makes at once, adapted to what the service allows.
+
+When a provider says it is rate limited (`RateLimited`: HTTP 429 or overloaded, after
+its own retries), the run halves how many calls it lets run at once and the call
+waits and is asked again; each run of successes as long as the current limit raises
+it by one, back up to the run's concurrency (additive increase, multiplicative
+decrease, as TCP does). So a big run backs off instead of hammering the API, and
+speeds up again instead of staying slow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from evalctl._agent.ledger import Ledger
+from evalctl._errors import ProviderError, RateLimited
+from evalctl._plugin.types import ModelRequest, ModelTurn, TokenUsage
+
+RATE_LIMIT_RETRIES = 8  # refusals in a row before one call counts as a provider error
+MAX_BACKOFF_SECONDS = 60.0
+
+
+SpendCallback = Callable[[TokenUsage, "float | None"], None]
+UNTHROTTLED = 1 << 30
+
+
+class CallThrottle:
+    def __init__(self, ceiling: int):
+        self.ceiling = max(1, ceiling)
+        self.limit = self.ceiling
+        self.lowest = self.ceiling  # for the report: how far the run had to back off
+        self.in_flight = 0
+        self._successes = 0
+        # Calls that started before the last decrease do not lower the limit again: a
+        # burst of refusals for calls made together is one signal, not one per call.
+        self._generation = 0
+        self._changed = asyncio.Condition()
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[int]:
+        """Hold one of the `limit` call slots; yields the generation to report back."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.in_flight < self.limit)
+            self.in_flight += 1
+        try:
+            yield self._generation
+        finally:
+            async with self._changed:
+                self.in_flight -= 1
+                self._changed.notify_all()
+
+    def succeeded(self) -> None:
+        if self.limit >= self.ceiling:
+            return
+        self._successes += 1
+        if self._successes >= self.limit:
+            self.limit += 1
+            self._successes = 0
+
+    def rate_limited(self, generation: int) -> None:
+        if generation != self._generation:
+            return
+        self._generation += 1
+        self._successes = 0
+        self.limit = max(1, self.limit // 2)
+        self.lowest = min(self.lowest, self.limit)
+
+
+def backoff_seconds(refusals: int, retry_after: float | None) -> float:
+    """How long to wait before asking again: what the service said, else exponential
+    backoff with jitter (1, 2, 4... seconds, at most a minute)."""
+    if retry_after is not None and retry_after >= 0:
+        return min(float(retry_after), MAX_BACKOFF_SECONDS)
+    base = min(2.0 ** (refusals - 1), MAX_BACKOFF_SECONDS)
+    return base * (0.5 + random.random() / 2)
+
+
+@dataclass
+class ModelCalls:
+    """One attempt's model calls, whoever makes them (the built-in loop, or a CLI agent
+    through the model proxy): each goes through the run's throttle (a rate-limited call
+    waits and is asked again, the run lowering its concurrency meanwhile, up to
+    RATE_LIMIT_RETRIES times), and each turn that comes back is counted here, in memory,
+    and told to `on_spend` (the run budget). The attempt's totals are these counts, never
+    the ledger read back: an agent may delete or mangle its ledger."""
+
+    provider: Any
+    ledger: Ledger
+    throttle: CallThrottle = field(default_factory=lambda: CallThrottle(UNTHROTTLED))
+    on_spend: SpendCallback | None = None
+    turns: int = 0
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    cost: float | None = 0.0  # None once any turn was unpriced: never a silent $0
+
+    async def complete(self, request: ModelRequest) -> ModelTurn:
+        refusals = 0
+        while True:
+            async with self.throttle.slot() as generation:
+                try:
+                    turn: ModelTurn = await self.provider.complete(request)
+                except RateLimited as exc:
+                    self.throttle.rate_limited(generation)
+                    refusals += 1
+                    if refusals > RATE_LIMIT_RETRIES:
+                        raise ProviderError(f"still rate limited after {refusals} tries: "
+                                            f"{exc}") from None
+                    wait = backoff_seconds(refusals, exc.retry_after)
+                    self.ledger.append("rate_limited", error=str(exc), wait=round(wait, 3),
+                                       concurrency=self.throttle.limit)
+                else:
+                    self.throttle.succeeded()
+                    if isinstance(turn, ModelTurn):  # anything else fails its caller
+                        self._count(turn)
+                    return turn
+            await asyncio.sleep(wait)  # outside the slot: a waiting call holds none
+
+    def _count(self, turn: ModelTurn) -> None:
+        self.turns += 1
+        self.usage = self.usage + turn.usage
+        self.cost = None if self.cost is None or turn.cost is None else self.cost + turn.cost
+        if self.on_spend is not None:
+            self.on_spend(turn.usage, turn.cost)

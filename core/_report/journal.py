@@ -1,0 +1,349 @@
+"""The run journal: every finished attempt, on disk the moment it finishes.
+
+`RUN_DIR/journal.jsonl` is append-only JSON lines. The first is the run's header
+(the suite, provider, versions, the options that decide results, and the attempts
+planned); then one `attempt` line per finished attempt (`TaskResult.to_dict()`),
+each flushed and fsynced before the attempt counts as done; `resume` lines when a
+run is continued; and an `end` line when a session stops normally (why, and the
+budget). A `kill -9`, an OOM kill or a power cut loses at most the attempts still
+running: everything journaled survives, `evalctl report RUN_DIR` renders it, and
+`evalctl run --resume RUN_DIR` runs what is missing.
+
+Reports are rendered from the journal, never from anything else, so a report of a
+finished run and one re-rendered later are the same. The latest line for an attempt
+wins (a retried error is replaced, never counted twice); a torn last line (a crash
+mid-write) is ignored, and any other unreadable line is named and skipped, its
+attempt then counting as not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from evalctl._errors import UsageError
+from evalctl._report.results import ERROR, NOT_RUN, RunResult, TaskResult
+from evalctl._text import json_line
+
+JOURNAL_NAME = "journal.jsonl"
+JOURNAL_FORMAT = "evalctl-journal/1"
+KILLED = ("the run stopped before this attempt finished (killed, or still running); "
+          "continue it with evalctl run --resume {run_dir}")
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def journal_path(run_dir: str | os.PathLike[str]) -> Path:
+    return Path(run_dir) / JOURNAL_NAME
+
+
+def attempt_name(task_id: str, attempt: int, repeat: int) -> str:
+    """The workspace (and ledger) name of one attempt: the task id, or id@attempt."""
+    return task_id if repeat == 1 else f"{task_id}@{attempt}"
+
+
+@dataclass
+class JournalContents:
+    """What a journal holds: the header, the latest result per attempt, the session
+    records, and the problems met reading it."""
+
+    path: Path
+    header: dict[str, Any]
+    results: dict[tuple[str, int], TaskResult] = field(default_factory=dict)
+    sessions: list[dict[str, Any]] = field(default_factory=list)  # resume and end lines
+    problems: list[str] = field(default_factory=list)
+    good_bytes: int = 0  # the length of the journal up to its last whole line
+    # Everything the run spent so far, retried attempts and retired ones included:
+    # priced USD, tokens, and whether any call was unpriced.
+    spent_cost: float = 0.0
+    spent_tokens: int = 0
+    unpriced: bool = False
+
+    def add_spend(self, usage: Mapping[str, Any] | None, cost: float | None) -> None:
+        if usage:
+            self.spent_tokens += total_tokens(usage)
+        if cost is None:
+            self.unpriced = self.unpriced or bool(usage)
+        else:
+            self.spent_cost += float(cost)
+
+    def add_result_spend(self, result: TaskResult) -> None:
+        self.add_spend(result.usage.to_dict(), result.cost)
+        for check in result.checks:
+            if check.usage is not None:
+                self.add_spend(check.usage.to_dict(), check.cost)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.path.parent
+
+    @property
+    def repeat(self) -> int:
+        return int(self.header.get("repeat", 1))
+
+    def planned(self) -> list[tuple[str, int, tuple[str, ...]]]:
+        """(task id, attempt, tags) of every attempt the run planned, in order."""
+        return [(str(task["id"]), attempt, tuple(task.get("tags", ())))
+                for task in self.header.get("tasks", [])
+                for attempt in range(1, self.repeat + 1)]
+
+    def last_end(self) -> dict[str, Any] | None:
+        """The `end` line of the last session, if it ended normally."""
+        if self.sessions and self.sessions[-1].get("kind") == "end":
+            return self.sessions[-1]
+        return None
+
+
+def total_tokens(usage: Mapping[str, int]) -> int:
+    """Every token a model processed for a call: input, output, cache reads and writes."""
+    return sum(int(usage.get(k, 0)) for k in ("input_tokens", "output_tokens",
+                                              "cache_read_tokens", "cache_write_tokens"))
+
+
+def read_journal(run_dir: str | os.PathLike[str]) -> JournalContents:
+    """The journal of `run_dir`, or a UsageError (exit 2) saying why there is none."""
+    path = journal_path(run_dir)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{run_dir}: no {JOURNAL_NAME}; not a run directory of evalctl run "
+                         "(it is the workspaces-<time> directory under --out)") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    lines = data.split(b"\n")
+    torn = lines.pop()  # after the last newline: empty, or a line cut by a crash
+    problems = [f"{path}:{len(lines) + 1}: a line cut short (the run stopped while writing "
+                "it); ignored"] if torn.strip() else []
+    good_bytes = len(data) - len(torn)
+    header: dict[str, Any] | None = None
+    contents = JournalContents(path, {}, problems=problems, good_bytes=good_bytes)
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+            kind = record["kind"]
+            if header is None:
+                if kind != "run" or record.get("format") != JOURNAL_FORMAT:
+                    raise ValueError(f"expected a run header of format {JOURNAL_FORMAT}")
+                header = record
+            elif kind == "attempt":
+                result = TaskResult.from_dict(record["result"])
+                contents.results[(result.task_id, result.attempt)] = result
+                contents.add_result_spend(result)
+            elif kind == "retired":  # an unfinished attempt's files, moved aside to rerun it
+                contents.add_spend(record.get("usage"), record.get("cost"))
+            elif kind in ("resume", "end"):
+                contents.sessions.append(record)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            if header is None:
+                raise UsageError(f"{path}:{number}: not an evalctl journal ({exc})") from None
+            contents.problems.append(f"{path}:{number}: unreadable line skipped "
+                                     f"({type(exc).__name__}: {exc}); its attempt counts as "
+                                     "not run")
+    if header is None:
+        raise UsageError(f"{path}: empty journal; the run stopped before it started")
+    contents.header = header
+    return contents
+
+
+def build_run(contents: JournalContents, *, interrupted: bool | None = None,
+              stop_reason: str | None = None, budget: Mapping[str, Any] | None = None,
+              finished_at: str | None = None) -> RunResult:
+    """The RunResult a journal describes: every planned attempt exactly once, its latest
+    journaled result, or `not_run` with the reason it did not run.
+
+    The session being rendered may say why it stopped (`stop_reason`, `interrupted`,
+    `budget`); otherwise the journal's last `end` line says, and a journal without
+    one is a run that was killed (or is still going)."""
+    header = contents.header
+    run_dir = Path(header.get("run_directory") or contents.run_dir)
+    end = contents.last_end() or {}
+    if interrupted is None:
+        interrupted = bool(end.get("interrupted", True))
+    stop_reason = stop_reason or end.get("reason") or \
+        KILLED.format(run_dir=contents.run_dir)
+    if budget is None:
+        budget = end.get("budget")
+    repeat = contents.repeat
+    tasks: list[TaskResult] = []
+    for task_id, attempt, tags in contents.planned():
+        result = contents.results.get((task_id, attempt))
+        if result is not None:
+            tasks.append(result)
+            continue
+        name = attempt_name(task_id, attempt, repeat)
+        started = (run_dir / name).is_dir()
+        tasks.append(TaskResult(
+            task_id, NOT_RUN, exit_status="aborted" if started else None, error=stop_reason,
+            tags=tags, attempt=attempt, workspace=str(run_dir / name) if started else None,
+            ledger=str(run_dir / ".ledgers" / f"{name}.jsonl") if started else None))
+    suite = header.get("suite", {})
+    return RunResult(
+        suite_path=str(suite.get("path", "")), suite_name=str(suite.get("name", "")),
+        suite_sha256=str(suite.get("sha256", "")), provider=str(header.get("provider", "")),
+        model=header.get("model"), started_at=str(header.get("started_at", "")),
+        finished_at=finished_at or end.get("at") or _last_time(contents),
+        evalctl_version=str(header.get("evalctl_version", "")),
+        plugin_versions=dict(header.get("plugins", {})), tasks=tasks,
+        interrupted=interrupted, run_directory=str(run_dir), repeat=repeat,
+        rate_names=tuple(header.get("rate_names", ())),
+        sandbox=dict(header.get("sandbox", {})),
+        agent=dict(header.get("agent") or {}),
+        budget=dict(budget) if budget else None,
+    )
+
+
+def _last_time(contents: JournalContents) -> str:
+    times = [s.get("at", "") for s in contents.sessions] + \
+        [contents.header.get("started_at", "")]
+    return max(t for t in times if isinstance(t, str))
+
+
+class Journal:
+    """The journal of a run in progress: appends, each durable before it returns.
+
+    Several attempts finishing together share one fsync (group commit), which runs in
+    a thread so the event loop never waits on the disk."""
+
+    def __init__(self, path: Path, contents: JournalContents):
+        self.path = path
+        self.contents = contents
+        self._handle = open(path, "ab")  # noqa: SIM115 - closed in close()
+        self._written = 0
+        self._synced = 0
+        self._sync_lock = asyncio.Lock()
+        # Why the journal stopped being durable (a full disk, say), if it did: the run
+        # goes on and reports from memory, and says that a resume would not see it all.
+        self.failure: str | None = None
+
+    @classmethod
+    def create(cls, run_dir: Path, header: Mapping[str, Any]) -> Journal:
+        """A new journal holding `header`, durable (and its directory entry too)."""
+        path = journal_path(run_dir)
+        record = {"kind": "run", "format": JOURNAL_FORMAT, **header}
+        journal = cls(path, JournalContents(path, dict(record)))
+        journal._append(record)
+        journal._fsync()
+        _fsync_directory(run_dir)
+        return journal
+
+    @classmethod
+    def reopen(cls, contents: JournalContents, session: Mapping[str, Any]) -> Journal:
+        """The journal of a run being resumed: a torn last line is cut off first, so
+        the next line starts clean, then `session` (a resume line) is appended."""
+        with open(contents.path, "r+b") as handle:
+            handle.truncate(contents.good_bytes)
+        journal = cls(contents.path, contents)
+        record = {"kind": "resume", "at": now(), **session}
+        journal._append(record)
+        journal._fsync()
+        contents.sessions.append(record)
+        return journal
+
+    def _append(self, record: Mapping[str, Any]) -> None:
+        if self.failure is not None:
+            return
+        try:
+            self._handle.write((json_line(record) + "\n").encode("utf-8"))
+            self._handle.flush()  # in the OS now: a killed evalctl loses nothing from here
+        except OSError as exc:
+            self._failed(exc)
+            return
+        self._written += 1
+
+    def _fsync(self) -> None:
+        if self.failure is not None:
+            return
+        try:
+            os.fsync(self._handle.fileno())
+        except OSError as exc:
+            self._failed(exc)
+        self._synced = self._written
+
+    def _failed(self, exc: OSError) -> None:
+        self.failure = f"cannot write {self.path}: {exc.strerror or exc}"
+
+    def retired(self, name: str, into: str, usage: Mapping[str, int], cost: float | None
+                ) -> None:
+        """Note that an attempt's leftovers were moved aside to run it again, with what
+        its ledger says it had spent (so the budget still counts it)."""
+        self._append({"kind": "retired", "at": now(), "name": name, "into": into,
+                      "usage": dict(usage), "cost": cost})
+        self.contents.add_spend(usage, cost)
+
+    async def record(self, result: TaskResult) -> None:
+        """Append a finished attempt and return once it is on disk (fsync)."""
+        self.contents.results[(result.task_id, result.attempt)] = result
+        self._append({"kind": "attempt", "at": now(), "result": result.to_dict()})
+        mine = self._written
+        async with self._sync_lock:
+            if self._synced >= mine or self.failure is not None:
+                return  # an fsync that started after this line was written covered it
+            upto = self._written
+            try:
+                await asyncio.to_thread(os.fsync, self._handle.fileno())
+            except OSError as exc:
+                self._failed(exc)
+            self._synced = max(self._synced, upto)
+
+    def end(self, *, interrupted: bool, reason: str | None,
+            budget: Mapping[str, Any] | None) -> None:
+        record = {"kind": "end", "at": now(), "interrupted": interrupted, "reason": reason,
+                  "budget": dict(budget) if budget else None}
+        self._append(record)
+        self._fsync()
+        self.contents.sessions.append(record)
+
+    def close(self) -> None:
+        if not self._handle.closed:
+            try:
+                self._handle.close()
+            except OSError as exc:
+                self._failed(exc)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a new file's name durable, not only its content (POSIX needs both)."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def attempts_to_run(contents: JournalContents, retry_errors: bool
+                    ) -> list[tuple[str, int]]:
+    """(task id, attempt) of the planned attempts a resume runs: those with no
+    journaled result, and with `retry_errors` those whose result is an error."""
+    out = []
+    for task_id, attempt, _ in contents.planned():
+        result = contents.results.get((task_id, attempt))
+        if result is None or (retry_errors and result.status == ERROR):
+            out.append((task_id, attempt))
+    return out
+
+
+def differences(recorded: Mapping[str, Any], current: Mapping[str, Any],
+                keys: Iterable[str]) -> list[str]:
+    """One line per key whose value differs between the journal and now."""
+    lines = []
+    for key in keys:
+        before, after = recorded.get(key), current.get(key)
+        if before != after:
+            lines.append(f"{key}: {json.dumps(before, sort_keys=True, default=str)} -> "
+                         f"{json.dumps(after, sort_keys=True, default=str)}")
+    return lines

@@ -1,0 +1,254 @@
+"""Errors are not failures: what went wrong outside the agent's work is an error, with
+what to do about it, left out of every rate and listed apart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+import evalctl
+from evalctl._plugin.registry import set_registry
+from evalctl._report.compare import compare_reports
+from evalctl._report.results import CheckOutcome, RunResult, TaskResult
+
+from .conftest import ROOT, environment_without_evalctl_settings, registry_with, run_cli
+
+FIX = """\
+- id: fix-add
+  prompt: Make add() add, and keep the test passing.
+  files:
+    calc.py: |
+      def add(a, b):
+          return a - b
+    test_calc.py: |
+      from calc import add
+
+      def test_add():
+          assert add(2, 3) == 5
+  checks:
+    - type: tests_pass
+  script:
+    - tool_calls:
+        - tool: edit_file
+          input:
+            path: calc.py
+            old_text: a - b
+            new_text: a + b
+    - text: Fixed calc.py.
+- id: honest
+  prompt: Write a.txt.
+  checks:
+    - type: file_exists
+      path: a.txt
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: a.txt
+            content: a
+    - text: Wrote a.txt.
+"""
+
+
+def interpreter_without_pytest(where: Path) -> Path:
+    """A Python with evalctl and everything it needs, but no pytest: a venv whose site
+    directory holds links to this environment's packages, pytest's left out."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where / "venv")],
+                   check=True, timeout=120, capture_output=True)
+    installed = Path(pytest.__file__).resolve().parents[1]
+    packages = where / "packages"
+    packages.mkdir()
+    for entry in installed.iterdir():
+        if entry.name.split("-")[0] in ("pytest", "_pytest", "py.py", "iniconfig"):
+            continue
+        (packages / entry.name).symlink_to(entry)
+    site = next((where / "venv" / "lib").glob("python3*/site-packages"))
+    (site / "evalctl-without-pytest.pth").write_text(
+        f"import site; site.addsitedir({str(packages)!r})\n")
+    python = where / "venv" / "bin" / "python"
+    probe = subprocess.run([str(python), "-c", "import evalctl, evalctl._cli; import pytest"],
+                           capture_output=True, text=True, timeout=60)
+    assert "No module named 'pytest'" in probe.stderr, probe.stderr  # evalctl yes, pytest no
+    return python
+
+
+def test_tests_pass_without_pytest_is_an_error_saying_to_install_it(tmp_path):
+    python = interpreter_without_pytest(tmp_path)
+    (tmp_path / "suite.yaml").write_text(FIX)
+    done = subprocess.run([str(python), "-m", "evalctl", "run", "suite.yaml", "--report",
+                           "r.json", "--reporter", "markdown"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120,
+                          env=environment_without_evalctl_settings())
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    fix = report["tasks"][0]
+    assert (fix["status"], fix["error_kind"]) == ("error", "grader")
+    check = fix["checks"][0]
+    assert check["error"] is True and check["passed"] is False
+    assert "pytest is not installed" in check["detail"] and "install pytest" in check["detail"]
+    summary = report["summary"]
+    # The error is not a failure: completion is over the honest task alone.
+    assert (summary["passed"], summary["failed"], summary["errors"]) == (1, 0, 1)
+    assert summary["completion_rate"] == 1.0
+    assert report["errors"] == [{
+        "id": "fix-add", "attempt": 1, "kind": "grader", "detail": f"tests_pass: {check['detail']}",
+        "remedy": report["errors"][0]["remedy"]}]
+    markdown = next((tmp_path / "eval_reports").glob("report-*.md")).read_text()
+    assert "### Errors (not failures: left out of completion)" in markdown
+    assert "| fix-add | grader | tests_pass: cannot run here: pytest is not installed" in markdown
+
+
+def test_with_pytest_the_same_fix_passes(tmp_path):
+    (tmp_path / "suite.yaml").write_text(FIX)
+    result = run_cli(tmp_path, "suite.yaml", "--report", "r.json")
+    assert result.exit_code == 0, result.output
+
+
+def test_an_agent_cannot_fake_a_missing_pytest(tmp_path):
+    faked = FIX.replace("""            old_text: a - b
+            new_text: a + b
+""", """            old_text: a - b
+            new_text: a * b
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: conftest.py
+            content: print("No module named pytest")
+""")
+    (tmp_path / "suite.yaml").write_text(faked)
+    result = run_cli(tmp_path, "suite.yaml", "--report", "r.json")
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["tasks"][0]["status"] == "failed", result.output
+    assert not report["tasks"][0]["checks"][0]["error"]
+
+
+def _grader_plugin(**graders) -> types.ModuleType:
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        for name, spec in graders.items():
+            register(evalctl.GraderSpec(name=name, **spec))
+
+    plugin = types.ModuleType("extra_graders")
+    plugin.evalctl_register_graders = evalctl_register_graders
+    return plugin
+
+
+def test_a_grader_that_cannot_run_here_is_an_error_with_its_fix(tmp_path):
+    def needs_a_tool(check, workspace, result):
+        raise evalctl.GraderUnavailable("the frobnicator is not installed: apt-get install "
+                                        "frobnicator")
+
+    set_registry(registry_with(("extra_graders", _grader_plugin(
+        frobnicated={"grade": needs_a_tool}))))
+    (tmp_path / "suite.yaml").write_text(FIX.split("- id: honest")[0].replace(
+        "    - type: tests_pass\n", "    - type: frobnicated\n    - type: grounding\n")
+        + "- id: honest" + FIX.split("- id: honest")[1])
+    result = run_cli(tmp_path, "suite.yaml", "--report", "r.json", "--reporter", "junit")
+    assert result.exit_code == 1
+    assert "error (grader) fix-add: frobnicated: cannot run here: the frobnicator is not " \
+           "installed: apt-get install frobnicator" in result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["summary"]["completion_rate"] == 1.0
+    # The errored attempt's grounding check is in no rate either.
+    assert report["summary"]["grounding_checks"] == {"passed": 0, "total": 0, "errors": 0}
+    junit = next((tmp_path / "eval_reports").glob("report-*.xml")).read_text()
+    assert '<error message="frobnicated: cannot run here: the frobnicator' in junit
+    assert 'type="grader"' in junit
+
+
+def test_a_preflight_stops_the_run_before_any_task(tmp_path):
+    calls = []
+
+    def refuse(checks):
+        calls.append(checks)
+        raise evalctl.UsageError("the frobnicator service needs FROB_TOKEN")
+
+    def broken(checks):
+        raise KeyError("oops")
+
+    set_registry(registry_with(("extra_graders", _grader_plugin(
+        frobnicated={"grade": lambda *a: evalctl.CheckResult(True), "preflight": refuse},
+        fragile={"grade": lambda *a: evalctl.CheckResult(True), "preflight": broken}))))
+    for name, message in (("frobnicated", "the frobnicated checks cannot run: the frobnicator "
+                                          "service needs FROB_TOKEN"),
+                          ("fragile", "the fragile checks cannot run: the grader's preflight "
+                                      "failed (plugin 'extra_graders' (test-dist 1.0)): "
+                                      "KeyError: 'oops'")):
+        (tmp_path / "suite.yaml").write_text(FIX.replace("    - type: tests_pass\n",
+                                                         f"    - type: {name}\n"
+                                                         "    - type: tests_pass\n"))
+        result = run_cli(tmp_path, "suite.yaml")
+        assert result.exit_code == 2, result.output
+        assert message in result.output
+        assert not (tmp_path / "eval_reports").exists()  # no task ran, no run directory
+    assert calls == [[{"type": "frobnicated"}]]  # every check of its type, once
+
+
+def test_a_sandbox_that_cannot_start_is_an_error_of_kind_sandbox(tmp_path):
+    def refuse_to_start(request):
+        raise OSError("no such container runtime")
+
+    @evalctl.hookimpl
+    def evalctl_register_sandboxes(register):
+        register(evalctl.SandboxSpec(name="broken_box", create=refuse_to_start,
+                                     isolated=False))
+
+    plugin = types.ModuleType("broken_box")
+    plugin.evalctl_register_sandboxes = evalctl_register_sandboxes
+    set_registry(registry_with(("broken_box", plugin)))
+    (tmp_path / "suite.yaml").write_text(FIX)
+    result = run_cli(tmp_path, "suite.yaml", "--sandbox", "broken_box", "--report", "r.json")
+    assert result.exit_code == 1
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert {(t["status"], t["exit_status"], t["error_kind"]) for t in report["tasks"]} == {
+        ("error", "sandbox_error", "sandbox")}
+    assert report["summary"]["completion_rate"] is None  # nothing was graded
+    assert "the sandbox failed to start: OSError: no such container runtime" in \
+        report["errors"][0]["detail"]
+    assert "--sandbox" in report["errors"][0]["remedy"]
+
+
+def _run(*tasks: TaskResult) -> RunResult:
+    return RunResult("s.yaml", "s", "0" * 64, "scripted", None, "", "", "0", {}, list(tasks),
+                     repeat=max(t.attempt for t in tasks))
+
+
+def test_errors_are_left_out_of_pass_at_k_and_the_paired_comparison():
+    failing = CheckOutcome("command", "mechanical", False, "exit 1")
+    broken = CheckOutcome("command", "mechanical", False, "cannot run here", error=True)
+    current = _run(TaskResult("a", "passed", attempt=1), TaskResult("a", "error", [broken],
+                                                                    attempt=2),
+                   TaskResult("b", "error", [broken], attempt=1),
+                   TaskResult("b", "error", [broken], attempt=2),
+                   TaskResult("c", "failed", [failing], attempt=1),
+                   TaskResult("c", "passed", attempt=2))
+    assert current.completion_rate == 0.6667  # 2 of the 3 graded attempts
+    per_task = {t.task_id: t for t in current.by_task()}
+    assert set(per_task) == {"a", "c"}  # b: no graded attempt
+    assert per_task["a"].pass_hat_k and per_task["a"].ran == 1
+    assert current.pass_at_k() == 1.0 and current.pass_hat_k() == 0.5
+    baseline = _run(TaskResult("a", "passed", attempt=1), TaskResult("b", "passed", attempt=1),
+                    TaskResult("c", "passed", attempt=1), TaskResult("d", "passed", attempt=1))
+    comparison = compare_reports(baseline, current)
+    assert comparison.not_compared == ["b"] and comparison.removed == ["d"]
+    assert comparison.added == [] and comparison.common == 2
+    assert comparison.newly_failing == ["c"]
+    assert "### Errors or not run in one run (not compared) (1)" in comparison.to_markdown()
+    only_errors = compare_reports(_run(TaskResult("b", "passed", attempt=1)),
+                                  _run(TaskResult("b", "error", [broken], attempt=1)))
+    assert only_errors.nothing_in_common() == ("nothing to compare: no task was graded in "
+                                               "both runs (in error or not run in one of "
+                                               "them: b)")
+
+
+def test_the_docs_describe_the_error_kinds():
+    from evalctl._report.results import ERROR_KINDS
+
+    reports = (ROOT / "docs" / "reports.md").read_text()
+    for kind in ERROR_KINDS:
+        assert f"`{kind}`" in reports, kind

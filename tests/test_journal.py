@@ -1,0 +1,343 @@
+"""The run journal: nothing a finished attempt did is lost, whatever ends the run;
+`evalctl run --resume` continues it and `evalctl report` re-renders it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from evalctl._report.journal import JOURNAL_NAME, read_journal
+
+from .conftest import environment_without_evalctl_settings, run_cli
+
+QUICK = """\
+- id: {id}
+  prompt: Write {id}.txt.
+  checks:
+    - type: file_contains
+      path: {id}.txt
+      text: done
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: {id}.txt
+            content: done
+    - text: Wrote {id}.txt.
+"""
+
+# Sleeps while the flag file exists (the first session), so it is still running when
+# the run is killed; writes its shell's pid first so the test can end what it started.
+SLOW = """\
+- id: {id}
+  prompt: Write {id}.txt after a while.
+  checks:
+    - type: file_contains
+      path: {id}.txt
+      text: done
+  script:
+    - tool_calls:
+        - tool: bash
+          input:
+            command: echo $$ >> {pids}; if [ -e {flag} ]; then sleep 60; fi; echo done > {id}.txt
+    - text: Wrote {id}.txt.
+"""
+
+
+def journal_lines(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / JOURNAL_NAME).read_text().splitlines()]
+
+
+def attempt_ids(run_dir: Path) -> list[str]:
+    return [r["result"]["id"] for r in journal_lines(run_dir) if r["kind"] == "attempt"]
+
+
+def evalctl(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "evalctl", *args], cwd=cwd, text=True,
+                          capture_output=True, timeout=timeout,
+                          env=environment_without_evalctl_settings())
+
+
+def test_a_run_killed_with_sigkill_resumes_without_rerunning_what_finished(tmp_path):
+    flag, pids = tmp_path / "slow-flag", tmp_path / "slow.pids"
+    flag.write_text("")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("".join(QUICK.format(id=f"quick-{i}") for i in range(1, 4))
+                     + "".join(SLOW.format(id=f"slow-{i}", flag=flag, pids=pids)
+                               for i in range(1, 3)))
+    process = subprocess.Popen(
+        # local: the slow commands reach the flag and pid files outside their workspaces
+        [sys.executable, "-m", "evalctl", "run", str(suite), "--concurrency", "5",
+         "--reporter", "json", "--sandbox", "local"], cwd=tmp_path, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment_without_evalctl_settings())
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            runs = list((tmp_path / "eval_reports").glob("workspaces-*"))
+            if runs and (runs[0] / JOURNAL_NAME).exists() and len(attempt_ids(runs[0])) == 3 \
+                    and pids.exists() and len(pids.read_text().split()) == 2:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the run never reached the point to kill it")
+        process.send_signal(signal.SIGKILL)
+        process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=30)
+        for pid in pids.read_text().split() if pids.exists() else ():
+            # The killed run's sleeping commands (their own sessions) are ours to end.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(pid), signal.SIGKILL)
+    assert process.returncode == -signal.SIGKILL
+    run_dir = runs[0]
+    assert not list((tmp_path / "eval_reports").glob("report-*"))  # it never got that far
+    assert sorted(attempt_ids(run_dir)) == ["quick-1", "quick-2", "quick-3"]
+
+    # What was journaled can be reported right away, the rest as not run.
+    shown = evalctl("report", str(run_dir), "--reporter", "json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    killed = json.loads(next((tmp_path / "eval_reports").glob("report-*.json")).read_text())
+    assert [(t["id"], t["status"]) for t in killed["tasks"]] == [
+        ("quick-1", "passed"), ("quick-2", "passed"), ("quick-3", "passed"),
+        ("slow-1", "not_run"), ("slow-2", "not_run")]
+    assert killed["interrupted"] is True
+    assert "evalctl run --resume" in killed["tasks"][3]["error"]
+    assert killed["tasks"][3]["exit_status"] == "aborted"  # it had started
+
+    flag.unlink()
+    resumed = evalctl("run", "--resume", str(run_dir), "--reporter", "json", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "2 of 5 attempt(s) to run" in resumed.stderr
+    report = json.loads(next((tmp_path / "eval_reports").glob("report-*.json")).read_text())
+    assert [(t["id"], t["status"]) for t in report["tasks"]] == [
+        ("quick-1", "passed"), ("quick-2", "passed"), ("quick-3", "passed"),
+        ("slow-1", "passed"), ("slow-2", "passed")]
+    assert report["summary"]["total"] == 5 and report["summary"]["completion_rate"] == 1.0
+    assert report["interrupted"] is False
+    # Each attempt journaled exactly once: the finished ones were not run again.
+    assert sorted(attempt_ids(run_dir)) == ["quick-1", "quick-2", "quick-3", "slow-1", "slow-2"]
+    for quick in ("quick-1", "quick-2", "quick-3"):
+        ledger = (run_dir / ".ledgers" / f"{quick}.jsonl").read_text()
+        assert ledger.count('"task_start"') == 1
+    # The killed attempts' first tries are kept, moved aside, not overwritten.
+    retired = run_dir / ".retired" / "session-1" / "slow-1"
+    assert (retired / "ledger.jsonl").read_text().count('"task_start"') == 1
+    assert (run_dir / "slow-1" / "slow-1.txt").read_text() == "done\n"
+
+
+SUITE = "".join(QUICK.format(id=name) for name in ("one", "two"))
+
+
+def test_reports_are_rendered_from_the_journal_and_can_be_rendered_again(tmp_path):
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    result = run_cli(tmp_path, "suite.yaml", "--report", "first.json")
+    assert result.exit_code == 0, result.output
+    run_dir = next((tmp_path / "eval_reports").glob("workspaces-*"))
+    records = journal_lines(run_dir)
+    assert [r["kind"] for r in records] == ["run", "attempt", "attempt", "end"]
+    assert records[0]["format"] == "evalctl-journal/1"
+
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+
+    again = CliRunner().invoke(cli, ["report", str(run_dir), "--reporter", "junit",
+                                     "--report", str(tmp_path / "again.json")])
+    assert again.exit_code == 0, again.output
+    assert (tmp_path / "first.json").read_text() == (tmp_path / "again.json").read_text()
+    assert list((tmp_path / "eval_reports").glob("report-*.xml"))
+
+
+def test_report_of_a_directory_without_a_journal_is_a_usage_error(tmp_path):
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+
+    result = CliRunner().invoke(cli, ["report", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "no run here" in result.output
+
+
+def _finished_run(tmp_path: Path, text: str = SUITE, *args: str) -> Path:
+    (tmp_path / "suite.yaml").write_text(text)
+    result = run_cli(tmp_path, "suite.yaml", "--reporter", "json", *args)
+    assert result.exit_code in (0, 1), result.output
+    return next((tmp_path / "eval_reports").glob("workspaces-*"))
+
+
+def test_a_torn_last_line_is_ignored_and_a_corrupt_one_is_rerun(tmp_path):
+    run_dir = _finished_run(tmp_path)
+    journal = run_dir / JOURNAL_NAME
+    lines = journal.read_text().splitlines(keepends=True)
+    kept = json.loads(lines[1])["result"]["id"]  # attempts finish in either order
+    # The second attempt's line mangled, the end line cut short mid-write.
+    lines[2] = lines[2][:40] + "\n"
+    journal.write_text("".join(lines[:3]) + lines[3][:25])
+    contents = read_journal(run_dir)
+    assert len(contents.problems) == 2
+    assert "a line cut short" in contents.problems[0]
+    assert f"{journal}:3: unreadable line skipped" in contents.problems[1]
+    assert list(contents.results) == [(kept, 1)]
+
+    result = run_cli(tmp_path, "--resume", str(run_dir), "--report", "r.json")
+    assert result.exit_code == 0, result.output
+    assert "unreadable line skipped" in result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [(t["id"], t["status"]) for t in report["tasks"]] == [("one", "passed"),
+                                                                 ("two", "passed")]
+    # The torn tail was cut before appending: every line of the journal is whole JSON
+    # except the mangled one, which stays as it was.
+    kinds = []
+    for number, line in enumerate(journal.read_text().splitlines(), start=1):
+        if number == 3:
+            continue
+        kinds.append(json.loads(line)["kind"])
+    assert kinds == ["run", "attempt", "resume", "retired", "attempt", "end"]
+
+
+ERRORING = SUITE + """\
+- id: flaky-infra
+  prompt: p
+  checks:
+    - type: file_exists
+      path: x
+  script:
+    - tool_calls:
+        - tool: glob
+          input:
+            pattern: "*"
+"""
+
+
+def test_retry_errors_reruns_only_the_errors_and_counts_each_attempt_once(tmp_path):
+    run_dir = _finished_run(tmp_path, ERRORING)
+    first = read_journal(run_dir)
+    assert first.results[("flaky-infra", 1)].status == "error"
+
+    plain = run_cli(tmp_path, "--resume", str(run_dir), "--report", "plain.json")
+    assert "0 of 3 attempt(s) to run" in plain.output
+    assert attempt_ids(run_dir).count("flaky-infra") == 1
+
+    result = run_cli(tmp_path, "--resume", str(run_dir), "--retry-errors", "--report", "r.json")
+    assert "1 of 3 attempt(s) to run" in result.output
+    assert attempt_ids(run_dir).count("flaky-infra") == 2  # the retry, journaled
+    assert attempt_ids(run_dir).count("one") == 1
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["summary"]["total"] == 3 and report["summary"]["errors"] == 1
+    assert [t["id"] for t in report["tasks"]] == ["one", "two", "flaky-infra"]
+    assert (run_dir / ".retired" / "session-2" / "flaky-infra" / "workspace").is_dir()
+
+
+def test_resume_refuses_what_changed(tmp_path):
+    run_dir = _finished_run(tmp_path)
+    refused = run_cli(tmp_path, "--resume", str(run_dir), "--repeat", "2", "--model", "m")
+    assert refused.exit_code == 2
+    assert "options differ from the journaled run's" in refused.output
+    assert "repeat: 1 -> 2" in refused.output and 'model: null -> "m"' in refused.output
+
+    (tmp_path / "suite.yaml").write_text(SUITE.replace("Write one.txt", "Write one.txt now"))
+    changed = run_cli(tmp_path, "--resume", str(run_dir))
+    assert changed.exit_code == 2
+    assert "it was run with something else" in changed.output
+    assert "the suite" in changed.output and "sha256" in changed.output
+
+    journal = run_dir / JOURNAL_NAME
+    lines = journal.read_text().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header["plugins"]["files"] = "0.0.1"
+    header["evalctl_version"] = "0.0.0"
+    journal.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    versions = run_cli(tmp_path, "--resume", str(run_dir))
+    assert versions.exit_code == 2
+    assert "evalctl: 0.0.0 -> " in versions.output
+    assert 'plugin files: "0.0.1" -> "0.1.0"' in versions.output
+
+
+def test_resume_needs_a_run_directory(tmp_path):
+    result = run_cli(tmp_path, "--resume", str(tmp_path))
+    assert result.exit_code == 2 and "no journal.jsonl" in result.output
+    neither = run_cli(tmp_path)
+    assert neither.exit_code == 2 and "give a SUITE to run, or --resume" in neither.output
+    retry = run_cli(tmp_path, "suite.yaml", "--retry-errors")
+    assert retry.exit_code == 2 and "--retry-errors works with --resume" in retry.output
+
+
+def test_a_journal_that_cannot_be_written_costs_durability_not_the_run(tmp_path, monkeypatch):
+    from evalctl._report import journal as journal_module
+
+    def disk_full(descriptor):
+        raise OSError(28, "No space left on device")
+
+    (tmp_path / "suite.yaml").write_text(SUITE)
+    monkeypatch.setattr(journal_module.os, "fsync", disk_full)
+    result = run_cli(tmp_path, "suite.yaml", "--report", "r.json")
+    assert result.exit_code == 0, result.output
+    assert "warning: the journal stopped being written (cannot write" in result.output
+    assert "No space left on device" in result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["summary"]["passed"] == 2
+
+
+def test_a_moved_run_directory_is_read_from_its_journal_where_it_is_now(tmp_path):
+    import shutil
+
+    from evalctl._report.rundir import read_run
+
+    run_dir = _finished_run(tmp_path)
+    moved = tmp_path / "artifact" / run_dir.name  # downloaded elsewhere, no report beside it
+    shutil.copytree(run_dir, moved, symlinks=True)
+    shutil.rmtree(run_dir)
+    stored = read_run(moved)
+    assert stored.source == moved / JOURNAL_NAME
+    assert [(t.task_id, t.status) for t in stored.run.tasks] == [("one", "passed"),
+                                                                  ("two", "passed")]
+    for task in stored.run.tasks:
+        assert Path(task.ledger).is_file() and Path(task.ledger).is_relative_to(moved)
+    assert Path(stored.run.run_directory) == moved.resolve()
+
+
+def test_the_journal_keeps_the_agent_and_resume_refuses_another(tmp_path):
+    run_dir = _finished_run(tmp_path, SUITE, "--agent-option", "version=7")
+    assert journal_lines(run_dir)[0]["agent"] == {
+        "name": "evalctl", "base": "evalctl", "version": "7", "options": {},
+        "chosen_by": "default"}
+
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+
+    again = CliRunner().invoke(cli, ["report", str(run_dir), "--reporter", "markdown",
+                                     "--report", str(tmp_path / "again.json")])
+    assert again.exit_code == 0, again.output
+    report = json.loads((tmp_path / "again.json").read_text())
+    assert report["agent"]["name"] == "evalctl" and report["agent"]["version"] == "7"
+    markdown = next((tmp_path / "eval_reports").glob("report-*.md")).read_text()
+    assert "- Agent: evalctl 7" in markdown
+
+    other = run_cli(tmp_path, "--resume", str(run_dir), "--agent", "command",
+                    "--agent-option", "argv=my-cli {prompt}")
+    assert other.exit_code == 2
+    assert 'agent: null -> "command"' in other.output
+    assert "agent_options" in other.output and "my-cli {prompt}" in other.output
+
+    # The same flags, but the agent resolves to something else now (a new version).
+    journal = run_dir / JOURNAL_NAME
+    lines = journal.read_text().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    header["agent"]["version"] = "6"
+    journal.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+    newer = run_cli(tmp_path, "--resume", str(run_dir))
+    assert newer.exit_code == 2
+    assert "the agent differs from the journaled run's" in newer.output
+    assert "'version': '6'" in newer.output and "'version': '7'" in newer.output
