@@ -8,12 +8,15 @@ through it directly, `bwrap` runs bubblewrap through it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # asyncio is imported where a process runs: `import evalctl` stays quick
+    import asyncio
 
 OUTPUT_LIMIT = 30_000
 
@@ -53,6 +56,8 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
     can: only a sandbox with a PID namespace stops that). `stdin` is written and closed;
     without it the command reads /dev/null.
     """
+    import asyncio
+
     # The output pipes are ours, not the transport's: asyncio's wait() would otherwise
     # also wait for every holder of a pipe, and a backgrounded child holds it.
     pipes = [os.pipe() for _ in range(1 if merge_stderr else 2)]
@@ -114,6 +119,8 @@ async def _feed(writer: asyncio.StreamWriter, data: bytes) -> None:
 
 async def _start_reader(read_fd: int, collector: _HeadTail
                         ) -> tuple[asyncio.Task[None], asyncio.BaseTransport]:
+    import asyncio
+
     stream = asyncio.StreamReader()
     transport, _ = await asyncio.get_running_loop().connect_read_pipe(
         lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", buffering=0))
