@@ -11,7 +11,7 @@ Each command an agent (or a check) runs is wrapped so that it executes:
   bwrap and the sh wrapper in front of it run with an empty environment, so no
   /proc/*/environ anywhere (inside, or on the host) holds a secret of the harness;
 * so that no process outlives the command (PID namespace torn down when the command exits);
-* in the attempt's cgroup(s) (pids, memory, and freezer for killing) when this machine lets us
+* in the attempt's cgroup(s) (pids and memory; cgroup.kill on v2) when this machine lets us
   create them, with RLIMIT_FSIZE (and RLIMIT_NPROC/RLIMIT_AS when there is no cgroup).
 
 Why HOME and TMPDIR are mounted at /home/agent and /tmp rather than at their own host paths:
@@ -333,10 +333,12 @@ def detect_cgroups(mountinfo: str | None = None, proc_cgroup: str | None = None)
 
     if "pids" in v1 or "memory" in v1:
         usable: dict[str, Path] = {}
+        # No freezer: it only stopped forks racing the kill on close, and every command
+        # runs in a PID namespace that dies with its init, so there is no race to stop;
+        # a third cgroup per attempt cost a third of the attempt's cgroup time.
         for name, control in (
             ("pids", "pids.max"),
             ("memory", "memory.limit_in_bytes"),
-            ("freezer", "freezer.state"),
         ):
             if name not in v1:
                 continue
