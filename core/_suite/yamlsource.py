@@ -185,7 +185,13 @@ def _parse_split(split: SplitDocument, label: str) -> Located:
     workers = min(os.cpu_count() or 1, 4)
     batches = [split.items[i::workers] for i in range(workers)]
     parsed: list[Located]
-    if workers > 1 and "fork" in multiprocessing.get_all_start_methods():
+    # Forking copies only the calling thread: safe while evalctl has no other thread (the
+    # CLI loads a suite before its event loop starts); otherwise parse here, serially.
+    # Measured on 2 cores: 1,000 tasks in 1.33 s forked against 1.95 s serially.
+    import threading
+
+    if workers > 1 and "fork" in multiprocessing.get_all_start_methods() and \
+            threading.active_count() == 1:
         from concurrent.futures import ProcessPoolExecutor
 
         context = multiprocessing.get_context("fork")
