@@ -453,3 +453,27 @@ def test_cached_warnings_name_the_file_they_were_loaded_from(tmp_path):
     second.write_text(text)
     assert load_suite(first).warnings[0].file == str(first)
     assert load_suite(second).warnings[0].file == str(second)  # same bytes, from the cache
+
+
+def test_with_another_thread_running_the_parse_does_not_fork(monkeypatch):
+    """Forking a process with threads copies only one of them: with a second thread
+    alive, the items are parsed here, serially, with the same result."""
+    import multiprocessing
+    import threading
+
+    from evalctl._suite.yamlsource import _parse_split, parse_document, split_tasks
+
+    def no_fork(*_args, **_kwargs):
+        raise AssertionError("a fork pool was started beside a running thread")
+
+    monkeypatch.setattr(multiprocessing, "get_context", no_fork)
+    text = "".join(MINIMAL.replace("id: one", f"id: t{i}") for i in range(250))
+    release = threading.Event()
+    helper = threading.Thread(target=release.wait, daemon=True)
+    helper.start()
+    try:
+        pieces = _parse_split(split_tasks(text), "s.yaml")
+    finally:
+        release.set()
+        helper.join(timeout=5)
+    assert pieces.data == parse_document(text, "s.yaml").data
