@@ -70,3 +70,16 @@ def test_the_summary_line_counts_attempts_and_tasks_apart_with_repeats(capsys):
     assert "tasks passed" not in out.replace("tasks: ", "")
     RunView(2).print_summary(_run({"a": ["passed"], "b": ["failed"]}))
     assert "1/2 tasks passed" in capsys.readouterr().out
+
+
+def test_a_big_runs_summary_table_shows_what_needs_a_look_and_counts_the_rest(capsys):
+    outcomes = {f"t{i:04d}": ["failed" if i % 100 == 7 else "passed"] for i in range(1000)}
+    RunView(1000).print_summary(_run(outcomes))
+    out = capsys.readouterr().out
+    assert "t0007" in out and "t0907" in out  # every failure is a row
+    assert "t0000" not in out  # passed attempts are counted, not listed
+    assert "(990 more rows not shown: 990 passed attempts" in out
+    assert "990/1000 tasks passed" in out
+    RunView(3).print_summary(_run({"a": ["passed"], "b": ["passed"], "c": ["failed"]}))
+    small = capsys.readouterr().out
+    assert "a " in small and "more rows not shown" not in small

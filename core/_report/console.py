@@ -70,7 +70,11 @@ class RunView:
                                 ("time", "right")):
             table.add_column(column, justify=justify)
         colors = {"passed": "green", "failed": "red", "error": "yellow", "not_run": "dim"}
-        for task in run.tasks:
+        # A big run's table shows what needs a look (up to SUMMARY_ROWS rows) and counts
+        # the rest: 10,000 rows cost seconds and nobody reads them; the reports have all.
+        shown = run.tasks if len(run.tasks) <= SUMMARY_ROWS else \
+            [t for t in run.tasks if not t.passed][:SUMMARY_ROWS]
+        for task in shown:
             failed = ", ".join(c.type for c in task.failed_checks())
             tokens = task.usage.input_tokens + task.usage.output_tokens
             table.add_row(run.label(task), f"[{colors[task.status]}]{task.status}[/]",
@@ -79,10 +83,17 @@ class RunView:
         terminal = sys.stdout.isatty()
         console = Console(file=sys.stdout, width=None if terminal else 120)
         console.print(table)
+        if len(shown) < len(run.tasks):
+            console.print(f"({len(run.tasks) - len(shown)} more rows not shown: "
+                          f"{run.count('passed')} passed attempts, and any failure past the "
+                          f"first {SUMMARY_ROWS}; every row is in the reports)", highlight=False)
         console.print(summary_line(run), highlight=False)
         for task in run.errors():
             console.print(f"error ({task.error_kind}) {run.label(task)}: "
                           f"{task.error_detail()}", highlight=False, markup=False)
+
+
+SUMMARY_ROWS = 50
 
 
 def summary_line(run: RunResult) -> str:
