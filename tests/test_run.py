@@ -216,8 +216,10 @@ def test_usage_errors_exit_2_before_any_task(tmp_path, args, message):
     (["--provider", "anthropic", "--provider-option", "max_tokens=lots"],
      "provider 'anthropic' option 'max_tokens': expected a whole number, got 'lots'"),
     (["--sandbox", "local", "--sandbox-option", "memory=1"],
-     "sandbox 'local' options: Additional properties are not allowed ('memory' was "
-     "unexpected) (known options: none)"),
+     "sandbox 'local' has no option 'memory'; its options: none"),
+    (["--sandbox", "bwrap", "--sandbox-option", "memory=1"],
+     "sandbox 'bwrap' has no option 'memory' (did you mean 'memory_mb'?); its options: "
+     "max_processes, memory_mb, file_size_mb, ro_paths"),
 ])
 def test_unknown_or_mistyped_options_are_refused_with_the_known_ones(tmp_path, args, message):
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"), *args)

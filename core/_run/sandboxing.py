@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalctl._errors import UsageError
+from evalctl._plugin.options import typed_options
 from evalctl._plugin.registry import Registry
 from evalctl._plugin.specs import ProviderSpec, SandboxSpec
 from evalctl._plugin.types import Sandbox, SandboxRequest
@@ -50,8 +51,9 @@ def choose_sandbox(registry: Registry, provider: ProviderSpec, *, flag: str | No
     reason = spec.available()
     if reason is not None:
         raise UsageError(f"sandbox '{spec.name}' cannot run here: {reason}")
-    merged = {**options, **coerce_options(spec, flag_options)}
-    validate_options(spec, merged)
+    # Typed and checked like every plugin's options: an unknown one is refused.
+    merged = typed_options("sandbox", spec.name, spec.options_schema,
+                           {**options, **flag_options})
     if not spec.isolated and provider.live and chosen_by != "--sandbox":
         raise UsageError(
             f"the {provider.name} provider is live, and sandbox '{spec.name}' does not isolate "
@@ -82,47 +84,6 @@ def _suite_sandbox(value: Any) -> tuple[str | None, dict[str, Any]]:
         return value, {}
     options = dict(value)
     return options.pop("name"), options
-
-
-def coerce_options(spec: SandboxSpec, pairs: Mapping[str, Any]) -> dict[str, Any]:
-    """`--sandbox-option KEY=VALUE` values typed by the sandbox's options schema (values
-    that are not text, from evalctl.testing say, are taken as they are)."""
-    properties = spec.options_schema.get("properties", {})
-    out: dict[str, Any] = {}
-    for key, text in pairs.items():
-        if not isinstance(text, str):
-            out[key] = text
-            continue
-        kind = properties.get(key, {}).get("type", "string")
-        try:
-            if kind == "integer":
-                out[key] = int(text)
-            elif kind == "number":
-                out[key] = float(text)
-            elif kind == "boolean":
-                if text.lower() not in {"true", "false", "1", "0", "yes", "no"}:
-                    raise ValueError(text)
-                out[key] = text.lower() in {"true", "1", "yes"}
-            elif kind == "array":
-                out[key] = [part for part in text.split(",") if part]
-            else:
-                out[key] = text
-        except ValueError:
-            raise UsageError(f"--sandbox-option {key}={text}: sandbox '{spec.name}' wants "
-                             f"{kind} for {key}") from None
-    return out
-
-
-def validate_options(spec: SandboxSpec, options: Mapping[str, Any]) -> None:
-    from jsonschema import Draft202012Validator
-
-    schema = {"additionalProperties": False, **dict(spec.options_schema)}
-    problems = sorted(Draft202012Validator(schema).iter_errors(dict(options)),
-                      key=lambda e: list(e.path))
-    if problems:
-        known = ", ".join(spec.options_schema.get("properties", {})) or "none"
-        raise UsageError(f"sandbox '{spec.name}' options: "
-                         + "; ".join(p.message for p in problems) + f" (known options: {known})")
 
 
 async def open_sandbox(choice: SandboxChoice, request: SandboxRequest) -> Sandbox:
