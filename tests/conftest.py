@@ -154,3 +154,34 @@ def run_cli(where: Path, *args: str):
 
 def environment_without_evalctl_settings() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("EVALCTL_")}
+
+
+class Listener:
+    """A TCP listener on a free 127.0.0.1 port that counts who reached it: the target of
+    tests that check a sandboxed command cannot reach the network."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self.connections = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                connection, _ = self.server.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            connection.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.server.close()

@@ -4,13 +4,11 @@ and leaves no effect outside the sandbox, while honest tasks in the same run pas
 from __future__ import annotations
 
 import json
-import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
-from .conftest import SUITES, run_cli
+from .conftest import SUITES, Listener, run_cli
 
 HONEST = """
   - id: honest-fix
@@ -115,36 +113,6 @@ NAMED = {
 }
 SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-canary-0451", "AWS_SECRET_ACCESS_KEY": "aws-canary-0451",
            "GITHUB_TOKEN": "ghp_canary0451", "EVALCTL_ADVERSARIAL_CANARY": "canary-0451"}
-
-
-class Listener:
-    """A TCP server on a free loopback port (the test points the network attack at it)
-    that records whether anything connected."""
-
-    def __init__(self) -> None:
-        self.server = socket.socket()
-        self.server.bind(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.server.listen()
-        self.server.settimeout(0.2)
-        self.connections = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                connection, _ = self.server.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            connection.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=5)
-        self.server.close()
 
 
 def test_every_attack_fails_and_leaves_no_trace(tmp_path, monkeypatch, require_bwrap):

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
-import socket
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from evalctl._agent.ledger import read_events
 from evalctl._report.compare import compare_reports
 from evalctl._run.agents import choose_agent
 from evalctl.testing import run_suite
-from tests.conftest import registry_with, run_cli
+from tests.conftest import Listener, registry_with, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SDK_AGENT = ROOT / "tests" / "agents" / "sdk_agent.py"
@@ -371,33 +369,6 @@ nohup bash -c "until [ -e $PWD/done ]; do sleep 0.1; done; sleep 1; echo late > 
 python3 {agent} "{prompt}"
 touch done
 """
-
-
-class Listener:
-    """A TCP listener on 127.0.0.1 that counts who reached it."""
-
-    def __init__(self) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.server.settimeout(0.2)
-        self.port = self.server.getsockname()[1]
-        self.connections = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                connection, _ = self.server.accept()
-            except OSError:
-                continue
-            self.connections += 1
-            connection.close()
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(timeout=5)
-        self.server.close()
 
 
 def test_a_cli_agent_in_bwrap_sees_no_secret_writes_nothing_outside_and_leaves_nothing(
