@@ -374,7 +374,7 @@ def test_wrap_argv_shape(make_jail: Callable[..., bs.BwrapJail], layout: Layout)
     jail = make_jail()
     argv = jail.wrap(["echo", "hi"], {"FOO": "bar"}, layout.workspace)
     print("\nwrap() argv:", argv)
-    assert argv[:3] == ["/usr/bin/env", "-i", "/bin/sh"]
+    # On the host: at most a sh joining the cgroups and prlimit, then bwrap.
     bwrap = bs._find_bwrap()
     assert bwrap is not None
     bwrap_at = argv.index(bwrap)
@@ -394,7 +394,18 @@ def test_wrap_argv_shape(make_jail: Callable[..., bs.BwrapJail], layout: Layout)
     ):
         assert flag in bwrap_args
     assert bwrap_args[bwrap_args.index("--cap-drop") + 1] == "ALL"
-    assert bwrap_args[-7:] == ["--", "/bin/sh", "-c", bs.SANDBOX_INIT, "evalctl-init", "echo", "hi"]
+    host_side = argv[:bwrap_at]
+    if jail.cgroup_dirs:
+        assert host_side[:2] == ["/bin/sh", "-c"] and host_side[3] == "evalctl-sandbox"
+        assert all(str(path / "cgroup.procs") in host_side[2]
+                   for path in jail.cgroup_dirs.values())
+        host_side = host_side[4:]
+    assert host_side == [] or "prlimit" in host_side[0], host_side
+    assert bwrap_args[-7:-3] == ["--", "/bin/sh", "-c", bwrap_args[-4]]
+    assert bwrap_args[-3:] == ["evalctl-init", "echo", "hi"]
+    init = bwrap_args[-4]  # limits first, then the command as pid 1's child
+    assert init.startswith("trap '' XFSZ\nulimit -c 0 && ulimit -f ")
+    assert init.endswith(bs.SANDBOX_INIT)
     pairs = [tuple(bwrap_args[i + 1 : i + 3]) for i, a in enumerate(bwrap_args) if a == "--setenv"]
     assert pairs == [("FOO", "bar"), ("HOME", "/home/agent"), ("TMPDIR", "/tmp")]
     with pytest.raises(ValueError):
@@ -1032,10 +1043,11 @@ def test_machine_wide_proc_files_are_read_only(make_jail: Callable[..., bs.Bwrap
     before = Path("/proc/sys/vm/swappiness").read_text()
     done = run(jail, "echo 17 > /proc/sys/vm/swappiness; echo swappiness=$?; "
                      "echo '|/tmp/x %p' > /proc/sys/kernel/core_pattern; echo core=$?; "
-                     "find /proc -writable -type f 2>/dev/null | grep -v -E "
-                     "'^/proc/([0-9]+|self|thread-self)/' | head -5")
+                     "echo 500 > /proc/self/oom_score_adj; echo oom=$?; "
+                     "find /proc -writable -type f 2>/dev/null | head -5")
     assert "swappiness=1" in done.stdout and "core=1" in done.stdout, done.stdout
-    assert done.stdout.strip().splitlines()[2:] == [], done.stdout  # nothing else writable
+    assert "oom=1" in done.stdout, done.stdout  # the whole of /proc, a process's own files too
+    assert done.stdout.strip().splitlines()[3:] == [], done.stdout  # nothing else writable
     assert Path("/proc/sys/vm/swappiness").read_text() == before
     assert "|/tmp/x" not in Path("/proc/sys/kernel/core_pattern").read_text()
 

@@ -69,9 +69,11 @@ def _plugin_code_paths() -> tuple[str, ...]:
     return tuple(sorted(str(path) for path in found if path.is_dir()))
 
 
+@functools.cache
 def _hidden_paths() -> tuple[Path, ...]:
     """Directories of evalctl's own that a mounted Python installation would otherwise
-    show: the built-in suites hold their tasks' verify files (hidden tests)."""
+    show: the built-in suites hold their tasks' verify files (hidden tests). Found once
+    per process, like the code paths."""
     import importlib.util
 
     found = {Path(evalctl.__file__).resolve().parent / "suites"}

@@ -61,12 +61,11 @@ SANDBOX_HOSTNAME = "sandbox"
 # The sandbox's uid is the harness's uid on the host: when evalctl runs as root, the
 # kernel's ownership checks treat sandboxed code as root for files it can reach. A fresh
 # /proc has root-owned files that change the whole machine (sysctls such as
-# kernel.core_pattern, which runs a program as root on the host; sysrq-trigger; PSI
-# triggers...): they are covered read-only. bwrap covers only some of them itself.
-PROC_COVERS = ("--ro-bind", "/proc/sys", "/proc/sys",
-               *(arg for name in ("sysrq-trigger", "irq", "bus", "fs", "acpi", "mtrr", "scsi",
-                                  "driver", "tty", "pressure", "kcore", "keys", "timer_list")
-                 for arg in ("--ro-bind-try", f"/proc/{name}", f"/proc/{name}")))
+# kernel.core_pattern, which runs a program as root on the host; sysrq-trigger; IRQ
+# affinity; PSI triggers...), so the whole /proc is remounted read-only: one remount
+# instead of a read-only bind per entry, each of which costs bubblewrap a pass over the
+# mount table. Reading stays possible, as it was with per-entry binds.
+PROC_COVERS = ("--remount-ro", "/proc")
 
 # Top-level directories made visible read-only.  /opt, /srv, /var, /run, /sys are not: pass
 # them through BwrapOptions.ro_paths if a suite needs something there.
@@ -113,7 +112,9 @@ ETC_ALLOWLIST = (
 )
 
 # Allowlisted /etc directories with more entries than this are bind-mounted, not copied.
-ETC_COPY_MAX_ENTRIES = 16
+# Copying (once per process, mostly symlinks) costs milliseconds once; every bind costs
+# bubblewrap a pass over the mount table for every command of every attempt.
+ETC_COPY_MAX_ENTRIES = 1024
 
 # pid 1 inside the sandbox: runs the command in the foreground, reaping orphans while it
 # waits (sh waits with waitpid(-1)), and exits with the command's status.  Why not bwrap's
@@ -141,11 +142,18 @@ class SandboxError(RuntimeError):
 # --------------------------------------------------------------------------- bwrap itself
 
 
+@functools.cache
 def _find_bwrap() -> str | None:
+    """Where bwrap is (looked up once per process: every command of every attempt uses it)."""
     found = shutil.which("bwrap")
     if found:
         return os.path.realpath(found)
     return next((c for c in _BWRAP_CANDIDATES if os.access(c, os.X_OK)), None)
+
+
+@functools.cache
+def _find_prlimit() -> str | None:
+    return shutil.which("prlimit")
 
 
 @functools.cache
@@ -432,7 +440,7 @@ def _describe_limits(setup: CgroupSetup, prlimit: str | None) -> dict[str, str]:
 
 def enforced_limits() -> dict[str, str]:
     """Which per-task limits this machine enforces, and how (see _describe_limits)."""
-    return _describe_limits(_machine_cgroups(), shutil.which("prlimit"))
+    return _describe_limits(_machine_cgroups(), _find_prlimit())
 
 
 # --------------------------------------------------------------------------- what to mount
@@ -646,8 +654,20 @@ def _shared_etc() -> tuple[Path, tuple[_Mount, ...]]:
     return directory / "etc", tuple(binds)
 
 
+def _within(path: str, ancestor: str) -> bool:
+    """`path` is `ancestor` or below it (both absolute and normalised): string work only,
+    since every attempt orders its mounts and pathlib's comparisons cost milliseconds."""
+    if path == ancestor:
+        return True
+    return path.startswith(ancestor if ancestor.endswith("/") else ancestor + "/")
+
+
 def _is_within(path: Path, ancestor: Path) -> bool:
-    return path == ancestor or path.is_relative_to(ancestor)
+    return _within(str(path), str(ancestor))
+
+
+def _depth(path: str) -> int:
+    return 0 if path == "/" else path.rstrip("/").count("/")
 
 
 def _order_mounts(mounts: list[_Mount]) -> list[_Mount]:
@@ -656,25 +676,68 @@ def _order_mounts(mounts: list[_Mount]) -> list[_Mount]:
     A read-only bind of a path inside another read-only bind of the same host tree adds
     nothing, unless a read-write bind sits between the two (then it re-protects a subtree).
     """
-    identity_ro = [m for m in mounts if m.kind == "ro" and m.source == str(m.dest)]
-    others = [m.dest for m in mounts if not (m.kind == "ro" and m.source == str(m.dest))]
+    def identity(mount: _Mount) -> bool:
+        return mount.kind == "ro" and mount.source == str(mount.dest)
+
+    identity_ro = [str(m.dest) for m in mounts if identity(m)]
+    others = [str(m.dest) for m in mounts if not identity(m)]
     kept: list[_Mount] = []
+    seen: set[str] = set()
     for mount in mounts:
-        if mount in identity_ro:
-            covered = any(
-                parent.dest != mount.dest
-                and _is_within(mount.dest, parent.dest)
-                and not any(
-                    o != parent.dest and _is_within(o, parent.dest) and _is_within(mount.dest, o)
-                    for o in others
-                )
-                for parent in identity_ro
-            )
-            if covered:
-                continue
-        if all(k.dest != mount.dest for k in kept):
+        dest = str(mount.dest)
+        if identity(mount) and any(
+            parent != dest and _within(dest, parent)
+            and not any(o != parent and _within(o, parent) and _within(dest, o)
+                        for o in others)
+            for parent in identity_ro
+        ):
+            continue
+        if dest not in seen:
+            seen.add(dest)
             kept.append(mount)
-    return sorted(kept, key=lambda m: len(m.dest.parts))  # stable: siblings keep their order
+    return sorted(kept, key=lambda m: _depth(str(m.dest)))  # stable: siblings keep order
+
+
+@dataclass(frozen=True)
+class _BasePlan:
+    """The mounts every jail with the same options shares: the system, /etc, the Python
+    installation, plugin code and extra read-only paths (`code`, checked against each
+    attempt's run directory), and the hidden directories that need a cover."""
+
+    system: tuple[_Mount, ...]
+    code: tuple[_Mount, ...]
+    covers: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=32)
+def _base_plan(ro_paths: tuple[str, ...], hidden: tuple[Path, ...]) -> _BasePlan:
+    """Worked out once per process and option set: globbing /etc, resolving paths and
+    checking they exist would otherwise be repeated for every sandbox of every attempt."""
+    system: list[_Mount] = []
+    for directory in SYSTEM_RO_DIRS:
+        if os.path.isdir(directory):
+            system.append(_Mount("ro", directory, Path(directory)))
+    for link in SYSTEM_LINKS:
+        if os.path.islink(link):
+            system.append(_Mount("symlink", os.readlink(link), Path(link)))
+        elif os.path.isdir(link):
+            system.append(_Mount("ro", link, Path(link)))
+    etc, etc_binds = _shared_etc()
+    system.append(_Mount("ro", str(etc), Path("/etc")))
+    system += etc_binds
+
+    code: list[_Mount] = []
+    extra = [Path(os.path.realpath(p)) for p in ro_paths]
+    for path in [*_python_paths(), *extra]:
+        if any(_is_within(path, cover) for cover in hidden):
+            continue  # not mounted at all
+        if not path.exists():
+            raise SandboxError(f"read-only path {path} does not exist")
+        code.append(_Mount("ro", str(path), path))
+    read_only = [str(m.dest) for m in (*system, *code) if m.kind == "ro"]
+    covers = tuple(str(path) for path in hidden
+                   if path.is_dir() and any(_within(str(path), ro) for ro in read_only))
+    return _BasePlan(tuple(system), tuple(code), covers)
 
 
 # --------------------------------------------------------------------------- the jail
@@ -713,10 +776,11 @@ class BwrapJail:
         self.hidden = tuple(Path(os.path.realpath(p)) for p in hidden)
         self._cgroups = _machine_cgroups() if cgroups is None else cgroups
         self._bwrap = _find_bwrap()
-        self._prlimit = shutil.which("prlimit")
+        self._prlimit = _find_prlimit()
         self._cgroup_dirs: dict[str, Path] = {}
         self._static_args: list[str] | None = None
-        self._sh_prefix: list[str] = []
+        self._prefix: list[str] = []
+        self._init = SANDBOX_INIT
 
     # -- lifecycle
 
@@ -730,7 +794,8 @@ class BwrapJail:
         try:
             self._create_cgroups()
             self._static_args = self._build_static_args()
-            self._sh_prefix = self._build_sh_prefix()
+            self._prefix = self._build_prefix()
+            self._init = self._build_init()
         except BaseException:
             self.close()
             raise
@@ -778,13 +843,16 @@ class BwrapJail:
 
     def wrap(self, argv: list[str], env: Mapping[str, str], cwd: Path) -> list[str]:
         """The argv that runs `argv` in the sandbox with exactly `env` (plus HOME/TMPDIR), in
-        `cwd` (inside the workspace).  Exec it with env={}; it clears its environment anyway.
+        `cwd` (inside the workspace).  Exec it with env={}: the sandbox's environment is
+        built from nothing either way (--clearenv), and then the host-side processes that
+        start it (sh, bwrap) carry nothing of the harness's either.
         """
         if self._static_args is None or self._bwrap is None:
             raise SandboxError("BwrapJail.wrap() before open()")
         if not argv:
             raise ValueError("empty argv")
-        cwd = Path(cwd).resolve()
+        if cwd != self.workspace:  # the common case needs no walk of the path
+            cwd = Path(cwd).resolve()
         if not _is_within(cwd, self.workspace):
             raise ValueError(f"cwd {cwd} is not inside the workspace {self.workspace}")
         full_env = dict(env)
@@ -796,7 +864,7 @@ class BwrapJail:
                 raise ValueError(f"invalid environment variable {name!r}")
             env_args += ["--setenv", name, value]
         return [
-            *self._sh_prefix,
+            *self._prefix,
             self._bwrap,
             *self._static_args,
             *env_args,
@@ -805,80 +873,74 @@ class BwrapJail:
             "--",
             "/bin/sh",
             "-c",
-            SANDBOX_INIT,
+            self._init,
             SANDBOX_INIT_NAME,
             *argv,
         ]
 
     def _build_static_args(self) -> list[str]:
         assert self._bwrap is not None
-        mounts: list[_Mount] = []
-        for directory in SYSTEM_RO_DIRS:
-            if os.path.isdir(directory):
-                mounts.append(_Mount("ro", directory, Path(directory)))
-        for link in SYSTEM_LINKS:
-            if os.path.islink(link):
-                mounts.append(_Mount("symlink", os.readlink(link), Path(link)))
-            elif os.path.isdir(link):
-                mounts.append(_Mount("ro", link, Path(link)))
-        etc, etc_binds = _shared_etc()
-        mounts.append(_Mount("ro", str(etc), Path("/etc")))
-        mounts += etc_binds
-
-        run_dir = self.workspace.parent
-        extra = [Path(os.path.realpath(p)) for p in self.options.ro_paths]
-        for path in [*_python_paths(), *extra]:
-            if any(_is_within(path, hidden) for hidden in self.hidden):
-                continue  # not mounted at all
-            if _is_within(run_dir, path):
+        base = _base_plan(tuple(self.options.ro_paths), self.hidden)
+        run_dir = str(self.workspace.parent)
+        for mount in base.code:
+            if _within(run_dir, mount.source):
                 raise SandboxError(
-                    f"refusing to mount {path} read-only: it contains {run_dir}, "
+                    f"refusing to mount {mount.source} read-only: it contains {run_dir}, "
                     "so every workspace, ledger and seed of the run would be visible"
                 )
-            if not path.exists():
-                raise SandboxError(f"read-only path {path} does not exist")
-            mounts.append(_Mount("ro", str(path), path))
-
-        mounts.append(_Mount("rw", str(self.tmp), SANDBOX_TMP))
-        mounts.append(_Mount("rw", str(self.home), SANDBOX_HOME))
-        mounts.append(_Mount("rw", str(self.workspace), self.workspace))
-
+        mounts = [
+            *base.system,
+            *base.code,
+            _Mount("rw", str(self.tmp), SANDBOX_TMP),
+            _Mount("rw", str(self.home), SANDBOX_HOME),
+            _Mount("rw", str(self.workspace), self.workspace),
+        ]
         args = _namespace_args(self._bwrap, self.options.network)
         args += ["--proc", "/proc", *PROC_COVERS, "--dev", "/dev"]
-        ordered = _order_mounts(mounts)
-        for mount in ordered:
+        for mount in _order_mounts(mounts):
             args += mount.args()
-        for path in self.hidden:  # an empty tmpfs laid over it, read-only with the root
-            if path.is_dir() and any(m.kind == "ro" and _is_within(path, m.dest)
-                                     for m in ordered):
-                args += ["--tmpfs", str(path), "--remount-ro", str(path)]
+        for path in base.covers:  # an empty tmpfs laid over it, read-only with the root
+            args += ["--tmpfs", path, "--remount-ro", path]
         # bwrap's root is a tmpfs; without this the sandbox could write anywhere outside the
         # binds (into RAM).  Not recursive: the binds above keep their own flags.
         args += ["--remount-ro", "/"]
         return args
 
-    def _build_sh_prefix(self) -> list[str]:
-        """`env -i sh -c SCRIPT` that joins the cgroups, sets rlimits, then execs the rest.
+    def _build_init(self) -> str:
+        """The script pid 1 inside runs (see SANDBOX_INIT): limits first, then the command.
 
-        `env -i` so that neither this sh nor bwrap carries the harness's environment, even if
-        the caller forgets env={}: bwrap's own pid 1 (not used here, see SANDBOX_INIT) would
-        expose it at /proc/1/environ inside, and same-uid processes can read it on the host.
+        Set inside rather than by a shell on the host: one process fewer per command, and
+        the hard limits a process lowers for itself cannot be raised again without
+        CAP_SYS_RESOURCE, which nothing in the sandbox has.
         """
         file_blocks = self.options.file_size_mb * 2048  # ulimit -f counts 512-byte blocks
-        lines = [
+        return "\n".join([
             # A write beyond RLIMIT_FSIZE then fails with EFBIG ("File too large") instead of
             # killing the writer with SIGXFSZ.  An ignored disposition survives exec.
             "trap '' XFSZ",
             f"ulimit -c 0 && ulimit -f {file_blocks} || exit {WRAPPER_FAILED}",
-        ]
-        for path in self._cgroup_dirs.values():
-            procs = shlex.quote(str(path / "cgroup.procs"))
-            lines.append(
-                f"{{ echo $$ > {procs}; }} 2>/dev/null || {{ echo 'evalctl sandbox: cannot join "
-                f"cgroup {path}' >&2; exit {WRAPPER_FAILED}; }}"
-            )
-        lines += ["unset PWD OLDPWD", 'exec "$@"']
-        prefix = ["/usr/bin/env", "-i", "/bin/sh", "-c", "\n".join(lines), "evalctl-sandbox"]
+            SANDBOX_INIT,
+        ])
+
+    def _build_prefix(self) -> list[str]:
+        """What starts bwrap on the host: `sh -c SCRIPT` joining the attempt's cgroups (so
+        bwrap and everything it starts are counted and killed with them), and `prlimit` for
+        what no cgroup controller limits.  Empty when neither is needed.
+
+        Exec it with env={} (BwrapSandbox.run does): bwrap and this sh then carry nothing
+        of the harness's environment, and --clearenv builds the sandbox's from nothing.
+        """
+        prefix: list[str] = []
+        if self._cgroup_dirs:
+            lines = []
+            for path in self._cgroup_dirs.values():
+                procs = shlex.quote(str(path / "cgroup.procs"))
+                lines.append(
+                    f"{{ echo $$ > {procs}; }} 2>/dev/null || {{ echo 'evalctl sandbox: cannot "
+                    f"join cgroup {path}' >&2; exit {WRAPPER_FAILED}; }}"
+                )
+            lines.append('exec "$@"')
+            prefix = ["/bin/sh", "-c", "\n".join(lines), "evalctl-sandbox"]
 
         # Without the cgroup controller, fall back to the per-process rlimit (see limits).
         enforced = self._cgroups.controllers if self._cgroup_dirs else frozenset()
