@@ -205,8 +205,9 @@ def bench_overhead(work: Path) -> None:
 
 def bench_sandbox(work: Path) -> None:
     """The agent-shaped 1,000-task suite under local and under bwrap, in one run: each task
-    spawns three sandboxed commands (its bash call, and the command check; file_exists
-    runs in process), so bwrap's cost per task is about three bwrap starts."""
+    runs two sandboxed commands (its bash call, and the command check; file_exists runs in
+    process) in two sandboxes (the agent's, then the graders'), so bwrap's cost per task
+    is about two bwrap starts and two sets of cgroups."""
     figures = {}
     for sandbox in ("local", "bwrap", "local", "bwrap"):
         elapsed, _ = run_generated(work, "sandbox", task_yaml, 1000, sandbox=sandbox)

@@ -861,6 +861,40 @@ def test_close_kills_a_running_attempt_and_removes_its_cgroups(
             proc.wait(timeout=10)
     assert proc.returncode == -9
     assert [pid for pid, started in collector.pids if exists(pid, started)] == []
+    # Empty, and kept for the next attempt until the process ends.
+    assert all((path / "cgroup.procs").read_text() == "" for path in cgroups.values())
+    bs._CGROUP_POOL.drain()
+    assert not any(path.exists() for path in cgroups.values())
+
+
+@pytest.mark.skipif(not HAS_CGROUPS, reason="no writable cgroup on this machine")
+def test_the_next_attempt_reuses_empty_cgroups_with_the_same_limits(layout: Layout) -> None:
+    def jail(**limits: int) -> bs.BwrapJail:
+        made = bs.BwrapJail(layout.workspace, layout.home, layout.tmp,
+                            bs.BwrapOptions(**limits))
+        made.open()
+        return made
+
+    bs._CGROUP_POOL.drain()
+    first = jail(max_processes=40)
+    cgroups = first.cgroup_dirs
+    first.close()
+    second = jail(max_processes=40)
+    other = jail(max_processes=41)  # other limits: cgroups of its own
+    try:
+        assert second.cgroup_dirs == cgroups
+        assert other.cgroup_dirs != cgroups
+        limit = cgroups.get("pids", cgroups.get("unified"))
+        if limit is not None and (limit / "pids.max").exists():
+            assert (limit / "pids.max").read_text().strip() == "40"
+        done = subprocess.run(second.wrap(["bash", "-c", "echo ran"], BASE_ENV,
+                                          layout.workspace),
+                              env={}, capture_output=True, text=True, timeout=30)
+        assert done.stdout == "ran\n", done.stderr
+    finally:
+        second.close()
+        other.close()
+        bs._CGROUP_POOL.drain()
     assert not any(path.exists() for path in cgroups.values())
 
 

@@ -42,6 +42,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -807,16 +808,19 @@ class BwrapJail:
             strip_setid_bits(top)
 
     def close(self) -> None:
-        """Kill whatever still runs in the attempt's cgroups and remove them.  Idempotent.
+        """Kill whatever still runs in the attempt's cgroups; give them, empty, to the next
+        jail of this process (or remove them if anything survived).  Idempotent.
 
         Without cgroups there is nothing to kill here: a command still running must be
         stopped by killing the process wrap()'s argv started (bwrap then takes the sandbox
         down with it, --die-with-parent).
         """
         if self._cgroup_dirs:
-            self._kill_cgroup_members()
-            for path in self._cgroup_dirs.values():
-                _rmdir_cgroup(path)
+            if self._kill_cgroup_members():
+                _CGROUP_POOL.give(self._pool_key(), self._cgroup_dirs)
+            else:
+                for path in self._cgroup_dirs.values():
+                    _rmdir_cgroup(path)
             self._cgroup_dirs = {}
         if self._static_args is not None:
             self._strip_setid_bits()
@@ -955,11 +959,19 @@ class BwrapJail:
 
     # -- cgroups
 
+    def _pool_key(self) -> tuple[object, ...]:
+        return (tuple(sorted(self._cgroups.parents.items())), self.options.max_processes,
+                self.options.memory_mb)
+
     def _create_cgroups(self) -> None:
         setup = self._cgroups
         if setup.version == 0:
             return
         _remove_stale_cgroups_once(tuple(setup.parents.values()))
+        pooled = _CGROUP_POOL.take(self._pool_key())
+        if pooled is not None:  # empty, with this jail's limits already written
+            self._cgroup_dirs = pooled
+            return
         name = f"evalctl-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         memory = self.options.memory_mb * 1024 * 1024
         try:
@@ -990,22 +1002,26 @@ class BwrapJail:
             pids.update(int(p) for p in _read(path / "cgroup.procs").split())
         return pids
 
-    def _kill_cgroup_members(self, timeout: float = 5.0) -> None:
-        """SIGKILL everything in the attempt's cgroups and wait until they are empty."""
+    def _kill_cgroup_members(self, timeout: float = 5.0) -> bool:
+        """SIGKILL everything in the attempt's cgroups and wait until they are empty.
+        True if they are."""
         unified = self._cgroup_dirs.get("unified")
         if unified is not None and (unified / "cgroup.kill").exists():
             with contextlib.suppress(OSError):
                 _write(unified / "cgroup.kill", "1")  # atomic, including racing forks
         deadline = time.monotonic() + timeout
-        while (members := self._members()) and time.monotonic() < deadline:
+        members = self._members()  # usually empty: every command has ended with its pid 1
+        while members and time.monotonic() < deadline:
             # Freeze first so nothing forks between reading cgroup.procs and the kill.
             with self._frozen():
                 for pid in members:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, signal.SIGKILL)
             time.sleep(0.01)
-        if self._members():
+            members = self._members()
+        if members:
             log.warning("processes survive in %s", ", ".join(map(str, self._cgroup_dirs.values())))
+        return not members
 
     @contextlib.contextmanager
     def _frozen(self) -> Iterator[None]:
@@ -1088,6 +1104,53 @@ def _clear_setid(directory: int, name: str, setid: int) -> None:
         os.fchmod(fd, mode & 0o7777 & ~setid)
     finally:
         os.close(fd)
+
+
+class _CgroupPool:
+    """Empty attempt cgroups, kept for the next attempt of this process with the same
+    limits: creating and removing a memory and a pids cgroup costs about a millisecond per
+    sandbox, two sandboxes an attempt. Only cgroups whose every member was killed and
+    reaped come back here, and nothing inside a sandbox can join one (the cgroup file
+    system is not mounted there). Removed when the process exits (or, if it is killed, by
+    the next evalctl's stale-cgroup sweep)."""
+
+    LIMIT = 64  # sets kept at most: more than any run's concurrency
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: dict[tuple[object, ...], list[dict[str, Path]]] = {}
+        self._creator = os.getpid()
+
+    def take(self, key: tuple[object, ...]) -> dict[str, Path] | None:
+        if os.getpid() != self._creator:  # a forked child shares none of its parent's
+            return None
+        with self._lock:
+            free = self._free.get(key)
+            return free.pop() if free else None
+
+    def give(self, key: tuple[object, ...], dirs: dict[str, Path]) -> None:
+        with self._lock:
+            free = self._free.setdefault(key, [])
+            if len(free) < self.LIMIT and os.getpid() == self._creator:
+                free.append(dict(dirs))
+                return
+        for path in dirs.values():
+            _rmdir_cgroup(path)
+
+    def drain(self) -> None:
+        """Remove every kept cgroup (at exit, in the process that made them)."""
+        if os.getpid() != self._creator:
+            return
+        with self._lock:
+            kept = [path for free in self._free.values() for dirs in free
+                    for path in dirs.values()]
+            self._free.clear()
+        for path in kept:
+            _rmdir_cgroup(path)
+
+
+_CGROUP_POOL = _CgroupPool()
+atexit.register(_CGROUP_POOL.drain)
 
 
 @functools.cache
