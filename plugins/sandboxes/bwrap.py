@@ -109,18 +109,24 @@ class BwrapSandbox:
 
 async def create(request: evalctl.SandboxRequest) -> BwrapSandbox:
     options = request.options
-    jail = bwrap_jail.BwrapJail(
-        request.workspace, request.home, request.tmp,
-        bwrap_jail.BwrapOptions(
-            network=request.network,
-            ro_paths=(*_plugin_code_paths(), *options.get("ro_paths", ())),
-            max_processes=int(options.get("max_processes", 512)),
-            memory_mb=int(options.get("memory_mb", 4096)),
-            file_size_mb=int(options.get("file_size_mb", 1024)),
-        ),
-        hidden=_hidden_paths())
-    await asyncio.to_thread(jail.open)
-    return BwrapSandbox(request, jail)
+
+    def open_jail() -> bwrap_jail.BwrapJail:
+        jail = bwrap_jail.BwrapJail(
+            request.workspace, request.home, request.tmp,
+            bwrap_jail.BwrapOptions(
+                network=request.network,
+                ro_paths=(*_plugin_code_paths(), *options.get("ro_paths", ())),
+                max_processes=int(options.get("max_processes", 512)),
+                memory_mb=int(options.get("memory_mb", 4096)),
+                file_size_mb=int(options.get("file_size_mb", 1024)),
+            ),
+            hidden=_hidden_paths())
+        jail.open()
+        return jail
+
+    # Off the event loop: resolving the attempt's paths and setting up its cgroups are
+    # file-system work that would otherwise hold up every other attempt.
+    return BwrapSandbox(request, await asyncio.to_thread(open_jail))
 
 
 def available() -> str | None:
