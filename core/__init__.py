@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from evalctl._agent.cassette import Cassette, read_cassettes
 from evalctl._errors import (
     EvalctlError,
     GraderUnavailable,
@@ -100,6 +101,7 @@ __all__ = [
     "run_process",
     "AgentResult",
     "AssistantMessage",
+    "Cassette",
     "CheckOutcome",
     "CheckResult",
     "Comparison",
@@ -137,6 +139,7 @@ __all__ = [
     "load_report",
     "looks_binary",
     "open_in_workspace",
+    "read_cassettes",
     "resolve_in_workspace",
     "tool_definitions",
     "truncate",

@@ -1,9 +1,9 @@
 """Fresh workspaces: seeding, confinement, and what changed since the seed.
 
 A run directory holds one workspace per task, and beside them (never inside) each
-task's ledger (.ledgers/), its private state (HOME, TMPDIR in .state/) and a pristine
-copy of its seed (.seed/), so nothing leaks between tasks or runs. Workspaces are
-kept after the run for inspection.
+task's ledger (.ledgers/), its cassette (.cassettes/: the model exchanges, for replays),
+its private state (HOME, TMPDIR in .state/) and a pristine copy of its seed (.seed/), so
+nothing leaks between tasks or runs. Workspaces are kept after the run for inspection.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ class Workspace:
     # path -> sha256, taken when the seed copy is made: the one record the seed copy is
     # checked against and the agent's changes are measured from.
     seed: dict[str, str] = field(default_factory=dict)
+    # The attempt's model exchanges, for replays (evalctl._agent.cassette); None: not kept.
+    cassette_path: Path | None = None
 
     def resolve(self, user_path: str) -> Path:
         return resolve_inside(self.root, user_path)
@@ -89,6 +91,11 @@ def ledger_path(run_dir: Path, task_id: str) -> Path:
     return run_dir / ".ledgers" / f"{task_id}.jsonl"
 
 
+def cassette_path(run_dir: Path, name: str) -> Path:
+    """Where an attempt's cassette lives: beside its ledger, never in a workspace."""
+    return run_dir / ".cassettes" / f"{name}.jsonl"
+
+
 def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str], *,
                      source: Source | None = None) -> Workspace:
     """A fresh workspace seeded with `source` (when given) and `files` on top, and its
@@ -104,11 +111,14 @@ def new_workspace(run_dir: Path, task_id: str) -> Workspace:
     root = run_dir / task_id
     state = run_dir / ".state" / task_id
     ledger = ledger_path(run_dir, task_id)
+    cassette = cassette_path(run_dir, task_id)
     seed = run_dir / ".seed" / task_id
-    for directory in (root, state / "home", state / "tmp", ledger.parent, seed):
+    for directory in (root, state / "home", state / "tmp", ledger.parent, cassette.parent,
+                      seed):
         directory.mkdir(parents=True, exist_ok=True)
     return Workspace(task_id, root.resolve(), (state / "home").resolve(),
-                     (state / "tmp").resolve(), ledger.resolve(), seed.resolve())
+                     (state / "tmp").resolve(), ledger.resolve(), seed.resolve(),
+                     cassette_path=cassette.resolve())
 
 
 def seed_workspace(workspace: Workspace, files: Mapping[str, str],
@@ -138,9 +148,10 @@ def write_seed(directory: Path, files: Mapping[str, str], source: Source | None,
 
 def attempt_paths(run_dir: Path, name: str) -> dict[str, Path]:
     """Everything an attempt leaves in a run directory: its workspace, seed copy, state
-    (HOME, TMPDIR) and ledger."""
+    (HOME, TMPDIR), ledger and cassette."""
     return {"workspace": run_dir / name, "seed": run_dir / ".seed" / name,
-            "state": run_dir / ".state" / name, "ledger": ledger_path(run_dir, name)}
+            "state": run_dir / ".state" / name, "ledger": ledger_path(run_dir, name),
+            "cassette": cassette_path(run_dir, name)}
 
 
 def retire_attempt(run_dir: Path, name: str, into: Path) -> bool:
@@ -151,7 +162,8 @@ def retire_attempt(run_dir: Path, name: str, into: Path) -> bool:
         if not os.path.lexists(path):
             continue
         into.mkdir(parents=True, exist_ok=True)
-        os.replace(path, into / ("ledger.jsonl" if label == "ledger" else label))
+        os.replace(path, into / (f"{label}.jsonl" if label in ("ledger", "cassette")
+                                 else label))
         moved = True
     return moved
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from evalctl._agent.cassette import CassetteRecorder
 from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
 from evalctl._agent.loop import SYSTEM_PROMPT, run_loop
 from evalctl._agent.proxy import SOCKET_NAME, ModelProxy, forwarder_source
@@ -66,20 +67,25 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
                     options: Mapping[str, Any] | None = None, name: str = "evalctl",
                     env: Mapping[str, str] | None = None,
                     throttle: CallThrottle | None = None,
-                    on_spend: SpendCallback | None = None) -> AgentResult:
+                    on_spend: SpendCallback | None = None,
+                    cassette: CassetteRecorder | None = None, attempt: int = 1) -> AgentResult:
     """Run one attempt to its end with `agent` (the built-in loop when None).
 
     Cancellation records 'aborted' and re-raises; an unexpected exception is recorded as
     'internal_error' and re-raised. `throttle` is the run's shared limit on model calls at
     once (it adapts to rate limits); `on_spend(usage, cost)` is told of every model turn
-    as it arrives, so a run-wide budget sees spending before the attempt ends."""
+    as it arrives, so a run-wide budget sees spending before the attempt ends. Every model
+    exchange goes to `cassette` when given (closed when the attempt ends), and every
+    request says it is of `attempt`. The ledger's `task_end` carries the final text and
+    the files changed: what graders were given, for a regrade."""
     started = time.monotonic()
     ledger = Ledger(workspace.ledger_path)
     ledger.append("task_start", task_id=task.id, prompt=task.prompt, agent=name,
                   permissions=task.permissions, limits=task.limits.to_dict())
     limits = AgentLimits(task.limits.turns, task.limits.seconds, task.limits.cost)
     proxied = {"tool_calls": 0}
-    calls = ModelCalls(provider, ledger, throttle or CallThrottle(UNTHROTTLED), on_spend)
+    calls = ModelCalls(provider, ledger, throttle or CallThrottle(UNTHROTTLED), on_spend,
+                       cassette=cassette, attempt=attempt)
 
     async def loop() -> AgentOutcome:
         return await run_loop(task, provider, workspace, sandbox, ledger, system_prompt,
@@ -125,10 +131,14 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
                       error=f"{type(exc).__name__}: {exc}")
         ledger.close()
         raise
-    ledger.append("task_end", status=outcome.exit_status, error=outcome.error)
-    ledger.close()
+    finally:
+        if cassette is not None:
+            cassette.close()
     # Hashing the workspace reads every file the agent left: never on the event loop.
     files_changed = await asyncio.to_thread(workspace.changed_files)
+    ledger.append("task_end", status=outcome.exit_status, error=outcome.error,
+                  final_text=outcome.final_text, files_changed=files_changed)
+    ledger.close()
     return AgentResult(
         final_text=outcome.final_text,
         exit_status=outcome.exit_status,

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalctl._agent.cassette import CassetteRecorder
 from evalctl._agent.ledger import Ledger
 from evalctl._errors import ProviderError, RateLimited
 from evalctl._plugin.types import ModelRequest, ModelTurn, TokenUsage
@@ -87,17 +88,40 @@ class ModelCalls:
     waits and is asked again, the run lowering its concurrency meanwhile, up to
     RATE_LIMIT_RETRIES times), and each turn that comes back is counted here, in memory,
     and told to `on_spend` (the run budget). The attempt's totals are these counts, never
-    the ledger read back: an agent may delete or mangle its ledger."""
+    the ledger read back: an agent may delete or mangle its ledger. Each exchange (the
+    request, and the turn or the error that answered it) goes to `cassette`, when the
+    attempt keeps one; `attempt` is stamped on every request (which attempt of its task
+    this is, for a provider that serves recorded attempts)."""
 
     provider: Any
     ledger: Ledger
     throttle: CallThrottle = field(default_factory=lambda: CallThrottle(UNTHROTTLED))
     on_spend: SpendCallback | None = None
+    cassette: CassetteRecorder | None = None
+    attempt: int = 1
     turns: int = 0
     usage: TokenUsage = field(default_factory=TokenUsage)
     cost: float | None = 0.0  # None once any turn was unpriced: never a silent $0
 
     async def complete(self, request: ModelRequest) -> ModelTurn:
+        request.attempt = self.attempt
+        if self.cassette is None:
+            return await self._complete(request)
+        try:
+            turn = await self._complete(request)
+        except ProviderError as exc:
+            self.cassette.record(request, error=str(exc),
+                                 status=getattr(exc, "status", None))
+            raise
+        except Exception as exc:  # a broken provider: replayed as the error it was
+            self.cassette.record(request, error=f"the provider raised {type(exc).__name__}: "
+                                                f"{exc}")
+            raise
+        if isinstance(turn, ModelTurn):
+            self.cassette.record(request, turn)
+        return turn
+
+    async def _complete(self, request: ModelRequest) -> ModelTurn:
         refusals = 0
         while True:
             async with self.throttle.slot() as generation:

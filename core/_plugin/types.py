@@ -147,7 +147,8 @@ class ModelRequest:
     """What the agent loop asks a provider for: the next turn of this conversation.
 
     `task` carries the task's id and suite data (`script` for the scripted provider);
-    `turn_index` counts the model turns already taken in this task.
+    `turn_index` counts the model turns already taken in this task; `attempt` is which
+    attempt of the task this is (1-based: `--repeat`).
     """
 
     system: str
@@ -162,6 +163,7 @@ class ModelRequest:
     # may forward it as it is, for fidelity (thinking, cache_control, the agent's own
     # system prompt).
     api_request: Mapping[str, Any] | None = None
+    attempt: int = 1
 
 
 @runtime_checkable

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evalctl._agent.cassette import CassetteRecorder
 from evalctl._agent.ledger import ledger_spend
 from evalctl._agent.runtime import run_agent
 from evalctl._agent.throttle import CallThrottle
@@ -369,11 +370,17 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
     except Exception as exc:
         return _sandbox_failure(task, workspace, attempt, exc)
     try:
+        # Every model exchange is kept beside the ledger, for `--provider replay`.
+        cassette = CassetteRecorder(
+            workspace.cassette_path, task_id=task.id, attempt=attempt,
+            agent=prepared.agent.name, provider=prepared.options.provider,
+            model=prepared.options.model) if workspace.cassette_path else None
         agent = await run_agent(task, prepared.provider, workspace, sandbox,
                                 agent=prepared.agent.spec.run, options=prepared.agent.options,
                                 name=prepared.agent.name, env=sandbox_request.env,
                                 throttle=throttle,
-                                on_spend=budget.charge if budget is not None else None)
+                                on_spend=budget.charge if budget is not None else None,
+                                cassette=cassette, attempt=attempt)
     finally:
         await sandbox.close()  # nothing the agent started outlives its turn at the work
     if agent.turns == 0 and agent.exit_status in prepared.error_statuses:

@@ -1,0 +1,389 @@
+"""Cassettes: every model exchange of an attempt, kept so the attempt can be replayed.
+
+Every model call of an attempt — the built-in loop's, or a CLI agent's through the model
+proxy — goes through the attempt's `ModelCalls`, and a `CassetteRecorder` there appends
+one line per exchange to `RUN/.cassettes/<attempt>.jsonl` (beside the ledgers, never in
+the workspace: the `bwrap` sandbox does not mount it). The ledger stays the audit trail
+(model turns clipped for reading); the cassette holds what a replay needs, unclipped:
+the request's *key* and the whole response.
+
+The key is what decides the answer: `model`, `system`, `tools` and `messages`, in the
+Messages API's shape (a proxied agent's own request body, without `cache_control`;
+the built-in loop's conversation translated the same way). `sha256` of its canonical
+JSON is the request hash. To keep a long conversation's cassette linear in its length,
+a request is written against an earlier one (`base`) that shares a prefix of messages
+(`keep`), with only the new messages and the fields that changed. The format is in
+docs/cassettes.md; `read_cassettes` reads it back, checking every hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalctl._agent.ledger import Ledger
+from evalctl._errors import UsageError
+from evalctl._plugin.types import (
+    AssistantMessage,
+    ModelRequest,
+    ModelTurn,
+    TokenUsage,
+    ToolCall,
+    UserMessage,
+)
+
+CASSETTE_FORMAT = "evalctl-cassette/1"
+CASSETTES_DIR = ".cassettes"
+KEY_FIELDS = ("model", "system", "tools", "messages")
+# How much of a differing value a mismatch message quotes.
+QUOTE_LIMIT = 120
+
+
+# --------------------------------------------------------------------------- the key
+
+
+def _assistant_blocks(turn: ModelTurn) -> list[dict[str, Any]]:
+    """An assistant turn as Messages API content blocks: the provider's own when it kept
+    them (what it replays), else built from the text and the tool calls."""
+    if isinstance(turn.raw_content, list) and turn.raw_content:
+        return [dict(block) for block in turn.raw_content]
+    blocks: list[dict[str, Any]] = []
+    if turn.text or not turn.tool_calls:
+        blocks.append({"type": "text", "text": turn.text})
+    blocks += [{"type": "tool_use", "id": call.id, "name": call.name,
+                "input": dict(call.arguments)} for call in turn.tool_calls]
+    return blocks
+
+
+def _without_cache_control(value: Any) -> Any:
+    """`value` without `cache_control` markers: they say what the API may cache, not what
+    the model is asked, and agents move them from turn to turn."""
+    if isinstance(value, Mapping):
+        return {k: _without_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_without_cache_control(v) for v in value]
+    return value
+
+
+def request_key(request: ModelRequest, model: str | None = None) -> dict[str, Any]:
+    """The matching key of a request: its model, system prompt, tools and messages in the
+    Messages API's shape. A proxied CLI agent's request is its own body (its `model`
+    field included; `model` here is then ignored); the built-in loop's is translated from
+    the kernel's conversation, with `model` the one the run asked for (None: the
+    provider's default)."""
+    body = request.api_request
+    if body is not None:
+        return _without_cache_control({
+            "model": body.get("model"), "system": body.get("system"),
+            "tools": body.get("tools"), "messages": body.get("messages")})
+    messages: list[dict[str, Any]] = []
+    for message in request.messages:
+        if isinstance(message, UserMessage):
+            messages.append({"role": "user", "content": message.text})
+        elif isinstance(message, AssistantMessage):
+            messages.append({"role": "assistant", "content": _assistant_blocks(message.turn)})
+        else:
+            messages.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": result.call_id,
+                 "content": result.content, "is_error": result.is_error}
+                for result in message.results]})
+    tools = [{"name": t.name, "description": t.description,
+              "input_schema": dict(t.input_schema)} for t in request.tools]
+    # Through JSON and back: tuples become lists, as they will be when read back.
+    return json.loads(canonical_json({"model": model, "system": request.system,
+                                      "tools": tools, "messages": messages}))
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON text of `value` that its hash is taken over: sorted keys, no spaces,
+    ASCII (a lone surrogate is its escape, so any text hashes)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      default=str)
+
+
+def key_hash(key: Mapping[str, Any]) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(key).encode("ascii")).hexdigest()
+
+
+def first_difference(recorded: Any, given: Any, where: str = "") -> str | None:
+    """Where `given` first differs from `recorded`, as a path into the key
+    (`messages[3].content[0].content`), with both values quoted; None when equal."""
+    if type(recorded) is not type(given) and not (
+            isinstance(recorded, int | float) and isinstance(given, int | float)):
+        return _quote(where, recorded, given)
+    if isinstance(recorded, Mapping):
+        for name in [*recorded, *(k for k in given if k not in recorded)]:
+            inner = f"{where}.{name}" if where else str(name)
+            if name not in given:
+                return f"{inner}: recorded {_short(recorded[name])}, now absent"
+            if name not in recorded:
+                return f"{inner}: not recorded, now {_short(given[name])}"
+            found = first_difference(recorded[name], given[name], inner)
+            if found:
+                return found
+        return None
+    if isinstance(recorded, list):
+        for index, (before, after) in enumerate(zip(recorded, given, strict=False)):
+            found = first_difference(before, after, f"{where}[{index}]")
+            if found:
+                return found
+        if len(recorded) != len(given):
+            return f"{where}: recorded {len(recorded)} item(s), now {len(given)}"
+        return None
+    return None if recorded == given else _quote(where, recorded, given)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= QUOTE_LIMIT else text[:QUOTE_LIMIT] + "…"
+
+
+def _quote(where: str, recorded: Any, given: Any) -> str:
+    return f"{where or 'the request'}: recorded {_short(recorded)}, now {_short(given)}"
+
+
+# --------------------------------------------------------------------------- responses
+
+
+def turn_to_dict(turn: ModelTurn) -> dict[str, Any]:
+    return {"text": turn.text, "tool_calls": [
+        {"id": c.id, "name": c.name, "arguments": dict(c.arguments)} for c in turn.tool_calls],
+        "stop_reason": turn.stop_reason, "usage": turn.usage.to_dict(), "cost": turn.cost,
+        "model": turn.model, "raw_content": turn.raw_content}
+
+
+def turn_from_dict(data: Mapping[str, Any]) -> ModelTurn:
+    cost = data.get("cost")
+    return ModelTurn(
+        text=str(data.get("text", "")),
+        tool_calls=[ToolCall(str(c["id"]), str(c["name"]), dict(c.get("arguments") or {}))
+                    for c in data.get("tool_calls") or []],
+        stop_reason=str(data.get("stop_reason") or "end_turn"),
+        usage=TokenUsage.from_dict(data.get("usage") or {}),
+        cost=None if cost is None else float(cost), model=str(data.get("model", "")),
+        raw_content=data.get("raw_content"))
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@dataclass
+class _Written:
+    model: Any
+    system: Any
+    tools: Any
+    message_hashes: list[str]
+
+
+class CassetteRecorder:
+    """Appends an attempt's exchanges to its cassette, as they happen (the ledger's
+    writer: flushed per line, and a disk that fails costs the record, not the run)."""
+
+    def __init__(self, path: Path, *, task_id: str, attempt: int, agent: str = "",
+                 provider: str = "", model: str | None = None):
+        self.model = model
+        self.broken: str | None = None  # why recording stopped, if it did
+        self._ledger = Ledger(path)
+        self._written: list[_Written] = []
+        self._ledger.append("cassette", format=CASSETTE_FORMAT, task_id=task_id,
+                            attempt=attempt, agent=agent, provider=provider, model=model)
+
+    @property
+    def failure(self) -> str | None:
+        return self.broken or self._ledger.failure
+
+    def record(self, request: ModelRequest, turn: ModelTurn | None = None, *,
+               error: str | None = None, status: str | None = None) -> None:
+        """One exchange: the request and what answered it (a turn, or an error with the
+        exit status it carried). A request that cannot be recorded stops the recording,
+        never the attempt: the cassette is then incomplete, and says so in its last line."""
+        if self.broken is not None:
+            return
+        try:
+            self._record(request, turn, error, status)
+        except Exception as exc:
+            self.broken = f"{type(exc).__name__}: {exc}"
+            self._ledger.append("broken", error=self.broken)
+
+    def _record(self, request: ModelRequest, turn: ModelTurn | None, error: str | None,
+                status: str | None) -> None:
+        key = request_key(request, self.model)
+        hashes = [hashlib.sha256(canonical_json(m).encode("ascii")).hexdigest()
+                  for m in key["messages"] or []] if isinstance(key["messages"], list) else []
+        stored = self._delta(key, hashes)
+        self._written.append(_Written(key["model"], key["system"], key["tools"], hashes))
+        answer: dict[str, Any] = {"response": turn_to_dict(turn)} if turn is not None else \
+            {"error": {"message": error or "", "status": status}}
+        self._ledger.append("exchange", request_hash=key_hash(key), request=stored, **answer)
+
+    def _delta(self, key: Mapping[str, Any], hashes: list[str]) -> dict[str, Any]:
+        """The request as written: whole, or against the earlier exchange that shares the
+        longest prefix of messages (the latest of equals)."""
+        best, keep = -1, -1
+        for index, earlier in enumerate(self._written):
+            shared = 0
+            for mine, theirs in zip(hashes, earlier.message_hashes, strict=False):
+                if mine != theirs:
+                    break
+                shared += 1
+            if shared >= keep:
+                best, keep = index, shared
+        if best < 0 or not isinstance(key["messages"], list):
+            return dict(key)
+        base = self._written[best]
+        stored: dict[str, Any] = {"base": best + 1, "keep": keep,
+                                  "messages": key["messages"][keep:]}
+        for name in ("model", "system", "tools"):
+            if key[name] != getattr(base, name):
+                stored[name] = key[name]
+        return stored
+
+    def close(self) -> None:
+        self._ledger.close()
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class CassetteExchange:
+    """One recorded exchange: the request's key and hash, and the turn that answered it
+    (or the error, with its exit status)."""
+
+    number: int  # 1-based, in the order recorded
+    key: Mapping[str, Any]
+    key_hash: str
+    turn: ModelTurn | None
+    error: str | None = None
+    status: str | None = None
+    line: int = 0
+
+
+@dataclass
+class Cassette:
+    """The model exchanges of one recorded attempt, read back from its cassette file
+    (`evalctl.read_cassettes`): `task_id`, `attempt`, the `agent`, `provider` and
+    `model` it was recorded with, `exchanges` in the order they happened (each a
+    `CassetteExchange` with `number`, `key`, `key_hash`, and `turn` — or `error` and
+    `status` when the call failed), and `broken`, why the recording stopped early if it
+    did.
+
+    Three functions make the format's matching rule usable by a provider:
+    `Cassette.key(request, model)` is a request's matching key (model, system, tools,
+    messages, in the Messages API's shape), `Cassette.hash_of(key)` its hash as
+    recorded, and `Cassette.first_difference(recorded_key, key)` the first field where
+    two keys differ (`messages[3].content[0].content: recorded ..., now ...`), or None.
+    docs/cassettes.md has the format.
+    """
+
+    path: Path
+    task_id: str
+    attempt: int
+    agent: str = ""
+    provider: str = ""
+    model: str | None = None
+    exchanges: list[CassetteExchange] = field(default_factory=list)
+    broken: str | None = None  # why the recording stopped early, if it did
+
+    key = staticmethod(request_key)
+    hash_of = staticmethod(key_hash)
+    first_difference = staticmethod(first_difference)
+
+
+def _problem(path: Path, line: int, message: str) -> UsageError:
+    return UsageError(f"{path}:{line}: {message} (a corrupt cassette: record the run again)")
+
+
+def read_cassette(path: Path) -> Cassette:
+    """One cassette file, every request rebuilt and checked against its hash; a
+    UsageError at `file:line` for anything that is not what evalctl wrote."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read the cassette: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from None
+    cassette: Cassette | None = None
+    keys: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            event = record["event"]
+        except (ValueError, TypeError, KeyError):
+            raise _problem(path, number, "not a JSON record of a cassette") from None
+        if cassette is None:
+            if event != "cassette" or record.get("format") != CASSETTE_FORMAT:
+                raise _problem(path, number, f"expected a header of format {CASSETTE_FORMAT}")
+            try:
+                cassette = Cassette(path, str(record["task_id"]), int(record["attempt"]),
+                                    str(record.get("agent", "")),
+                                    str(record.get("provider", "")), record.get("model"))
+            except (KeyError, TypeError, ValueError):
+                raise _problem(path, number, "a header without task_id and attempt") from None
+            continue
+        if event == "broken":  # the recording stopped: what came before still replays
+            cassette.broken = str(record.get("error", ""))
+            break
+        if event != "exchange":
+            raise _problem(path, number, f"unknown record {event!r}")
+        try:
+            key = _rebuilt(record["request"], keys)
+            turn = turn_from_dict(record["response"]) if "response" in record else None
+            error = None if turn is not None else record["error"]
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise _problem(path, number, f"a malformed exchange ({type(exc).__name__}: "
+                                         f"{exc})") from None
+        if key_hash(key) != record.get("request_hash"):
+            raise _problem(path, number, "the request does not match its request_hash")
+        keys.append(key)
+        cassette.exchanges.append(CassetteExchange(
+            len(keys), key, str(record["request_hash"]), turn,
+            None if error is None else str(error.get("message", "")),
+            None if error is None else error.get("status"), number))
+    if cassette is None:
+        raise UsageError(f"{path}: an empty cassette (the attempt never started)")
+    return cassette
+
+
+def _rebuilt(stored: Mapping[str, Any], earlier: list[dict[str, Any]]) -> dict[str, Any]:
+    """A request's full key from what was written: whole, or against an earlier one."""
+    if "base" not in stored:
+        return {name: stored[name] for name in KEY_FIELDS}
+    base_number, keep = int(stored["base"]), int(stored["keep"])
+    if not 1 <= base_number <= len(earlier) or keep < 0:
+        raise ValueError(f"base {base_number} is not an earlier exchange")
+    base = earlier[base_number - 1]
+    if keep > len(base["messages"] or []):
+        raise ValueError(f"keep {keep} is more messages than exchange {base_number} had")
+    key = {name: stored.get(name, base[name]) for name in ("model", "system", "tools")}
+    key["messages"] = list(base["messages"][:keep]) + list(stored["messages"])
+    return key
+
+
+def cassette_files(path: Path) -> list[Path]:
+    """The cassette files at `path`: a run directory (its .cassettes), a directory of
+    cassettes, or one file."""
+    if path.is_file():
+        return [path]
+    directory = path / CASSETTES_DIR if (path / CASSETTES_DIR).is_dir() else path
+    if not directory.is_dir():
+        raise UsageError(f"{path}: no such run directory or cassette")
+    return sorted(p for p in directory.iterdir() if p.suffix == ".jsonl" and p.is_file())
+
+
+def read_cassettes(path: str | os.PathLike[str]) -> list[Cassette]:
+    """Every cassette at `path` (a run directory of `evalctl run`, a directory of
+    cassettes, or one cassette file), each checked; a UsageError (exit 2) naming the
+    file and line of anything unreadable, or saying there are none."""
+    where = Path(path)
+    files = cassette_files(where)
+    if not files:
+        raise UsageError(f"{where}: no cassettes here (a run of this evalctl keeps them in "
+                         f"RUN_DIR/{CASSETTES_DIR}/)")
+    return [read_cassette(file) for file in files]
