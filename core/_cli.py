@@ -526,6 +526,91 @@ def report_command(ctx: click.Context, run_dir: Path, reporters: tuple[str, ...]
     ctx.exit(EXIT_FAILED if failures else EXIT_OK)
 
 
+@cli.command("regrade")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--suite", type=click.Path(path_type=Path),
+              help="Grade with this suite's checks (a file or a built-in name; default: the "
+                   "run's suite as it is now).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for the new run directory and reports (default: the one that "
+                   "holds RUN_DIR).")
+@click.option("--reporter", "reporters", multiple=True, metavar="NAME",
+              help="Another report format (repeatable; default markdown). The JSON report "
+                   "is always written.")
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write the JSON report to this path.")
+@click.option("--concurrency", type=click.IntRange(min=1), metavar="N",
+              help="Attempts graded at once (default 4).")
+@click.pass_context
+def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | None,
+            reporters: tuple[str, ...], report: Path | None, concurrency: int | None) -> None:
+    """Grade a finished run's kept workspaces again with the current checks, calling no
+    model: after a grader or a check improved, see the new verdicts for free.
+
+    RUN_DIR is a run directory (eval_reports/workspaces-<time>). Nothing in it changes:
+    the workspaces are copied into a new run directory, graded there in a fresh sandbox
+    of the run's kind, and the new reports say they are a regrade of RUN_DIR. Judge
+    checks are not asked again. Exit 0 all passed, 1 a task failed or errored, 2 no run
+    or nothing to regrade there.
+    """
+    import asyncio
+
+    from evalctl._report.console import RunView
+    from evalctl._report.writing import write_reports
+    from evalctl._run.config import load_config
+    from evalctl._run.regrade import execute_regrade, plan_regrade, summary_line
+
+    registry = _registry(ctx)
+    names = tuple(dict.fromkeys((ALWAYS_REPORTED, *(
+        reporters or load_config().get("reporters", DEFAULT_REPORTERS)))))
+    for name in names:
+        registry.get("reporter", name)
+    prepared = plan_regrade(run_dir, registry, suite=suite, out_dir=out,
+                            concurrency=concurrency)
+    for problem in prepared.source.problems:
+        click.echo(f"warning: {problem}", err=True)
+    result = asyncio.run(execute_regrade(prepared))
+    RunView(len(result.tasks), repeat=result.repeat).print_summary(result)
+    for warning in prepared.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(summary_line(result, prepared), err=True)
+    written, failures = write_reports(result, registry, names, prepared.out_dir, report)
+    for path in written:
+        click.echo(f"wrote {path}")
+    for failure in failures:
+        click.echo(f"error: {failure}", err=True)
+    ctx.exit(EXIT_OK if result.all_passed and not failures else EXIT_FAILED)
+
+
+@cli.command("script")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument("task_id")
+@click.option("--attempt", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Which attempt of a run with --repeat.")
+@click.option("--indent", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Spaces before every line, to paste under a task (4 under `tasks:`).")
+def script_command(run_dir: Path, task_id: str, attempt: int, indent: int) -> None:
+    """Print the `script:` turns that reproduce an attempt of the built-in loop under the
+    scripted provider: a failure seen live becomes a scripted regression test.
+
+    \b
+    Example:
+      evalctl script eval_reports/workspaces-<time> add-a-test --indent 4 >> turns.yaml
+    """
+    from evalctl._errors import UsageError
+    from evalctl._run.scripting import script_of
+
+    script = script_of(run_dir, task_id, attempt)
+    try:
+        text = script.yaml(indent)
+    except ValueError as exc:
+        raise UsageError(f"the turns of '{task_id}' cannot be written as a script: {exc}") \
+            from None
+    for warning in script.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    click.echo(text, nl=False)
+
+
 def _shares_a_task(path: Path, baseline: Any, tasks: list[Any]) -> None:
     """A baseline with none of the run's tasks could only ever say "no regression":
     refuse it before any task starts."""

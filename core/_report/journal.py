@@ -199,6 +199,7 @@ def build_run(contents: JournalContents, *, interrupted: bool | None = None,
         sandbox=dict(header.get("sandbox", {})),
         agent=dict(header.get("agent") or {}),
         budget=dict(budget) if budget else None,
+        regrade_of=dict(header["regrade_of"]) if header.get("regrade_of") else None,
     )
 
 

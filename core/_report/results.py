@@ -264,6 +264,9 @@ class RunResult:
     budget: dict[str, Any] | None = None
     # The system under test: name (as chosen, a preset's say), base, version, options.
     agent: dict[str, Any] = field(default_factory=dict)
+    # A regrade's source (`evalctl regrade`): the run whose workspaces were graded again
+    # (run_directory, started_at, suite_sha256); None for a run of its own.
+    regrade_of: dict[str, Any] | None = None
 
     @property
     def agent_label(self) -> str:
@@ -399,6 +402,7 @@ class RunResult:
             "run_directory": self.run_directory,
             "repeat": self.repeat,
             "budget": None if self.budget is None else dict(self.budget),
+            "regrade_of": None if self.regrade_of is None else dict(self.regrade_of),
             "summary": summary,
             "errors": [{"id": t.task_id, "attempt": t.attempt, "kind": t.error_kind,
                         "detail": t.error_detail(), "remedy": ERROR_KINDS.get(
@@ -431,6 +435,7 @@ class RunResult:
             sandbox=dict(data.get("sandbox") or {}),
             budget=dict(data["budget"]) if data.get("budget") else None,
             agent=dict(data.get("agent") or {}),
+            regrade_of=dict(data["regrade_of"]) if data.get("regrade_of") else None,
         )
 
 

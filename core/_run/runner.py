@@ -26,11 +26,9 @@ from evalctl._agent.ledger import ledger_spend
 from evalctl._agent.runtime import run_agent
 from evalctl._agent.throttle import CallThrottle
 from evalctl._agent.tools import tool_validators
-from evalctl._errors import GraderUnavailable, ProviderSetupError, UsageError
-from evalctl._files import snapshot
+from evalctl._errors import ProviderSetupError, UsageError
 from evalctl._plugin.options import provider_options as checked_provider_options
 from evalctl._plugin.registry import Registry, use_registry
-from evalctl._plugin.specs import CheckResult, GraderSpec
 from evalctl._plugin.types import AgentResult, ExitStatus, SandboxRequest, TokenUsage
 from evalctl._report.journal import (
     Journal,
@@ -43,21 +41,14 @@ from evalctl._report.journal import (
 from evalctl._report.journal import attempt_name as _attempt_name
 from evalctl._report.results import (
     ERROR,
-    FAILED,
-    PASSED,
     CheckOutcome,
     RunResult,
     TaskResult,
 )
 from evalctl._run.agents import AgentChoice, choose_agent
 from evalctl._run.budget import RunBudget
-from evalctl._run.integrity import (
-    protected_changes,
-    protected_changes_during_grading,
-    remove_bytecode_caches,
-    restore_seed,
-    write_verify_files,
-)
+from evalctl._run.grading import GradingSandboxFailed, attempt_status, grade_attempt
+from evalctl._run.grading import grade as grade  # where tests and evalctl.testing find it
 from evalctl._run.sandboxing import SandboxChoice, choose_sandbox, open_sandbox
 from evalctl._run.setup import SetupFailed, prepare_workspace, run_setup
 from evalctl._suite.model import Suite, Task
@@ -304,35 +295,6 @@ def _plugin_versions(registry: Registry) -> dict[str, str | None]:
     return {p.name: p.version for p in registry.plugins if p.status == "ok"}
 
 
-async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
-                result: AgentResult) -> CheckOutcome:
-    """One check; a grader that raises is a failed check with the exception as detail."""
-    try:
-        if inspect.iscoroutinefunction(spec.grade):
-            answer = await spec.grade(dict(check), workspace, result)
-        else:
-            answer = await asyncio.to_thread(spec.grade, dict(check), workspace, result)
-        if not isinstance(answer, CheckResult):
-            raise TypeError(f"grade() returned {type(answer).__name__}, expected "
-                            "evalctl.CheckResult")
-    except GraderUnavailable as exc:  # not the agent's doing: an error that says the fix
-        return CheckOutcome(spec.name, spec.kind, False,
-                            escape_text(f"cannot run here: {exc}"), error=True, rate=spec.rate)
-    except UsageError as exc:  # configuration, not a bug: say so, without alarm
-        return CheckOutcome(spec.name, spec.kind, False,
-                            escape_text(f"the {spec.name} check cannot run: {exc}"),
-                            error=True, rate=spec.rate)
-    except Exception as exc:
-        return CheckOutcome(spec.name, spec.kind, False,
-                            escape_text(f"grader crashed: {type(exc).__name__}: {exc}"),
-                            error=True, rate=spec.rate)
-    # Whatever text a grader returns (a file name that is not UTF-8, a control
-    # character from a test's output) is kept, escaped, so every reporter can show it.
-    return CheckOutcome(spec.name, spec.kind, bool(answer.passed), escape_text(str(answer.detail)),
-                        usage=answer.usage, cost=answer.cost, rate=spec.rate,
-                        suspected_gaming=bool(answer.suspected_gaming))
-
-
 def attempt_name(task: Task, attempt: int, repeat: int) -> str:
     """The workspace (and ledger) name of one attempt: the task id, or id@attempt."""
     return _attempt_name(task.id, attempt, repeat)
@@ -387,43 +349,17 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
         # The model never answered: the workspace is the seed, and grading it would only
         # add failures that are not the agent's (a missing file, say) to the error.
         return _result(task, ERROR, [], agent, workspace, attempt)
-    # Between the agent and the graders: evidence of tampering, then the hidden files.
-    integrity = [outcome for outcome in (
-        protected_changes(task, agent.files_changed), restore_seed(task, workspace),
-        write_verify_files(verify, workspace)) if outcome is not None]
-    before_grading = await asyncio.to_thread(snapshot, workspace.root) if task.protected else {}
     try:
-        agent.sandbox = await open_sandbox(
-            prepared.sandbox, _sandbox_request(task, workspace, prepared, name, "grading"))
-    except Exception as exc:
-        return _sandbox_failure(task, workspace, attempt, exc)
-    try:
-        checks = list(integrity)
-        for check in task.checks:
-            # Again before every check: one that ran the agent's code may have left a
-            # forged cache for the next.
-            await asyncio.to_thread(remove_bytecode_caches, workspace.root)
-            checks.append(await grade(check, prepared.registry.graders[check["type"]],
-                                      workspace.root, agent))
-    finally:
-        await agent.sandbox.close()
-    late = protected_changes_during_grading(
-        task, before_grading, await asyncio.to_thread(snapshot, workspace.root)) \
-        if task.protected else None
-    if late is not None:
-        checks.append(late)
+        checks = await grade_attempt(
+            task, workspace, agent, verify, prepared.registry, lambda: open_sandbox(
+                prepared.sandbox, _sandbox_request(task, workspace, prepared, name, "grading")))
+    except GradingSandboxFailed as exc:
+        return _sandbox_failure(task, workspace, attempt, exc.__cause__ or exc)
     if budget is not None:
         for check in checks:
             if check.usage is not None:
                 budget.charge(check.usage, check.cost)
-    # Only mechanical checks decide the task; a judge's error shows in its own section.
-    mechanical = [c for c in checks if c.kind == "mechanical"]
-    if agent.exit_status in prepared.error_statuses or any(c.error for c in mechanical):
-        status = ERROR
-    elif all(c.passed for c in mechanical):
-        status = PASSED
-    else:
-        status = FAILED
+    status = attempt_status(agent.exit_status, checks, prepared.error_statuses)
     return _result(task, status, checks, agent, workspace, attempt)
 
 

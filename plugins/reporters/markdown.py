@@ -48,6 +48,10 @@ def render(run: evalctl.RunResult) -> str:
         flaky = [t.task_id for t in per_task if t.flaky]
         if flaky:
             lines.append(f"- Flaky (mixed outcomes): {', '.join(flaky)}")
+    if run.regrade_of:
+        lines.append(f"- Regrade of `{run.regrade_of.get('run_directory')}` (run started "
+                     f"{run.regrade_of.get('started_at')}): the current checks on its kept "
+                     "workspaces; no model was called, judges were not asked again")
     usage = run.usage
     base = run.agent.get("base")
     lines += [

@@ -1,0 +1,111 @@
+"""Grading one attempt's workspace: the integrity checks between the agent and the
+graders, then every check of the task in a fresh sandbox, then what a check that ran the
+agent's code may have changed. One path for `evalctl run` and `evalctl regrade`, so a
+regrade means what the run's grading meant.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from evalctl._errors import GraderUnavailable, UsageError
+from evalctl._files import snapshot
+from evalctl._plugin.registry import Registry
+from evalctl._plugin.specs import CheckResult, GraderSpec
+from evalctl._plugin.types import AgentResult, Sandbox
+from evalctl._report.results import ERROR, FAILED, PASSED, CheckOutcome
+from evalctl._run.integrity import (
+    protected_changes,
+    protected_changes_during_grading,
+    remove_bytecode_caches,
+    restore_seed,
+    write_verify_files,
+)
+from evalctl._suite.model import Task
+from evalctl._text import escape_text
+from evalctl._workspace import Workspace
+
+
+class GradingSandboxFailed(Exception):
+    """The grading sandbox could not start (the cause is chained): the attempt is an
+    error, not a failure."""
+
+
+async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
+                result: AgentResult) -> CheckOutcome:
+    """One check; a grader that raises is a failed check with the exception as detail."""
+    try:
+        if inspect.iscoroutinefunction(spec.grade):
+            answer = await spec.grade(dict(check), workspace, result)
+        else:
+            answer = await asyncio.to_thread(spec.grade, dict(check), workspace, result)
+        if not isinstance(answer, CheckResult):
+            raise TypeError(f"grade() returned {type(answer).__name__}, expected "
+                            "evalctl.CheckResult")
+    except GraderUnavailable as exc:  # not the agent's doing: an error that says the fix
+        return CheckOutcome(spec.name, spec.kind, False,
+                            escape_text(f"cannot run here: {exc}"), error=True, rate=spec.rate)
+    except UsageError as exc:  # configuration, not a bug: say so, without alarm
+        return CheckOutcome(spec.name, spec.kind, False,
+                            escape_text(f"the {spec.name} check cannot run: {exc}"),
+                            error=True, rate=spec.rate)
+    except Exception as exc:
+        return CheckOutcome(spec.name, spec.kind, False,
+                            escape_text(f"grader crashed: {type(exc).__name__}: {exc}"),
+                            error=True, rate=spec.rate)
+    # Whatever text a grader returns (a file name that is not UTF-8, a control
+    # character from a test's output) is kept, escaped, so every reporter can show it.
+    return CheckOutcome(spec.name, spec.kind, bool(answer.passed), escape_text(str(answer.detail)),
+                        usage=answer.usage, cost=answer.cost, rate=spec.rate,
+                        suspected_gaming=bool(answer.suspected_gaming))
+
+
+async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
+                        verify: Mapping[str, str | None], registry: Registry,
+                        open_grading: Callable[[], Awaitable[Sandbox]], *,
+                        skip_kinds: Collection[str] = ()) -> list[CheckOutcome]:
+    """Every check of `task` on `workspace`, after the integrity checks (protected files
+    against `agent.files_changed`, the seed copy, the verify files written now), in the
+    sandbox `open_grading` opens (GradingSandboxFailed when it cannot). Checks whose
+    grader is of a kind in `skip_kinds` are left out (a regrade's judges)."""
+    # Between the agent and the graders: evidence of tampering, then the hidden files.
+    integrity = [outcome for outcome in (
+        protected_changes(task, agent.files_changed), restore_seed(task, workspace),
+        write_verify_files(verify, workspace)) if outcome is not None]
+    before_grading = await asyncio.to_thread(snapshot, workspace.root) if task.protected else {}
+    try:
+        agent.sandbox = await open_grading()
+    except Exception as exc:
+        raise GradingSandboxFailed(str(exc)) from exc
+    try:
+        checks = list(integrity)
+        for check in task.checks:
+            spec = registry.graders[check["type"]]
+            if spec.kind in skip_kinds:
+                continue
+            # Again before every check: one that ran the agent's code may have left a
+            # forged cache for the next.
+            await asyncio.to_thread(remove_bytecode_caches, workspace.root)
+            checks.append(await grade(check, spec, workspace.root, agent))
+    finally:
+        await agent.sandbox.close()
+    late = protected_changes_during_grading(
+        task, before_grading, await asyncio.to_thread(snapshot, workspace.root)) \
+        if task.protected else None
+    if late is not None:
+        checks.append(late)
+    return checks
+
+
+def attempt_status(exit_status: str | None, checks: list[CheckOutcome],
+                   error_statuses: Collection[str]) -> str:
+    """Passed only if every mechanical check passed; an error when the agent's exit
+    status is one or a mechanical check could not run. A judge never decides."""
+    mechanical = [c for c in checks if c.kind == "mechanical"]
+    if exit_status in error_statuses or any(c.error for c in mechanical):
+        return ERROR
+    return PASSED if all(c.passed for c in mechanical) else FAILED

@@ -1,0 +1,359 @@
+"""`evalctl regrade RUN_DIR`: the current checks on a finished run's kept workspaces.
+
+Nothing of the original run is changed: each graded attempt's workspace, seed copy,
+ledger and cassette are copied into a new run directory, and the task's checks (the
+suite as it is now, the graders installed now) grade the copy exactly as `evalctl run`
+grades an attempt (`_run.grading`): protected files against the files the agent changed
+(from its ledger's `task_end`), the verify files written again, every check in a fresh
+sandbox of the run's kind. No model is called: judge checks are left out, and the
+agent's turns, tokens and cost are the recorded run's. The new run's journal and
+reports say it is a regrade and of which run (`regrade_of`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evalctl._agent.ledger import read_events
+from evalctl._errors import UsageError
+from evalctl._plugin.options import typed_options
+from evalctl._plugin.registry import Registry, use_registry
+from evalctl._plugin.types import AgentResult, ExitStatus, SandboxRequest
+from evalctl._report.journal import (
+    Journal,
+    JournalContents,
+    attempt_name,
+    build_run,
+    now,
+    read_journal,
+)
+from evalctl._report.results import ERROR, FAILED, PASSED, RunResult, TaskResult
+from evalctl._run.grading import GradingSandboxFailed, attempt_status, grade_attempt
+from evalctl._run.integrity import SEED_INTEGRITY
+from evalctl._run.sandboxing import SandboxChoice, open_sandbox
+from evalctl._sources.patch import patched_files
+from evalctl._suite.builtin import resolve_suite
+from evalctl._suite.loader import load_suite
+from evalctl._suite.model import Suite, Task
+from evalctl._version import __version__
+from evalctl._workspace import (
+    Workspace,
+    attempt_paths,
+    grading_state,
+    new_run_directory,
+    new_workspace,
+    sandbox_environment,
+)
+
+JUDGE = "judge"  # the grader kind that asks a model: never asked in a regrade
+DEFAULT_CONCURRENCY = 4
+
+
+@dataclass
+class PlannedAttempt:
+    task: Task
+    recorded: TaskResult
+    name: str
+
+
+@dataclass
+class PreparedRegrade:
+    """Everything checked before anything is written: the run, the suite, the sandbox,
+    and which attempts are graded again (the rest are carried over as they were)."""
+
+    source: JournalContents
+    suite: Suite
+    registry: Registry
+    sandbox: SandboxChoice
+    out_dir: Path
+    attempts: list[PlannedAttempt]
+    carried: list[tuple[TaskResult, str]]  # (result, why it is not graded again)
+    concurrency: int = DEFAULT_CONCURRENCY
+    warnings: list[str] = field(default_factory=list)
+    run_dir: Path | None = None
+
+
+def plan_regrade(run_dir: Path, registry: Registry, *, suite: Path | None = None,
+                 out_dir: Path | None = None, concurrency: int | None = None
+                 ) -> PreparedRegrade:
+    """What a regrade of `run_dir` will do, or a UsageError (exit 2) saying why it
+    cannot: no run there, its suite gone, no kept workspace, its sandbox unusable."""
+    source = read_journal(run_dir)
+    header = source.header
+    if suite is None:
+        recorded = header.get("suite", {})
+        suite = Path(recorded.get("absolute_path") or recorded.get("path", ""))
+        if not suite.is_file():
+            raise UsageError(f"{run_dir}: the run's suite {suite} is not there any more; "
+                             "pass the suite to grade with --suite")
+    loaded = load_suite(resolve_suite(suite), registry)
+    by_id = {task.id: task for task in loaded.tasks}
+    attempts: list[PlannedAttempt] = []
+    carried: list[tuple[TaskResult, str]] = []
+    for task_id, attempt, _ in source.planned():
+        recorded = source.results.get((task_id, attempt))
+        if recorded is None:
+            continue  # never finished: reported not run, as in the run's own reports
+        name = attempt_name(task_id, attempt, source.repeat)
+        why = _not_regradable(recorded, by_id.get(task_id), source.run_dir / name)
+        if why:
+            carried.append((recorded, why))
+        else:
+            attempts.append(PlannedAttempt(by_id[task_id], recorded, name))
+    if not attempts:
+        reasons = "; ".join(sorted({why for _, why in carried})) or "no attempt finished"
+        raise UsageError(f"{run_dir}: no kept workspace to regrade ({reasons})")
+    return PreparedRegrade(source, loaded, registry, _sandbox(header, registry),
+                           Path(out_dir) if out_dir else source.run_dir.resolve().parent,
+                           attempts, carried, concurrency or DEFAULT_CONCURRENCY)
+
+
+def _not_regradable(recorded: TaskResult, task: Task | None, workspace: Path) -> str | None:
+    if task is None:
+        return "its task is not in the suite"
+    if not recorded.checks and recorded.status == ERROR:
+        return "it was not graded (the agent never worked)"
+    if not workspace.is_dir():
+        return "its workspace was not kept"
+    return None
+
+
+def _sandbox(header: dict[str, Any], registry: Registry) -> SandboxChoice:
+    """The recorded run's sandbox, with its options: the checks run the agent's code."""
+    recorded = header.get("sandbox") or {}
+    name = recorded.get("name")
+    if not name:
+        raise UsageError("the journal does not say which sandbox the run used")
+    spec = registry.get("sandbox", name)
+    reason = spec.available()
+    if reason is not None:
+        raise UsageError(f"the run graded in sandbox '{name}', which cannot run here: "
+                         f"{reason}")
+    options = typed_options("sandbox", name, spec.options_schema,
+                            dict(recorded.get("options") or {}))
+    return SandboxChoice(spec, options, "regrade")
+
+
+async def execute_regrade(prepared: PreparedRegrade) -> RunResult:
+    """Grade the planned attempts again into a new run directory; its RunResult."""
+    with use_registry(prepared.registry):
+        return await _execute(prepared)
+
+
+async def _execute(prepared: PreparedRegrade) -> RunResult:
+    try:
+        run_dir = new_run_directory(prepared.out_dir)
+    except OSError as exc:
+        raise UsageError(f"cannot create a run directory under {prepared.out_dir}: "
+                         f"{exc.strerror or exc}") from None
+    prepared.run_dir = run_dir
+    journal = Journal.create(run_dir, _header(prepared, run_dir))
+    gate = asyncio.Semaphore(prepared.concurrency)
+
+    async def one(planned: PlannedAttempt) -> None:
+        async with gate:
+            result = await _regrade_attempt(prepared, planned, run_dir)
+            await journal.record(result)
+
+    for recorded, _ in prepared.carried:
+        await journal.record(recorded)
+    await asyncio.gather(*(one(planned) for planned in prepared.attempts))
+    journal.end(interrupted=False, reason=None, budget=None)
+    journal.close()
+    return build_run(journal.contents)
+
+
+def _header(prepared: PreparedRegrade, run_dir: Path) -> dict[str, Any]:
+    original = {k: v for k, v in prepared.source.header.items() if k not in ("kind", "format")}
+    suite, registry = prepared.suite, prepared.registry
+    return {
+        **original,
+        "started_at": now(),
+        "suite": {"path": str(suite.path), "absolute_path": str(Path(suite.path).resolve()),
+                  "name": suite.name, "sha256": suite.sha256},
+        "evalctl_version": __version__,
+        "plugins": {p.name: p.version for p in registry.plugins if p.status == "ok"},
+        "run_directory": str(run_dir),
+        "rate_names": sorted({s.rate for s in registry.graders.values() if s.rate}),
+        "regrade_of": {"run_directory": str(prepared.source.run_dir.resolve()),
+                       "started_at": original.get("started_at"),
+                       "suite_sha256": original.get("suite", {}).get("sha256")},
+    }
+
+
+async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
+                           run_dir: Path) -> TaskResult:
+    task, recorded, name = planned.task, planned.recorded, planned.name
+    workspace = await asyncio.to_thread(_copy_attempt, prepared.source.run_dir, run_dir, name)
+    agent = await asyncio.to_thread(_recorded_agent, recorded, workspace, task,
+                                    prepared.warnings)
+    verify: dict[str, str | None] = dict(task.verify_files)
+    if task.verify_patch:
+        verify = {**await asyncio.to_thread(patched_files, workspace.seed_path,
+                                            task.verify_patch), **verify}
+    home, tmp = grading_state(workspace)
+    request = SandboxRequest(workspace.root, home, tmp, sandbox_environment(home, tmp),
+                             network=task.network, options=prepared.sandbox.options,
+                             purpose="grading", attempt=name)
+    try:
+        checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,
+                                     lambda: open_sandbox(prepared.sandbox, request),
+                                     skip_kinds=(JUDGE,))
+    except GradingSandboxFailed as exc:
+        return _copy_result(recorded, ERROR, [], workspace,
+                            exit_status=ExitStatus.SANDBOX_ERROR,
+                            error=f"the sandbox failed to start: {exc}")
+    # The seed copy was checked when the run graded; that evidence is not in the copy.
+    checks += [c for c in recorded.checks if c.type == SEED_INTEGRITY and not c.passed]
+    status = attempt_status(recorded.exit_status, checks, _error_statuses(prepared, recorded))
+    return _copy_result(recorded, status, checks, workspace)
+
+
+def _error_statuses(prepared: PreparedRegrade, recorded: TaskResult) -> set[str]:
+    """The exit statuses that make an attempt an error: the kernel's, the recorded
+    provider's, and any status that is not an agent's (a provider not installed now)."""
+    statuses = set(ExitStatus.ERRORS)
+    provider = prepared.registry.providers.get(str(prepared.source.header.get("provider")))
+    if provider is not None:
+        statuses |= set(provider.error_statuses)
+    if recorded.exit_status and recorded.exit_status not in ExitStatus.AGENT:
+        statuses.add(recorded.exit_status)
+    return statuses
+
+
+def _copy_result(recorded: TaskResult, status: str, checks: list[Any], workspace: Workspace,
+                 **changes: Any) -> TaskResult:
+    data = recorded.to_dict()
+    data.update(status=status, workspace=str(workspace.root), ledger=str(workspace.ledger_path))
+    result = TaskResult.from_dict(data)
+    result.checks = list(checks)
+    for key, value in changes.items():
+        setattr(result, key, value)
+    return result
+
+
+def _recorded_agent(recorded: TaskResult, workspace: Workspace, task: Task,
+                    warnings: list[str]) -> AgentResult:
+    """What the graders were given when the run graded: the recorded totals, and the
+    final text and files changed from the ledger's `task_end`. A ledger without them (a
+    run of an older evalctl) gives the last model turn's text and the changes measured
+    against the seed copy, verify files left out."""
+    final_text, files_changed = None, None
+    try:
+        ends = [e for e in read_events(workspace.ledger_path) if e.get("event") == "task_end"]
+    except (OSError, ValueError):
+        ends = []
+    if ends and isinstance(ends[-1].get("files_changed"), dict):
+        final_text = str(ends[-1].get("final_text") or "")
+        files_changed = {str(k): str(v) for k, v in ends[-1]["files_changed"].items()}
+    else:
+        warnings.append(f"{workspace.task_id}: its ledger does not record the files changed "
+                        "and the final text; they were measured again from the workspace")
+        final_text = _last_turn_text(workspace.ledger_path)
+        verify = set(task.verify_files) | (set(_patch_paths(task)))
+        files_changed = {p: c for p, c in workspace.changed_files().items() if p not in verify}
+    return AgentResult(
+        final_text=final_text, exit_status=recorded.exit_status or ExitStatus.COMPLETED,
+        turns=recorded.turns, tool_calls=recorded.tool_calls, usage=recorded.usage,
+        cost=recorded.cost, duration=recorded.duration, files_changed=files_changed,
+        ledger_path=workspace.ledger_path, error=recorded.error, seed_path=workspace.seed_path)
+
+
+def _patch_paths(task: Task) -> list[str]:
+    if not task.verify_patch:
+        return []
+    from evalctl._sources.patch import patch_paths
+
+    return patch_paths(task.verify_patch)
+
+
+def _last_turn_text(ledger: Path) -> str:
+    try:
+        with open(ledger, encoding="utf-8", errors="replace") as handle:
+            texts = [event.get("text", "") for event in map(_json_or_empty, handle)
+                     if event.get("event") == "model_turn"]
+    except OSError:
+        return ""
+    return str(texts[-1]) if texts else ""
+
+
+def _json_or_empty(line: str) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _copy_attempt(source_run: Path, run_dir: Path, name: str) -> Workspace:
+    """A new attempt in `run_dir` holding a copy of `name`'s workspace, seed copy, ledger
+    and cassette from `source_run`, with a fresh HOME and TMPDIR."""
+    workspace = new_workspace(run_dir, name)
+    origin = attempt_paths(source_run, name)
+    copy_tree(origin["workspace"], workspace.root)
+    copy_tree(origin["seed"], workspace.seed_path)
+    for label, target in (("ledger", workspace.ledger_path),
+                          ("cassette", workspace.cassette_path)):
+        if target is not None and origin[label].is_file() and not origin[label].is_symlink():
+            shutil.copyfile(origin[label], target)
+    from evalctl._files import snapshot
+
+    workspace.seed = snapshot(workspace.seed_path)
+    return workspace
+
+
+def copy_tree(origin: Path, target: Path) -> None:
+    """Copy what an agent left: directories, regular files (with their mode) and links
+    (as links, never followed). FIFOs, sockets and devices are left out and never
+    opened; a file swapped for one between the look and the open is not read.
+    Iterative: the agent decides how deep the tree goes."""
+    target.mkdir(parents=True, exist_ok=True)
+    pending = [(os.fspath(origin), os.fspath(target))]
+    while pending:
+        here, there = pending.pop()
+        try:
+            entries = list(os.scandir(here))
+        except OSError:
+            continue
+        for entry in entries:
+            destination = os.path.join(there, entry.name)
+            try:
+                if entry.is_symlink():
+                    os.symlink(os.readlink(entry.path), destination)
+                elif entry.is_dir(follow_symlinks=False):
+                    os.mkdir(destination)
+                    pending.append((entry.path, destination))
+                elif entry.is_file(follow_symlinks=False):
+                    _copy_file(entry.path, destination)
+            except OSError:
+                continue  # unreadable: left out of the copy, as the graders would see it
+
+
+def _copy_file(origin: str, destination: str) -> None:
+    fd = os.open(origin, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as source:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return
+        with open(destination, "wb") as copy:
+            shutil.copyfileobj(source, copy, 1 << 20)
+    os.chmod(destination, stat.S_IMODE(info.st_mode))
+
+
+def summary_line(run: RunResult, prepared: PreparedRegrade) -> str:
+    """One line for the console: what was regraded, and what changed."""
+    source = prepared.source.results
+    changed = [t for t in run.tasks if t.status in (PASSED, FAILED, ERROR)
+               and source.get((t.task_id, t.attempt)) is not None
+               and source[(t.task_id, t.attempt)].status != t.status]
+    return (f"regraded {len(prepared.attempts)} attempt(s) of {prepared.source.run_dir}"
+            + (f"; {len(prepared.carried)} carried over as they were" if prepared.carried
+               else "")
+            + f"; {len(changed)} changed verdict")
