@@ -66,6 +66,8 @@ def make_layout(base: Path) -> Layout:
         (run / ".seed" / task / "seed.txt").write_text("seed")
     (run / ".ledgers").mkdir()
     (run / ".ledgers" / "task-b.jsonl").write_text('{"secret": "ledger"}\n')
+    (run / ".cassettes").mkdir()  # the model exchanges a replay serves: the agent's own too
+    (run / ".cassettes" / "task-a.jsonl").write_text('{"secret": "cassette"}\n')
     (run / "task-b" / "answer.txt").write_text("the sibling's answer")
     report = reports / "report.json"
     report.write_text("{}")
@@ -461,6 +463,7 @@ def test_only_needed_paths_are_visible(
         layout.sibling,
         layout.sibling / "answer.txt",
         layout.run / ".ledgers",
+        layout.run / ".cassettes",
         layout.run / ".seed",
         layout.run / ".state",
         layout.home,
@@ -511,7 +514,7 @@ def test_only_needed_paths_are_visible(
     assert [p for p in map(str, must_show) if not seen["exists"][p]] == []
 
     listing = seen["listing"]
-    assert listing[str(layout.run)] == ["task-a"]  # no sibling, .ledgers, .seed, .state
+    assert listing[str(layout.run)] == ["task-a"]  # no sibling, .ledgers, .cassettes, .seed...
     assert listing["/home"] == ["agent"]
     # /root and /work only hold the path leading to what Python needs.
     needed = {p for p in bs.python_paths() + [extra]}

@@ -1,0 +1,452 @@
+"""Record and replay: every attempt keeps its model exchanges as a cassette, the `replay`
+provider serves them offline, `evalctl regrade` grades kept workspaces again, and
+`evalctl script` turns an attempt into scripted turns. The live runs are the real
+anthropic SDK against a loopback Messages API server (tests/messages_server.py)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import evalctl
+from evalctl._agent.cassette import (
+    CassetteRecorder,
+    first_difference,
+    read_cassette,
+    request_key,
+)
+from evalctl._files import snapshot
+from evalctl.testing import run_suite
+from tests.conftest import run_cli
+from tests.messages_server import MessagesServer, message, text_block, tool_use
+
+SUITE = """\
+name: recorded
+tasks:
+  - id: first-word
+    prompt: Read notes.txt and write its first word to first.txt.
+    files:
+      notes.txt: "{notes}"
+    checks:
+      - type: file_contains
+        path: first.txt
+        text: {expect}
+      - type: grounding
+"""
+
+
+def live_reply(body: dict[str, Any]):
+    """The model's side of the conversation, whatever the tool results say: read the
+    notes, write the word, say so."""
+    turn = len(body["messages"]) // 2
+    if turn == 0:
+        return message([text_block("Reading the notes."),
+                        tool_use("toolu_1", "bash", command="cat notes.txt")], "tool_use",
+                       input_tokens=900, output_tokens=40, cache_write=800,
+                       model="claude-haiku-4-5")
+    if turn == 1:
+        return message([tool_use("toolu_2", "write_file", path="first.txt",
+                                 content="alpha\n")], "tool_use", input_tokens=1000,
+                       output_tokens=30, cache_read=800, model="claude-haiku-4-5")
+    return message([text_block("Wrote first.txt.")], "end_turn", input_tokens=1100,
+                   output_tokens=8, cache_read=800, model="claude-haiku-4-5")
+
+
+def write_suite(where: Path, notes: str = "alpha beta\\n", expect: str = "alpha") -> Path:
+    path = where / "suite.yaml"
+    path.write_text(SUITE.format(notes=notes, expect=expect), encoding="utf-8")
+    return path
+
+
+def port_is_closed(url: str) -> bool:
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+    except OSError:
+        return True
+    return False
+
+
+@pytest.fixture
+def recorded(tmp_path, monkeypatch) -> dict[str, Any]:
+    """A live run of SUITE against the loopback server, which is then stopped."""
+    suite = write_suite(tmp_path)
+    with MessagesServer() as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        server.replies += [live_reply] * 3
+        result = run_cli(tmp_path, str(suite), "--provider", "anthropic", "--model",
+                         "claude-haiku-4-5", "--sandbox", "local", "--report", "live.json")
+    assert result.exit_code == 0, result.output
+    assert port_is_closed(server.url)
+    monkeypatch.delenv("ANTHROPIC_API_KEY")  # nothing after this may reach a model
+    report = json.loads((tmp_path / "live.json").read_text())
+    return {"suite": suite, "report": report, "run_dir": Path(report["run_directory"]),
+            "server": server, "calls": len(server.requests)}
+
+
+TIMING_AND_PLACE = {"started_at", "finished_at", "run_directory", "provider"}
+PER_ATTEMPT = {"duration", "workspace", "ledger"}
+
+
+def comparable(report: dict[str, Any]) -> dict[str, Any]:
+    """A report without its timings and where it was written (and the provider, which
+    is the one thing a replay changes by design)."""
+    kept = {k: v for k, v in report.items() if k not in TIMING_AND_PLACE}
+    kept["tasks"] = [{k: v for k, v in t.items() if k not in PER_ATTEMPT}
+                     for t in report["tasks"]]
+    return kept
+
+
+def replay(tmp_path: Path, suite: Path, run_dir: Path, report: str, *extra: str):
+    return run_cli(tmp_path, str(suite), "--provider", "replay", "--provider-option",
+                   f"cassettes={run_dir}", "--model", "claude-haiku-4-5", "--sandbox",
+                   "local", "--report", report, *extra)
+
+
+# --------------------------------------------------------------------------- record + replay
+
+
+def test_a_live_run_replays_offline_with_an_identical_report(recorded, tmp_path):
+    cassette = read_cassette(recorded["run_dir"] / ".cassettes" / "first-word.jsonl")
+    assert (cassette.task_id, cassette.attempt, cassette.provider, cassette.model) == \
+        ("first-word", 1, "anthropic", "claude-haiku-4-5")
+    assert [e.turn.stop_reason for e in cassette.exchanges] == ["tool_use", "tool_use",
+                                                                 "end_turn"]
+    assert [e.key_hash for e in cassette.exchanges] == \
+        [evalctl.Cassette.hash_of(e.key) for e in cassette.exchanges]
+    # The recorded requests are what the SDK sent, in the key's shape.
+    sent = recorded["server"].requests
+    assert [m["role"] for m in cassette.exchanges[2].key["messages"]] == \
+        [m["role"] for m in sent[2]["messages"]]
+
+    result = replay(tmp_path, recorded["suite"], recorded["run_dir"], "replay.json")
+    assert result.exit_code == 0, result.output
+    replayed = json.loads((tmp_path / "replay.json").read_text())
+    assert replayed["provider"] == "replay"
+    assert comparable(replayed) == comparable(recorded["report"])
+    assert replayed["summary"]["cost"] > 0  # the recorded turns' cost, as recorded
+    assert len(recorded["server"].requests) == recorded["calls"]
+
+
+def test_a_changed_tool_result_ends_the_replay_replay_mismatch_naming_the_field(
+        recorded, tmp_path):
+    write_suite(tmp_path, notes="gamma delta\\n")  # the bash tool now reads other notes
+    result = replay(tmp_path, recorded["suite"], recorded["run_dir"], "changed.json")
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    task = json.loads((tmp_path / "changed.json").read_text())["tasks"][0]
+    assert (task["status"], task["exit_status"], task["error_kind"]) == \
+        ("error", "replay_mismatch", "provider")
+    assert task["error"].startswith("replay mismatch at messages[2].content[0].content: ")
+    assert "alpha beta" in task["error"] and "gamma delta" in task["error"]
+    assert "request 2 of 3 recorded" in task["error"]
+
+
+def test_replay_refuses_another_model_and_honours_a_mask(recorded, tmp_path):
+    result = run_cli(tmp_path, str(recorded["suite"]), "--provider", "replay",
+                     "--provider-option", f"cassettes={recorded['run_dir']}", "--model",
+                     "claude-opus-4-1", "--report", "other.json")
+    task = json.loads((tmp_path / "other.json").read_text())["tasks"][0]
+    assert task["exit_status"] == "replay_mismatch" and result.exit_code == 1
+    assert 'at model: recorded "claude-haiku-4-5", now "claude-opus-4-1"' in task["error"]
+
+    # Without --model the recorded run's is assumed; a mask hides what may differ.
+    write_suite(tmp_path, notes="alpha gamma\\n")
+    result = run_cli(tmp_path, str(recorded["suite"]), "--provider", "replay",
+                     "--provider-option", f"cassettes={recorded['run_dir']}",
+                     "--provider-option", "mask=(beta|gamma)", "--report", "masked.json")
+    assert result.exit_code == 0, result.output
+
+
+def test_a_cli_agent_replays_through_the_model_proxy(tmp_path, monkeypatch):
+    from evalctl._agent.proxy import to_sse
+
+    agent = Path(__file__).parent / "agents" / "sdk_agent.py"
+    options = {"argv": f"{sys.executable} {agent} {{prompt}}"}
+
+    def streamed(body):
+        turn = len(body["messages"]) // 2
+        content = [text_block("Looking."), tool_use("toolu_1", "shell",
+                                                    command="cat notes.txt")] if turn == 0 \
+            else [tool_use("toolu_2", "save", path="first.txt", text="alpha\n")] if turn == 1 \
+            else [text_block("Saved first.txt.")]
+        _, _, raw = message(content, "end_turn" if turn == 2 else "tool_use",
+                            model="claude-haiku-4-5")
+        return 200, {"content-type": "text/event-stream"}, to_sse(json.loads(raw))
+
+    suite = write_suite(tmp_path)
+    with MessagesServer() as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        server.replies += [streamed] * 3
+        live = run_suite(suite, provider="anthropic", model="claude-haiku-4-5",
+                         sandbox="local", agent="command", agent_options=options,
+                         out_dir=tmp_path / "live")
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    assert live.tasks[0].status == "passed", (live.tasks[0].error, live.tasks[0].checks)
+    source = {"cassettes": live.run_directory}
+
+    again = run_suite(suite, provider="replay", provider_options=source, sandbox="local",
+                      agent="command", agent_options=options, out_dir=tmp_path / "replay")
+    first, second = live.tasks[0], again.tasks[0]
+    assert (second.status, second.turns, second.usage, second.cost) == \
+        (first.status, first.turns, first.usage, first.cost)
+
+    write_suite(tmp_path, notes="gamma delta\\n")
+    diverged = run_suite(suite, provider="replay", provider_options=source, sandbox="local",
+                         agent="command", agent_options=options, out_dir=tmp_path / "changed")
+    task = diverged.tasks[0]
+    assert (task.status, task.exit_status) == ("error", "replay_mismatch")
+    assert "messages[2].content[0].content" in task.error
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda lines: lines[:2] + ["{not json"] + lines[3:], ":3: not a JSON record"),
+    (lambda lines: [lines[0].replace("evalctl-cassette/1", "other/9")] + lines[1:],
+     ":1: expected a header of format evalctl-cassette/1"),
+    (lambda lines: lines[:3] + [lines[3].replace("first.txt", "second.txt")],
+     ":4: the request does not match its request_hash"),
+], ids=["not-json", "not-a-cassette", "tampered"])
+def test_a_corrupt_cassette_stops_the_replay_before_any_task(recorded, tmp_path, damage,
+                                                             expected):
+    path = recorded["run_dir"] / ".cassettes" / "first-word.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(damage(lines)) + "\n")
+    result = replay(tmp_path, recorded["suite"], recorded["run_dir"], "corrupt.json")
+    assert result.exit_code == 2, result.output
+    assert f"{path}{expected}" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "corrupt.json").exists()
+
+
+def test_replay_without_a_recording_is_a_usage_error(tmp_path):
+    suite = write_suite(tmp_path)
+    result = run_cli(tmp_path, str(suite), "--provider", "replay")
+    assert result.exit_code == 2 and "cassettes=RUN_DIR" in result.output
+    result = run_cli(tmp_path, str(suite), "--provider", "replay", "--provider-option",
+                     f"cassettes={tmp_path / 'nowhere'}")
+    assert result.exit_code == 2 and "no such run directory" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_an_attempt_with_no_cassette_is_a_replay_mismatch(recorded, tmp_path):
+    result = replay(tmp_path, recorded["suite"], recorded["run_dir"], "twice.json",
+                    "--repeat", "2")
+    tasks = json.loads((tmp_path / "twice.json").read_text())["tasks"]
+    assert [t["status"] for t in tasks] == ["passed", "error"] and result.exit_code == 1
+    assert "no cassette for task 'first-word' attempt 2" in tasks[1]["error"]
+
+
+# --------------------------------------------------------------------------- the format
+
+
+def conversation(turns: int) -> list[evalctl.ModelRequest]:
+    """The requests of a built-in-loop conversation of `turns` turns, each a prefix of
+    the next, with a big tool result each."""
+    messages: list[evalctl.Message] = [evalctl.UserMessage("Do it.")]
+    requests = []
+    for number in range(turns):
+        requests.append(evalctl.ModelRequest("system", list(messages),
+                                             evalctl.tool_definitions()))
+        turn = evalctl.ModelTurn(tool_calls=[evalctl.ToolCall(f"c{number}", "bash",
+                                                              {"command": "seq 500"})])
+        messages += [evalctl.AssistantMessage(turn), evalctl.ToolResultsMessage(
+            (evalctl.ToolResult(f"c{number}", "x" * 5_000 + "\ud800"),))]
+    return requests
+
+
+def test_a_long_conversation_is_written_in_linear_space_and_read_back_whole(tmp_path):
+    path = tmp_path / "c.jsonl"
+    recorder = CassetteRecorder(path, task_id="t", attempt=1, model="m")
+    requests = conversation(40)
+    for request in requests:
+        recorder.record(request, evalctl.ModelTurn(text="ok"))
+    recorder.close()
+    # Whole requests would hold 40*41/2 tool results of 5 kB; deltas hold each once.
+    assert path.stat().st_size < 40 * 5_000 * 1.5
+    cassette = read_cassette(path)
+    assert [e.key for e in cassette.exchanges] == [request_key(r, "m") for r in requests]
+
+
+def test_the_first_difference_is_named_by_its_path():
+    before = {"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "tool_result", "content": "6"}]}], "tools": [1, 2]}
+    after = json.loads(json.dumps(before))
+    assert first_difference(before, after) is None
+    after["messages"][0]["content"][0]["content"] = "7"
+    assert first_difference(before, after) == \
+        'messages[0].content[0].content: recorded "6", now "7"'
+    assert first_difference(before, {**before, "tools": [1]}) == \
+        "tools: recorded 2 item(s), now 1"
+    assert first_difference(before, {**before, "system": "s"}) == \
+        'system: not recorded, now "s"'
+
+
+def test_a_proxied_request_is_keyed_without_cache_control():
+    body = {"model": "m", "max_tokens": 10, "system": [{"type": "text", "text": "s",
+                                                        "cache_control": {"type": "x"}}],
+            "messages": [{"role": "user", "content": "hi"}]}
+    request = evalctl.ModelRequest("s", [], [], api_request=body)
+    assert request_key(request) == {"model": "m", "tools": None, "messages": body["messages"],
+                                    "system": [{"type": "text", "text": "s"}]}
+
+
+# --------------------------------------------------------------------------- regrade
+
+
+def test_regrade_after_a_check_changed_gives_new_verdicts_without_a_model(recorded, tmp_path):
+    run_dir = recorded["run_dir"]
+    before = snapshot(run_dir)
+    journal = (run_dir / "journal.jsonl").read_bytes()
+    write_suite(tmp_path, expect="omega")  # the check the run passed now wants more
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+
+    result = CliRunner().invoke(cli, ["regrade", str(run_dir), "--report",
+                                      str(tmp_path / "regrade.json")])
+    assert result.exit_code == 1, result.output
+    report = json.loads((tmp_path / "regrade.json").read_text())
+    assert report["regrade_of"]["run_directory"] == str(run_dir)
+    assert report["run_directory"] != str(run_dir)
+    task = report["tasks"][0]
+    assert task["status"] == "failed"
+    failed = [c for c in task["checks"] if not c["passed"]]
+    assert [c["type"] for c in failed] == ["file_contains"] and "omega" in failed[0]["detail"]
+    # The agent's work is the recorded one: its turns, tokens and cost, no new call.
+    live = recorded["report"]["tasks"][0]
+    assert (task["turns"], task["usage"], task["cost"]) == \
+        (live["turns"], live["usage"], live["cost"])
+    assert len(recorded["server"].requests) == recorded["calls"]
+    # The grounding check read the recorded final text: still grounded.
+    assert next(c for c in task["checks"] if c["type"] == "grounding")["passed"]
+    # The original run is untouched.
+    assert snapshot(run_dir) == before and (run_dir / "journal.jsonl").read_bytes() == journal
+    markdown = next(Path(report["run_directory"]).parent.glob(
+        f"report-{Path(report['run_directory']).name.removeprefix('workspaces-')}.md"))
+    assert f"Regrade of `{run_dir}`" in markdown.read_text()
+
+
+def test_regrade_after_a_grader_changed(recorded, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+    from evalctl.plugins.graders import files
+
+    original = files.evalctl_register_graders
+    result = CliRunner().invoke(cli, ["regrade", str(recorded["run_dir"])])
+    assert result.exit_code == 0, result.output
+
+    def stricter(register):  # a new version of the grader: wants a capital letter
+        def wrapped(spec):
+            if spec.name != "file_contains":
+                return register(spec)
+
+            def grade(check, workspace, result):
+                text = (workspace / check["path"]).read_text()
+                return evalctl.CheckResult(text[:1].isupper(), f"starts with {text[:1]!r}")
+            return register(evalctl.GraderSpec(**{**spec.__dict__, "grade": grade}))
+        original(wrapped)
+
+    monkeypatch.setattr(files, "evalctl_register_graders",
+                        evalctl.hookimpl(stricter))
+    from evalctl._plugin.registry import set_registry
+
+    set_registry(None)
+    result = CliRunner().invoke(cli, ["regrade", str(recorded["run_dir"]), "--report",
+                                      str(tmp_path / "strict.json")])
+    assert result.exit_code == 1, result.output
+    task = json.loads((tmp_path / "strict.json").read_text())["tasks"][0]
+    assert task["status"] == "failed"
+    assert "starts with 'a'" in next(c["detail"] for c in task["checks"]
+                                     if c["type"] == "file_contains")
+
+
+def test_regrade_bad_input_is_exit_2_without_a_traceback(recorded, tmp_path):
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+
+    def regrade(*args: str):
+        result = CliRunner().invoke(cli, ["regrade", *args])
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output
+        return result.output
+
+    assert "no journal.jsonl" in regrade(str(tmp_path / "missing"))
+    import shutil
+
+    shutil.rmtree(recorded["run_dir"] / "first-word")
+    assert "no kept workspace to regrade (its workspace was not kept)" in \
+        regrade(str(recorded["run_dir"]))
+    recorded["suite"].unlink()
+    assert "pass the suite to grade with --suite" in regrade(str(recorded["run_dir"]))
+
+
+# --------------------------------------------------------------------------- scripts
+
+
+def test_a_script_printed_from_a_run_reproduces_the_attempt_scripted(recorded, tmp_path):
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+
+    printed = CliRunner().invoke(cli, ["script", str(recorded["run_dir"]), "first-word",
+                                       "--indent", "4"])
+    assert printed.exit_code == 0, printed.output
+    assert "tool: bash" in printed.output and "    script:\n" in printed.output
+    suite = tmp_path / "scripted" / "suite.yaml"
+    suite.parent.mkdir()
+    suite.write_text(recorded["suite"].read_text() + printed.output)
+    result = run_cli(suite.parent, str(suite), "--scripted", "--sandbox", "local",
+                     "--report", "scripted.json")
+    assert result.exit_code == 0, result.output
+    scripted = json.loads((suite.parent / "scripted.json").read_text())["tasks"][0]
+    live = recorded["report"]["tasks"][0]
+    for field in ("status", "exit_status", "turns", "tool_calls", "usage", "cost", "checks"):
+        assert scripted[field] == live[field], field
+    assert (Path(scripted["workspace"]) / "first.txt").read_text() == \
+        (Path(live["workspace"]) / "first.txt").read_text() == "alpha\n"
+
+
+def test_script_from_a_ledger_when_there_is_no_cassette(recorded):
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+
+    (recorded["run_dir"] / ".cassettes" / "first-word.jsonl").unlink()
+    printed = CliRunner().invoke(cli, ["script", str(recorded["run_dir"]), "first-word"])
+    assert printed.exit_code == 0, printed.output
+    assert "from " + str(recorded["run_dir"] / ".ledgers" / "first-word.jsonl") in \
+        printed.output.replace("\n# ", " ")
+    assert "content: |\n" in printed.output or 'content: "alpha\\n"' in printed.output
+
+
+def test_script_bad_input_is_exit_2_without_a_traceback(recorded, tmp_path):
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+
+    def script(*args: str) -> str:
+        result = CliRunner().invoke(cli, ["script", *args])
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output
+        return result.output
+
+    run_dir = str(recorded["run_dir"])
+    assert "no journal.jsonl" in script(str(tmp_path / "missing"), "first-word")
+    assert "no task 'first-wrd' in this run; its tasks: first-word" in \
+        script(run_dir, "first-wrd")
+    assert "has attempts 1 to 1, not 2" in script(run_dir, "first-word", "--attempt", "2")
+    cassette = recorded["run_dir"] / ".cassettes" / "first-word.jsonl"
+    lines = cassette.read_text().splitlines()
+    assert '"keep": 1' in lines[2]  # the second request: the prompt, then what is new
+    lines[2] = lines[2].replace('"keep": 1', '"keep": 99')
+    cassette.write_text("\n".join(lines) + "\n")
+    assert f"{cassette}:3: a malformed exchange (ValueError: keep 99 is more messages " \
+        "than exchange 1 had)" in script(run_dir, "first-word")
