@@ -429,7 +429,9 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     try:
         prepared = prepare_run(loaded, registry, options)
     except ProviderSetupError as exc:
-        raise UsageError(f"{exc}; to run offline without a model, use --scripted") from None
+        offline = "" if not registry.get("provider", options.provider).live else \
+            "; to run offline without a model, use --scripted"
+        raise UsageError(f"{exc}{offline}") from None
     if not prepared.sandbox.spec.isolated:
         click.echo(f"warning: sandbox '{prepared.sandbox.spec.name}' does not isolate the agent: "
                    f"{prepared.sandbox.spec.isolation}", err=True)

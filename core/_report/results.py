@@ -37,8 +37,9 @@ REPORT_FORMAT = "evalctl-run/1"
 
 # Why an attempt is an error, and what to do about each kind.
 ERROR_KINDS = {
-    "provider": "the model could not be used (unreachable, rate limited, misconfigured, or "
-                "a script that ran out); fix the provider or its options and resume with "
+    "provider": "the model could not be used (unreachable, rate limited, misconfigured, a "
+                "script that ran out, or a replay the agent's requests no longer match: the "
+                "detail names the field); fix the provider or its options and resume with "
                 "--retry-errors",
     "sandbox": "the attempt's sandbox could not start; check that the sandbox works on "
                "this machine or choose another with --sandbox, then resume with "
