@@ -198,3 +198,32 @@ def test_the_docs_suite_passes_with_claude_code(claude_code, tmp_path, require_b
     task = run.tasks[0]
     assert task.status == "passed", (task.error, task.checks)
     assert task.turns == 2 and task.cost == 0.01
+
+
+def test_a_recorded_claude_code_run_replays(proof_run, claude_code, tmp_path):
+    """The proof run's cassettes, replayed to Claude Code through the model proxy: the
+    same outcomes without a model. Its system prompt names its working directory (the
+    run directory differs) and the date, which the mask leaves out of the comparison."""
+    run, _ = proof_run
+    mask = r"[^\s\"'`]*workspaces-[0-9-]+|[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    replayed = run_suite(
+        SUITE, provider="replay", sandbox="bwrap", agent="claude-code", out_dir=tmp_path,
+        provider_options={"cassettes": run.run_directory, "mask": mask}, concurrency=2,
+        agent_options={"path": [str(claude_code / "node_modules" / ".bin")],
+                       "version": CLAUDE_CODE_VERSION},
+        sandbox_options={"ro_paths": [str(claude_code)]})
+    outcome = [(t.task_id, t.status, t.exit_status, t.turns, t.tool_calls, t.usage, t.cost,
+                [(c.type, c.passed) for c in t.checks]) for t in run.tasks]
+    assert [(t.task_id, t.status, t.exit_status, t.turns, t.tool_calls, t.usage, t.cost,
+             [(c.type, c.passed) for c in t.checks]) for t in replayed.tasks] == outcome, \
+        [t.error for t in replayed.tasks]
+
+    unmasked = run_suite(
+        SUITE, provider="replay", sandbox="bwrap", agent="claude-code", out_dir=tmp_path,
+        provider_options={"cassettes": run.run_directory}, only=("write-with-write",),
+        agent_options={"path": [str(claude_code / "node_modules" / ".bin")]},
+        sandbox_options={"ro_paths": [str(claude_code)]})
+    task = unmasked.tasks[0]
+    assert (task.status, task.exit_status) == ("error", "replay_mismatch")
+    assert task.error.startswith("replay mismatch at system[")
+    assert "workspaces-" in task.error

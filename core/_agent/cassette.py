@@ -42,6 +42,7 @@ CASSETTES_DIR = ".cassettes"
 KEY_FIELDS = ("model", "system", "tools", "messages")
 # How much of a differing value a mismatch message quotes.
 QUOTE_LIMIT = 120
+QUOTE_CONTEXT = 30  # characters before the first difference in a long text
 
 
 # --------------------------------------------------------------------------- the key
@@ -144,7 +145,22 @@ def _short(value: Any) -> str:
 
 
 def _quote(where: str, recorded: Any, given: Any) -> str:
-    return f"{where or 'the request'}: recorded {_short(recorded)}, now {_short(given)}"
+    where = where or "the request"
+    if isinstance(recorded, str) and isinstance(given, str) and \
+            max(len(recorded), len(given)) > QUOTE_LIMIT:
+        # Long texts (a system prompt) differ somewhere inside: quote around that place.
+        at = next((i for i, (a, b) in enumerate(zip(recorded, given, strict=False)) if a != b),
+                  min(len(recorded), len(given)))
+        start = max(0, at - QUOTE_CONTEXT)
+        return (f"{where} (from character {at}): recorded {_excerpt(recorded, start)}, "
+                f"now {_excerpt(given, start)}")
+    return f"{where}: recorded {_short(recorded)}, now {_short(given)}"
+
+
+def _excerpt(text: str, start: int) -> str:
+    piece = text[start:start + QUOTE_LIMIT]
+    quoted = json.dumps(piece, ensure_ascii=False)
+    return ("…" if start else "") + quoted + ("…" if start + QUOTE_LIMIT < len(text) else "")
 
 
 # --------------------------------------------------------------------------- responses
@@ -223,15 +239,20 @@ class CassetteRecorder:
 
     def _delta(self, key: Mapping[str, Any], hashes: list[str]) -> dict[str, Any]:
         """The request as written: whole, or against the earlier exchange that shares the
-        longest prefix of messages (the latest of equals)."""
+        longest prefix of messages (the latest of equals). Latest first, passing over
+        exchanges too short to share more: in a loop's conversation the latest exchange is
+        the base, and the search costs one comparison of prefixes."""
         best, keep = -1, -1
-        for index, earlier in enumerate(self._written):
+        for index in range(len(self._written) - 1, -1, -1):
+            earlier = self._written[index].message_hashes
+            if len(earlier) <= keep:
+                continue
             shared = 0
-            for mine, theirs in zip(hashes, earlier.message_hashes, strict=False):
+            for mine, theirs in zip(hashes, earlier, strict=False):
                 if mine != theirs:
                     break
                 shared += 1
-            if shared >= keep:
+            if shared > keep:
                 best, keep = index, shared
         if best < 0 or not isinstance(key["messages"], list):
             return dict(key)
