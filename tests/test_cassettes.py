@@ -450,3 +450,53 @@ def test_script_bad_input_is_exit_2_without_a_traceback(recorded, tmp_path):
     cassette.write_text("\n".join(lines) + "\n")
     assert f"{cassette}:3: a malformed exchange (ValueError: keep 99 is more messages " \
         "than exchange 1 had)" in script(run_dir, "first-word")
+
+
+class CountingJudge:
+    """A judge-kind grader that counts how often it is asked (a judge asks a model)."""
+
+    asked = 0
+
+    @evalctl.hookimpl
+    def evalctl_register_graders(self, register):
+        def grade(check, workspace, result):
+            CountingJudge.asked += 1
+            return evalctl.CheckResult(True, "looks fine")
+
+        register(evalctl.GraderSpec(name="counting_judge", grade=grade, kind="judge"))
+
+
+def test_regrade_asks_no_judge_and_leaves_the_run_as_it_was(tmp_path):
+    import asyncio
+
+    from evalctl._run.regrade import execute_regrade, plan_regrade
+    from evalctl.testing import registry_with
+
+    registry = registry_with([CountingJudge()])
+    suite = tmp_path / "judged.yaml"
+    suite.write_text("""\
+name: judged
+tasks:
+  - id: note
+    prompt: Write note.txt.
+    script:
+      - tool_calls:
+          - tool: write_file
+            input:
+              path: note.txt
+              content: "a note\\n"
+      - text: Wrote note.txt.
+    checks:
+      - type: file_exists
+        path: note.txt
+      - type: counting_judge
+""")
+    run = run_suite(suite, registry=registry, sandbox="local", out_dir=tmp_path / "out")
+    assert run.all_passed and CountingJudge.asked == 1
+    prepared = plan_regrade(Path(run.run_directory), registry)
+    regraded = asyncio.run(execute_regrade(prepared))
+    assert CountingJudge.asked == 1  # not asked again
+    task = regraded.tasks[0]
+    assert task.status == "passed" and [c.type for c in task.checks] == ["file_exists"]
+    assert regraded.regrade_of["run_directory"] == str(Path(run.run_directory).resolve())
+    assert Path(task.workspace).parent == prepared.run_dir != Path(run.run_directory)
