@@ -93,11 +93,26 @@ def request_key(request: ModelRequest, model: str | None = None) -> dict[str, An
                 {"type": "tool_result", "tool_use_id": result.call_id,
                  "content": result.content, "is_error": result.is_error}
                 for result in message.results]})
-    tools = [{"name": t.name, "description": t.description,
-              "input_schema": dict(t.input_schema)} for t in request.tools]
-    # Through JSON and back: tuples become lists, as they will be when read back.
-    return json.loads(canonical_json({"model": model, "system": request.system,
-                                      "tools": tools, "messages": messages}))
+    # Tuples in it hash as lists, and are lists once read back: the key is its JSON.
+    return {"model": model, "system": request.system, "tools": _tools_key(request.tools),
+            "messages": messages}
+
+
+_tools_seen: tuple[tuple[Any, ...], list[dict[str, Any]]] = ((), [])
+
+
+def _tools_key(tools: list[Any]) -> list[dict[str, Any]]:
+    """The tools as the key holds them; the built-in loop offers the same definitions
+    on every call of every attempt, so the last translation is reused."""
+    global _tools_seen
+    seen, translated = _tools_seen
+    if len(seen) == len(tools) and all(a is b for a, b in zip(seen, tools, strict=True)):
+        return translated
+    translated = json.loads(canonical_json([
+        {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+        for t in tools]))
+    _tools_seen = (tuple(tools), translated)
+    return translated
 
 
 def canonical_json(value: Any) -> str:
