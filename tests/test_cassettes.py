@@ -323,8 +323,9 @@ def test_regrade_after_a_check_changed_gives_new_verdicts_without_a_model(record
     assert (task["turns"], task["usage"], task["cost"]) == \
         (live["turns"], live["usage"], live["cost"])
     assert len(recorded["server"].requests) == recorded["calls"]
-    # The grounding check read the recorded final text: still grounded.
-    assert next(c for c in task["checks"] if c["type"] == "grounding")["passed"]
+    # The grounding check read the recorded final text ("Wrote first.txt.").
+    assert next(c for c in task["checks"] if c["type"] == "grounding")["detail"] == \
+        "all 1 named file(s) exist: first.txt"
     # The original run is untouched.
     assert snapshot(run_dir) == before and (run_dir / "journal.jsonl").read_bytes() == journal
     markdown = next(Path(report["run_directory"]).parent.glob(
@@ -500,3 +501,21 @@ tasks:
     assert task.status == "passed" and [c.type for c in task.checks] == ["file_exists"]
     assert regraded.regrade_of["run_directory"] == str(Path(run.run_directory).resolve())
     assert Path(task.workspace).parent == prepared.run_dir != Path(run.run_directory)
+
+
+def test_regrade_of_a_ledger_without_task_end_measures_the_changes_again(recorded, tmp_path):
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+
+    ledger = recorded["run_dir"] / ".ledgers" / "first-word.jsonl"
+    ledger.write_text("".join(line + "\n" for line in ledger.read_text().splitlines()
+                              if '"task_end"' not in line))
+    result = CliRunner().invoke(cli, ["regrade", str(recorded["run_dir"]), "--report",
+                                      str(tmp_path / "measured.json")])
+    assert result.exit_code == 0, result.output
+    assert "its ledger does not record the files changed" in result.output
+    task = json.loads((tmp_path / "measured.json").read_text())["tasks"][0]
+    grounding = next(c for c in task["checks"] if c["type"] == "grounding")
+    # The last model turn's text ("Wrote first.txt.") is what the graders read.
+    assert grounding["detail"] == "all 1 named file(s) exist: first.txt", grounding
