@@ -309,7 +309,8 @@ def test_regrade_after_a_check_changed_gives_new_verdicts_without_a_model(record
     from evalctl._cli import cli
 
     result = CliRunner().invoke(cli, ["regrade", str(run_dir), "--report",
-                                      str(tmp_path / "regrade.json")])
+                                      str(tmp_path / "regrade.json"), "--reporter", "markdown",
+                                      "--reporter", "html"])
     assert result.exit_code == 1, result.output
     report = json.loads((tmp_path / "regrade.json").read_text())
     assert report["regrade_of"]["run_directory"] == str(run_dir)
@@ -331,6 +332,8 @@ def test_regrade_after_a_check_changed_gives_new_verdicts_without_a_model(record
     markdown = next(Path(report["run_directory"]).parent.glob(
         f"report-{Path(report['run_directory']).name.removeprefix('workspaces-')}.md"))
     assert f"Regrade of `{run_dir}`" in markdown.read_text()
+    page = markdown.with_suffix(".html").read_text()
+    assert f"A regrade of <code>{run_dir}</code>" in page
 
 
 def test_regrade_after_a_grader_changed(recorded, tmp_path, monkeypatch):

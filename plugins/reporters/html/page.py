@@ -145,6 +145,7 @@ def identity(run: evalctl.RunResult) -> dict[str, Any]:
         "plugins": sorted(run.plugin_versions.items()), "started_at": run.started_at,
         "finished_at": run.finished_at, "interrupted": run.interrupted,
         "run_directory": run.run_directory, "repeat": run.repeat,
+        "regrade_of": dict(run.regrade_of) if run.regrade_of else None,
     }
 
 
