@@ -588,8 +588,9 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.argument("task_id")
 @click.option("--attempt", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Which attempt of a run with --repeat.")
+              metavar="N", help="Which attempt of a run with --repeat.")
 @click.option("--indent", type=click.IntRange(min=0), default=0, show_default=True,
+              metavar="N",
               help="Spaces before every line, to paste under a task (4 under `tasks:`).")
 def script_command(run_dir: Path, task_id: str, attempt: int, indent: int) -> None:
     """Print the `script:` turns that reproduce an attempt of the built-in loop under the
@@ -597,7 +598,7 @@ def script_command(run_dir: Path, task_id: str, attempt: int, indent: int) -> No
 
     \b
     Example:
-      evalctl script eval_reports/workspaces-<time> add-a-test --indent 4 >> turns.yaml
+      evalctl script eval_reports/workspaces-<time> add-a-test --indent 4
     """
     from evalctl._errors import UsageError
     from evalctl._run.scripting import script_of
