@@ -522,3 +522,19 @@ def test_regrade_of_a_ledger_without_task_end_measures_the_changes_again(recorde
     grounding = next(c for c in task["checks"] if c["type"] == "grounding")
     # The last model turn's text ("Wrote first.txt.") is what the graders read.
     assert grounding["detail"] == "all 1 named file(s) exist: first.txt", grounding
+
+
+def test_replay_is_not_live_so_a_sandbox_that_isolates_nothing_may_serve_it(
+        recorded, monkeypatch):
+    # `local` from a config (not named on the command line) is refused to a live
+    # provider; a replay calls no model and runs there.
+    from evalctl._errors import UsageError
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-never-used")
+    with pytest.raises(UsageError, match="is live"):
+        run_suite(recorded["suite"], provider="anthropic", sandbox=None,
+                  config_sandbox="local")
+    run = run_suite(recorded["suite"], provider="replay", sandbox=None,
+                    config_sandbox="local",
+                    provider_options={"cassettes": str(recorded["run_dir"])})
+    assert run.sandbox["name"] == "local" and run.all_passed
