@@ -72,11 +72,8 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     against `agent.files_changed`, the seed copy, the verify files written now), in the
     sandbox `open_grading` opens (GradingSandboxFailed when it cannot). Checks whose
     grader is of a kind in `skip_kinds` are left out (a regrade's judges)."""
-    # Between the agent and the graders: evidence of tampering, then the hidden files.
-    integrity = [outcome for outcome in (
-        protected_changes(task, agent.files_changed), restore_seed(task, workspace),
-        write_verify_files(verify, workspace)) if outcome is not None]
-    before_grading = await asyncio.to_thread(snapshot, workspace.root) if task.protected else {}
+    integrity, before_grading = await asyncio.to_thread(
+        _before_grading, task, workspace, agent, verify)
     try:
         agent.sandbox = await open_grading()
     except Exception as exc:
@@ -99,6 +96,18 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     if late is not None:
         checks.append(late)
     return checks
+
+
+def _before_grading(task: Task, workspace: Workspace, agent: AgentResult,
+                    verify: Mapping[str, str | None]
+                    ) -> tuple[list[CheckOutcome], dict[str, str]]:
+    """Between the agent and the graders (file-system work: run off the event loop):
+    evidence of tampering, the hidden files, and the protected files' hashes before the
+    checks run."""
+    integrity = [outcome for outcome in (
+        protected_changes(task, agent.files_changed), restore_seed(task, workspace),
+        write_verify_files(verify, workspace)) if outcome is not None]
+    return integrity, snapshot(workspace.root) if task.protected else {}
 
 
 def attempt_status(exit_status: str | None, checks: list[CheckOutcome],
