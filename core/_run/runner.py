@@ -332,9 +332,10 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
     except Exception as exc:
         return _sandbox_failure(task, workspace, attempt, exc)
     try:
-        # Every model exchange is kept beside the ledger, for `--provider replay`.
-        cassette = CassetteRecorder(
-            workspace.cassette_path, task_id=task.id, attempt=attempt,
+        # Every model exchange is kept beside the ledger, for `--provider replay` (the
+        # file is created off the event loop: that can block).
+        cassette = await asyncio.to_thread(
+            CassetteRecorder, workspace.cassette_path, task_id=task.id, attempt=attempt,
             agent=prepared.agent.name, provider=prepared.options.provider,
             model=prepared.options.model) if workspace.cassette_path else None
         agent = await run_agent(task, prepared.provider, workspace, sandbox,
