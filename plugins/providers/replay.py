@@ -41,7 +41,8 @@ class ReplayProvider:
                     "point it at one run's cassettes")
             self.by_attempt[where] = cassette
         # Per cassette: the (masked) hash of every exchange, and those already served.
-        self.hashes = {where: [self._hash(e.key) for e in c.exchanges]
+        self.hashes = {where: [self._hash(e.key) if mask is not None else e.key_hash
+                               for e in c.exchanges]
                        for where, c in self.by_attempt.items()}
         self.used: dict[tuple[str, int], set[int]] = {w: set() for w in self.by_attempt}
 
