@@ -477,3 +477,35 @@ def test_with_another_thread_running_the_parse_does_not_fork(monkeypatch):
         release.set()
         helper.join(timeout=5)
     assert pieces.data == parse_document(text, "s.yaml").data
+
+
+def test_validate_answers_an_unchanged_suite_from_the_verified_cache(write_suite, monkeypatch):
+    """validate stores what it validated and answers the same file from the cache; an
+    entry that was tampered with (its content no longer matches its digest) or that
+    belongs to other bytes is not used: the file is validated again."""
+    from evalctl._suite import loader
+
+    path = write_suite(MINIMAL.replace("Make a.txt", "Use bash to make a.txt"))
+    first = validate_suite(path)
+    assert [p.severity for p in first] == ["warning"]
+    (entry,) = cache_dir().glob("*.json")
+
+    parses = []
+    real = loader._parse_and_validate
+
+    def counted(*args, **kwargs):
+        parses.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loader, "_parse_and_validate", counted)
+    assert validate_suite(path) == first and parses == []  # from the cache
+
+    stored = json.loads(entry.read_text())
+    stored["value"]["warnings"] = []  # a tampered entry: the digest no longer matches
+    entry.write_text(json.dumps(stored))
+    assert validate_suite(path) == first and parses == [1]  # validated again
+    assert json.loads(entry.read_text())["value"]["warnings"] != []  # and rewritten
+
+    path.write_text(MINIMAL.replace("type: file_exists", "type: no_such_grader"))
+    problems = validate_suite(path)  # changed bytes: another key, never the old entry
+    assert parses == [1, 1] and any(p.severity == "error" for p in problems)

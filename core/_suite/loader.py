@@ -120,9 +120,12 @@ def _check_sources(suite: Suite, lines: list[int], label: str) -> None:
 
 
 def validate_suite(path: str | Path, registry: Registry | None = None) -> list[Problem]:
-    """Every problem in a suite, errors and warnings, without raising."""
+    """Every problem in a suite, errors and warnings, without raising. An unchanged file
+    is answered from the validated-suite cache (an entry is verified before use, and
+    one that fails is a miss): its warnings are stored with it, and only a suite that
+    validated is ever stored, so the answer is the one a full validation gives."""
     try:
-        suite = load_suite(path, registry, use_cache=False)
+        suite = load_suite(path, registry)
     except SuiteError as exc:
         return exc.problems
     return suite.warnings
