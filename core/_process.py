@@ -9,14 +9,17 @@ through it directly, `bwrap` runs bubblewrap through it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # asyncio is imported where a process runs: `import evalctl` stays quick
+if TYPE_CHECKING:  # imported where a process runs: `import evalctl` stays quick
     import asyncio
+    import concurrent.futures
+    import subprocess
 
 OUTPUT_LIMIT = 30_000
 
@@ -58,63 +61,156 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
     """
     import asyncio
 
-    # The output pipes are ours, not the transport's: asyncio's wait() would otherwise
+    loop = asyncio.get_running_loop()
+    # The output pipes are ours, not a transport's: waiting for the process must not
     # also wait for every holder of a pipe, and a backgrounded child holds it.
     pipes = [os.pipe() for _ in range(1 if merge_stderr else 2)]
     out_write = pipes[0][1]
     err_write = out_write if merge_stderr else pipes[1][1]
     data = stdin.encode() if isinstance(stdin, str) else stdin
+    stdin_pipe = os.pipe() if data is not None else None
+    child_ends = [write_fd for _, write_fd in pipes] + ([stdin_pipe[0]] if stdin_pipe else [])
+    # Spawned in a small pool of threads: exec() takes about a millisecond of kernel time
+    # (Python drops the GIL around vfork), which the event loop spends on other tasks.
+    spawning = loop.run_in_executor(_spawn_pool(), functools.partial(
+        _spawn, list(argv), str(cwd), dict(env),
+        stdin_pipe[0] if stdin_pipe else None, out_write, err_write))
     try:
-        process = await asyncio.create_subprocess_exec(
-            *argv, cwd=str(cwd), env=dict(env),
-            stdin=asyncio.subprocess.DEVNULL if data is None else asyncio.subprocess.PIPE,
-            stdout=out_write, stderr=err_write, start_new_session=True,
-        )
+        process = await asyncio.shield(spawning)
+    except asyncio.CancelledError:
+        # The child may have started all the same: it must not outlive the cancellation.
+        with contextlib.suppress(Exception):
+            started = await spawning
+            kill_process_group(started.pid)
+            await _exited(started)
+        _close_all([fd for pair in pipes for fd in pair] + list(stdin_pipe or ()))
+        raise
     except BaseException:
-        for read_fd, write_fd in pipes:
-            os.close(read_fd)
-            os.close(write_fd)
+        _close_all([fd for pair in pipes for fd in pair] + list(stdin_pipe or ()))
         raise
     finally:
-        for _, write_fd in pipes:
-            with contextlib.suppress(OSError):
-                os.close(write_fd)
-    if data is not None and process.stdin is not None:
-        feeder: asyncio.Task[None] | None = asyncio.create_task(_feed(process.stdin, data))
-    else:
-        feeder = None
+        _close_all(child_ends)  # the child has its own copies; ours would hold the pipes open
     collectors = [_HeadTail(output_limit or OUTPUT_LIMIT) for _ in pipes]
-    readers = [await _start_reader(read_fd, collector)
-               for (read_fd, _), collector in zip(pipes, collectors, strict=True)]
+    unread = [read_fd for read_fd, _ in pipes]  # not yet handed to a reader
+    readers: list[tuple[asyncio.Task[None], asyncio.BaseTransport]] = []
+    feeder: asyncio.WriteTransport | None = None
     timed_out = False
-    waiter = asyncio.ensure_future(process.wait())
+    exited = asyncio.ensure_future(_exited(process))
     try:
-        await asyncio.wait_for(asyncio.shield(waiter), timeout)
-    except TimeoutError:
-        timed_out = True
+        if stdin_pipe is not None and data is not None:
+            feeder = await _start_feeder(stdin_pipe[1], data)
+        for collector in collectors:
+            read_fd = unread.pop(0)  # the reader owns it now, whatever happens next
+            readers.append(await _start_reader(read_fd, collector))
+        try:
+            await asyncio.wait_for(asyncio.shield(exited), timeout)
+        except TimeoutError:
+            timed_out = True
     finally:
+        # Whatever happened (the end, the timeout, a cancellation), the whole group dies
+        # and the process is reaped before this returns.
         kill_process_group(process.pid)
-        code = await waiter
+        code = await exited
+        _close_all(unread)
         for reader, transport in readers:
             try:
                 await asyncio.wait_for(reader, 5)
             except TimeoutError:
                 reader.cancel()
             transport.close()
-        if feeder is not None:
-            feeder.cancel()
-            with contextlib.suppress(BaseException):
-                await feeder
+        if feeder is not None and feeder.get_write_buffer_size():
+            feeder.abort()  # what the command did not read is dropped with the pipe
     texts = [collector.text() for collector in collectors]
     return CommandResult(None if timed_out else code, texts[0],
                          "" if merge_stderr else texts[1], timed_out)
 
 
-async def _feed(writer: asyncio.StreamWriter, data: bytes) -> None:
-    with contextlib.suppress(ConnectionError, BrokenPipeError):
-        writer.write(data)
-        await writer.drain()
-        writer.close()
+def _spawn(argv: list[str], cwd: str, env: dict[str, str], stdin_fd: int | None,
+           out_fd: int, err_fd: int) -> subprocess.Popen[bytes]:
+    import subprocess
+
+    return subprocess.Popen(argv, cwd=cwd, env=env,
+                            stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
+                            stdout=out_fd, stderr=err_fd, start_new_session=True)
+
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _spawn_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads that start child processes: a few per core, created when first used."""
+    global _pool
+    if _pool is None:
+        import concurrent.futures
+
+        _pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=2 * (os.cpu_count() or 1), thread_name_prefix="evalctl-spawn")
+    return _pool
+
+
+async def _exited(process: subprocess.Popen[bytes]) -> int:
+    """Wait for `process` to exit and reap it; its exit code (negative: the signal).
+
+    Where Linux has pidfds (5.3+), the event loop polls the process's descriptor: no
+    thread and no signal handler per child. Elsewhere a thread waits for it, as
+    asyncio's own child watcher would."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    try:
+        pidfd = os.pidfd_open(process.pid)
+    except (AttributeError, OSError):  # no pidfds here (not Linux, an old kernel, seccomp)
+        return await _exited_in_thread(process)
+    try:
+        done = loop.create_future()
+
+        def readable() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        loop.add_reader(pidfd, readable)
+        try:
+            await done
+        finally:
+            loop.remove_reader(pidfd)
+    finally:
+        os.close(pidfd)
+    # Readable means it has exited: this reaps it without blocking.
+    code = process.poll()
+    return code if code is not None else process.wait()
+
+
+async def _exited_in_thread(process: subprocess.Popen[bytes]) -> int:
+    import asyncio
+    import threading
+
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int] = loop.create_future()
+
+    def wait() -> None:
+        code = process.wait()
+        loop.call_soon_threadsafe(lambda: done.done() or done.set_result(code))
+
+    threading.Thread(target=wait, name=f"evalctl-wait-{process.pid}", daemon=True).start()
+    return await asyncio.shield(done)
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+async def _start_feeder(write_fd: int, data: bytes) -> asyncio.WriteTransport:
+    """Write `data` to the command's standard input as it reads, then close it; a command
+    that exits without reading it all ends the writing (a broken pipe is not an error)."""
+    import asyncio
+
+    transport, _ = await asyncio.get_running_loop().connect_write_pipe(
+        asyncio.Protocol, os.fdopen(write_fd, "wb", buffering=0))
+    transport.write(data)
+    transport.close()  # after what is buffered has been written
+    return transport
 
 
 async def _start_reader(read_fd: int, collector: _HeadTail

@@ -107,7 +107,11 @@ def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str], *,
 
 
 def new_workspace(run_dir: Path, task_id: str) -> Workspace:
-    """The attempt's directories, empty: workspace, seed copy, HOME, TMPDIR, ledger's."""
+    """The attempt's directories, empty: workspace, seed copy, HOME, TMPDIR, ledger's.
+
+    Blocking (each directory costs a few hundred microseconds of kernel time on some
+    disks): call it off the event loop."""
+    run_dir = run_dir.resolve()  # once: the attempt's paths below it are plain names
     root = run_dir / task_id
     state = run_dir / ".state" / task_id
     ledger = ledger_path(run_dir, task_id)
@@ -116,9 +120,8 @@ def new_workspace(run_dir: Path, task_id: str) -> Workspace:
     for directory in (root, state / "home", state / "tmp", ledger.parent, cassette.parent,
                       seed):
         directory.mkdir(parents=True, exist_ok=True)
-    return Workspace(task_id, root.resolve(), (state / "home").resolve(),
-                     (state / "tmp").resolve(), ledger.resolve(), seed.resolve(),
-                     cassette_path=cassette.resolve())
+    return Workspace(task_id, root, state / "home", state / "tmp", ledger, seed,
+                     cassette_path=cassette)
 
 
 def seed_workspace(workspace: Workspace, files: Mapping[str, str],
@@ -180,9 +183,11 @@ def sandbox_environment(home: Path, tmp: Path) -> dict[str, str]:
 
 
 def grading_state(workspace: Workspace) -> tuple[Path, Path]:
-    """A fresh HOME and TMPDIR for the graders of an attempt, beside the agent's."""
-    base = workspace.home.parent / "grading"
-    home, tmp = base / "home", base / "tmp"
-    home.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir(parents=True, exist_ok=True)
+    """A fresh HOME and TMPDIR for the graders of an attempt, beside the agent's
+    (`.state/<id>/grading-home` and `grading-tmp`: two directories, no parent of their
+    own). Blocking: call it off the event loop."""
+    home = workspace.home.parent / "grading-home"
+    tmp = workspace.home.parent / "grading-tmp"
+    home.mkdir(exist_ok=True)
+    tmp.mkdir(exist_ok=True)
     return home, tmp

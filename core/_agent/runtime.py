@@ -79,7 +79,7 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
     request says it is of `attempt`. The ledger's `task_end` carries the final text and
     the files changed: what graders were given, for a regrade."""
     started = time.monotonic()
-    ledger = Ledger(workspace.ledger_path)
+    ledger = await asyncio.to_thread(Ledger, workspace.ledger_path)  # creates a file: blocks
     ledger.append("task_start", task_id=task.id, prompt=task.prompt, agent=name,
                   permissions=task.permissions, limits=task.limits.to_dict())
     limits = AgentLimits(task.limits.turns, task.limits.seconds, task.limits.cost)

@@ -199,16 +199,16 @@ def entry_point_sources() -> list[PluginSource]:
     from importlib.metadata import entry_points
 
     sources = []
+    # Reading a distribution's metadata parses its METADATA file every time (about half
+    # a millisecond): once per distribution, not twice per entry point.
+    named: dict[Any, tuple[str | None, str | None]] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(ep, "dist", None)
-        sources.append(
-            PluginSource(
-                ep.name,
-                ep.load,
-                dist.metadata["Name"] if dist else None,
-                dist.version if dist else None,
-            )
-        )
+        if dist is not None and id(dist) not in named:
+            metadata = dist.metadata
+            named[id(dist)] = (metadata["Name"], metadata["Version"])
+        name, version = named[id(dist)] if dist is not None else (None, None)
+        sources.append(PluginSource(ep.name, ep.load, name, version))
     return sorted(sources, key=lambda s: s.name)
 
 

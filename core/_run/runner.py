@@ -29,7 +29,7 @@ from evalctl._agent.tools import tool_validators
 from evalctl._errors import ProviderSetupError, UsageError
 from evalctl._plugin.options import provider_options as checked_provider_options
 from evalctl._plugin.registry import Registry, use_registry
-from evalctl._plugin.types import AgentResult, ExitStatus, SandboxRequest, TokenUsage
+from evalctl._plugin.types import AgentResult, ExitStatus, Sandbox, SandboxRequest, TokenUsage
 from evalctl._report.journal import (
     Journal,
     JournalContents,
@@ -301,11 +301,11 @@ def attempt_name(task: Task, attempt: int, repeat: int) -> str:
 
 
 def _sandbox_request(task: Task, workspace: Workspace, prepared: PreparedRun, name: str,
-                     purpose: str) -> SandboxRequest:
-    # Graders get a HOME and TMPDIR of their own: nothing the agent left in its own
-    # (a planted config file, say) takes part in grading. Setup prepares the agent's.
-    home, tmp = grading_state(workspace) if purpose == "grading" else \
-        (workspace.home, workspace.tmp)
+                     purpose: str, state: tuple[Path, Path] | None = None) -> SandboxRequest:
+    # Graders get a HOME and TMPDIR of their own (`state`, from grading_state): nothing
+    # the agent left in its own (a planted config file, say) takes part in grading.
+    # Setup prepares the agent's.
+    home, tmp = state or (workspace.home, workspace.tmp)
     # Setup has its own network allowance (installing the project, say): that sandbox only.
     network = task.setup.network if purpose == "setup" and task.setup else task.network
     return SandboxRequest(workspace.root, home, tmp, sandbox_environment(home, tmp),
@@ -350,10 +350,16 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
         # The model never answered: the workspace is the seed, and grading it would only
         # add failures that are not the agent's (a missing file, say) to the error.
         return _result(task, ERROR, [], agent, workspace, attempt)
+
+    async def open_grading() -> Sandbox:
+        # The graders' own HOME and TMPDIR are made off the event loop (two directories).
+        state = await asyncio.to_thread(grading_state, workspace)
+        return await open_sandbox(prepared.sandbox, _sandbox_request(
+            task, workspace, prepared, name, "grading", state))
+
     try:
-        checks = await grade_attempt(
-            task, workspace, agent, verify, prepared.registry, lambda: open_sandbox(
-                prepared.sandbox, _sandbox_request(task, workspace, prepared, name, "grading")))
+        checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,
+                                     open_grading)
     except GradingSandboxFailed as exc:
         return _sandbox_failure(task, workspace, attempt, exc.__cause__ or exc)
     if budget is not None:

@@ -30,9 +30,8 @@ async def prepare_workspace(task: Task, workspace: Workspace) -> dict[str, str |
     """Seed the workspace and compute its verify files (path -> content, None to delete).
     Raises SetupFailed, recorded in the ledger."""
     try:
-        if task.source is None and task.verify_patch is None:
-            seed_workspace(workspace, task.files)  # inline files only: no thread needed
-            return dict(task.verify_files)
+        # Creating files and hashing them block: never on the event loop, even for a
+        # few inline files (a file costs a few hundred microseconds on some disks).
         await asyncio.to_thread(seed_workspace, workspace, task.files, task.source)
         patched = await asyncio.to_thread(patched_files, workspace.seed_path,
                                           task.verify_patch) if task.verify_patch else {}

@@ -7,7 +7,6 @@ by `evalctl.run_process`, and `close()` killing whatever the attempt still runs.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 from collections.abc import Mapping, Sequence
@@ -104,6 +103,8 @@ class BwrapSandbox:
                                          output_limit=output_limit)
 
     async def close(self) -> None:
+        import asyncio  # here, not at the top: `evalctl list-plugins` never needs it
+
         await asyncio.to_thread(self.jail.close)
 
 
@@ -123,6 +124,8 @@ async def create(request: evalctl.SandboxRequest) -> BwrapSandbox:
             hidden=_hidden_paths())
         jail.open()
         return jail
+
+    import asyncio  # here, not at the top: `evalctl list-plugins` never needs it
 
     # Off the event loop: resolving the attempt's paths and setting up its cgroups are
     # file-system work that would otherwise hold up every other attempt.

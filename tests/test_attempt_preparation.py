@@ -1,0 +1,99 @@
+"""An attempt's file-system work (its directories, seed, ledger, the graders' HOME and
+TMPDIR, the integrity checks' hashing) runs off the event loop, and what it makes is
+exactly what the synchronous path makes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from evalctl._agent import runtime
+from evalctl._plugin.registry import get_registry
+from evalctl._run import grading, runner, setup
+from evalctl._run.runner import RunOptions, execute, prepare_run
+from evalctl._suite.loader import load_suite
+from evalctl._workspace import create_workspace, new_run_directory
+
+SUITE = """\
+- id: seeded
+  prompt: Write out.txt.
+  files:
+    seed.txt: |
+      one
+      two
+    deep/er/notes.md: "# notes"
+  protected:
+    - seed.txt
+  checks:
+    - type: file_exists
+      path: out.txt
+    - type: command
+      command: grep -q done out.txt
+  script:
+    - tool_calls:
+        - tool: bash
+          input:
+            command: echo done > out.txt
+    - text: Wrote out.txt.
+"""
+
+
+def tree(root: Path) -> dict[str, str | None]:
+    """Every path under `root`: a file's text, None for a directory."""
+    return {str(p.relative_to(root)): None if p.is_dir() else p.read_text()
+            for p in sorted(root.rglob("*"))}
+
+
+def test_an_attempts_file_system_work_runs_off_the_event_loop(tmp_path, write_suite,
+                                                              monkeypatch):
+    """Each blocking step of preparing and finishing an attempt is called in a worker
+    thread, never on the thread that runs the event loop."""
+    where: dict[str, list[bool]] = {}
+
+    def recorded(name, function):
+        def wrapper(*args, **kwargs):
+            where.setdefault(name, []).append(threading.current_thread()
+                                              is threading.main_thread())
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(runner, "new_workspace", recorded("workspace", runner.new_workspace))
+    monkeypatch.setattr(grading, "_before_grading", recorded("before grading",
+                                                             grading._before_grading))
+    monkeypatch.setattr(runner, "grading_state", recorded("grading state",
+                                                          runner.grading_state))
+    monkeypatch.setattr(setup, "seed_workspace", recorded("seed", setup.seed_workspace))
+    monkeypatch.setattr(runtime, "Ledger", recorded("ledger", runtime.Ledger))
+    registry = get_registry()
+    suite = load_suite(write_suite(SUITE), registry)
+    prepared = prepare_run(suite, registry, RunOptions(out_dir=tmp_path / "out",
+                                                       sandbox="local", repeat=3))
+    result = asyncio.run(execute(prepared))
+    assert [t.status for t in result.tasks] == ["passed"] * 3
+    assert where == {name: [False] * 3 for name in
+                     ("workspace", "seed", "ledger", "before grading", "grading state")}
+
+
+def test_an_attempt_made_by_the_run_is_the_one_made_synchronously(tmp_path, write_suite):
+    """The workspace and its seed copy a run makes (off the loop) hold what
+    create_workspace makes for the same task, the state and ledger sit where they
+    always have, and the graders got a HOME and TMPDIR of their own."""
+    registry = get_registry()
+    suite = load_suite(write_suite(SUITE), registry)
+    prepared = prepare_run(suite, registry, RunOptions(out_dir=tmp_path / "out",
+                                                       sandbox="local"))
+    (attempt,) = asyncio.run(execute(prepared)).tasks
+    assert attempt.status == "passed", attempt
+    run_dir = Path(attempt.workspace).parent
+    reference = create_workspace(new_run_directory(tmp_path / "reference"), "seeded",
+                                 suite.tasks[0].files)
+
+    made = tree(run_dir / "seeded")
+    assert made.pop("out.txt") == "done\n"  # the agent's work; the rest is the seed
+    assert made == tree(reference.root)
+    assert tree(run_dir / ".seed" / "seeded") == tree(reference.seed_path)
+    assert Path(attempt.ledger) == run_dir / ".ledgers" / "seeded.jsonl"
+    assert Path(attempt.ledger).read_text().count('"event"') >= 3
+    state = sorted(p.name for p in (run_dir / ".state" / "seeded").iterdir())
+    assert state == ["grading-home", "grading-tmp", "home", "tmp"]

@@ -1,0 +1,147 @@
+"""Supervised child processes (`evalctl.run_process`): watched through pidfds where Linux
+has them (no thread per child), reaped, killed with their group on timeout and on
+cancellation, fed their standard input; and the same without pidfds."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from evalctl import run_process
+from evalctl._process import _spawn_pool
+
+ENV = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"}
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def bash(script: str, tmp_path: Path, timeout: float = 30, **kwargs):
+    return run_process(["bash", "-c", script], cwd=tmp_path, env=ENV, timeout=timeout,
+                       **kwargs)
+
+
+def assert_reaped(pid: int) -> None:
+    """`pid` was a child of this process and is no longer: waited for, not a zombie."""
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+@pytest.fixture(params=["pidfd", "thread"])
+def watcher(request, monkeypatch):
+    """Each test runs with pidfds, and once more as on a platform without them."""
+    if request.param == "pidfd" and not hasattr(os, "pidfd_open"):
+        pytest.skip("this platform has no pidfds")
+    if request.param == "thread":
+        def no_pidfds(pid, flags=0):
+            raise OSError(38, "Function not implemented")
+
+        monkeypatch.setattr(os, "pidfd_open", no_pidfds, raising=False)
+    return request.param
+
+
+def test_every_child_is_reaped_with_its_exit_code(tmp_path, watcher):
+    async def main():
+        return await asyncio.gather(*(bash(f"echo $$; exit {n % 4}", tmp_path)
+                                      for n in range(40)))
+
+    results = run(main())
+    assert [r.exit_code for r in results] == [n % 4 for n in range(40)]
+    for result in results:
+        assert_reaped(int(result.stdout))
+
+
+def test_a_child_killed_by_a_signal_reports_the_signal(tmp_path, watcher):
+    result = run(bash("kill -TERM $$", tmp_path))
+    assert (result.exit_code, result.timed_out) == (-15, False)
+
+
+def test_no_thread_is_started_per_child(tmp_path):
+    """With pidfds, sixty children at once cost no thread each: the only threads are
+    the few that start processes (the spawn pool, sized to the machine)."""
+    if not hasattr(os, "pidfd_open"):
+        pytest.skip("this platform has no pidfds")
+    before = threading.active_count()
+    most = 0
+
+    async def sample(stop: asyncio.Event) -> None:
+        nonlocal most
+        while not stop.is_set():
+            most = max(most, threading.active_count())
+            await asyncio.sleep(0.01)
+
+    async def main():
+        stop = asyncio.Event()
+        sampler = asyncio.create_task(sample(stop))
+        results = await asyncio.gather(*(bash("sleep 0.5", tmp_path) for _ in range(60)))
+        stop.set()
+        await sampler
+        return results
+
+    results = run(main())
+    assert all(r.exit_code == 0 for r in results)
+    assert most - before <= _spawn_pool()._max_workers, (before, most)
+
+
+def test_a_timeout_kills_the_group_and_reaps_the_child(tmp_path, watcher):
+    marker = tmp_path / "survivor"
+    started = time.monotonic()
+    result = run(bash(f"echo $$ > pid; (sleep 2; touch {marker}) & sleep 30", tmp_path,
+                      timeout=0.5))
+    assert result.timed_out and result.exit_code is None
+    assert time.monotonic() - started < 10
+    assert_reaped(int((tmp_path / "pid").read_text()))
+    time.sleep(2.5)
+    assert not marker.exists(), "a child of the group outlived the timeout"
+
+
+def test_a_cancelled_command_is_killed_and_reaped(tmp_path, watcher):
+    marker = tmp_path / "survivor"
+
+    async def main():
+        running = asyncio.create_task(bash(f"echo $$ > pid; (sleep 2; touch {marker}) & "
+                                           "sleep 30", tmp_path))
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "pid").exists() or not (tmp_path / "pid").read_text():
+            assert time.monotonic() < deadline, "the command never started"
+            await asyncio.sleep(0.02)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    started = time.monotonic()
+    run(main())
+    assert time.monotonic() - started < 10
+    assert_reaped(int((tmp_path / "pid").read_text()))
+    time.sleep(2.5)
+    assert not marker.exists(), "a child of the group outlived the cancellation"
+
+
+def test_standard_input_is_fed_whole_and_an_unread_one_does_not_hang(tmp_path, watcher):
+    data = "x" * 1_000_000  # far more than a pipe holds
+    counted = run(bash("wc -c", tmp_path, stdin=data))
+    assert (counted.exit_code, counted.stdout.strip()) == (0, str(len(data)))
+    ignored = run(bash("exit 0", tmp_path, stdin=data, timeout=10))
+    assert (ignored.exit_code, ignored.timed_out) == (0, False)
+
+
+def test_output_and_errors_are_kept_apart_or_merged(tmp_path, watcher):
+    apart = run(bash("echo out; echo err >&2", tmp_path))
+    assert (apart.stdout, apart.stderr) == ("out\n", "err\n")
+    merged = run(bash("echo out; echo err >&2", tmp_path, merge_stderr=True))
+    assert (merged.stdout, merged.stderr) == ("out\nerr\n", "")
+
+
+def test_a_command_that_cannot_start_raises_and_leaks_no_descriptor(tmp_path, watcher):
+    before = len(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").is_dir() else None
+    for _ in range(5):
+        with pytest.raises(FileNotFoundError):
+            run(run_process(["/no/such/program"], cwd=tmp_path, env=ENV, timeout=5))
+    if before is not None:
+        assert len(os.listdir("/proc/self/fd")) <= before
