@@ -426,6 +426,13 @@ TRICKY_DOCUMENTS = [
 ]
 
 
+# Batches of several items each (contiguous items are parsed as one document), with
+# comments and blank lines between them.
+TRICKY_DOCUMENTS.append("name: many\ntasks:\n" + "".join(
+    f"  # item {i}\n\n  - id: t{i}\n    prompt: |\n      line {i}\n\n    checks:\n"
+    f"      - type: file_exists\n        path: f{i}\n" for i in range(9)))
+
+
 @pytest.mark.parametrize("text", TRICKY_DOCUMENTS + [p.read_text() for p in
                                                    sorted(SUITES.glob("*.yaml"))])
 def test_parsing_item_by_item_equals_parsing_the_whole_document(text):

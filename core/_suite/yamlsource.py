@@ -177,32 +177,14 @@ def _dedent(line: str, indent: int) -> str:
     return body[indent:] + line[len(body):] if body[:indent].strip() == "" else line
 
 
-def _parse_items(batch: list[tuple[int, str]], label: str) -> list[Located]:
-    return [parse_document(chunk, label, line_offset=start) for start, chunk in batch]
+def _parse_batch(batch: list[tuple[int, str]], label: str) -> Located:
+    """Contiguous task items parsed as one list document, at their own lines: setting up
+    a loader costs more than parsing an item, so it is done once per batch."""
+    return parse_document("".join(chunk for _, chunk in batch), label,
+                          line_offset=batch[0][0])
 
 
 def _parse_split(split: SplitDocument, label: str) -> Located:
-    workers = min(os.cpu_count() or 1, 4)
-    batches = [split.items[i::workers] for i in range(workers)]
-    parsed: list[Located]
-    # Forking copies only the calling thread: safe while evalctl has no other thread (the
-    # CLI loads a suite before its event loop starts); otherwise parse here, serially.
-    # Measured on 2 cores: 1,000 tasks in 1.33 s forked against 1.95 s serially.
-    import threading
-
-    if workers > 1 and "fork" in multiprocessing.get_all_start_methods() and \
-            threading.active_count() == 1:
-        from concurrent.futures import ProcessPoolExecutor
-
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(workers, mp_context=context) as pool:
-            results = list(pool.map(_parse_items, batches, [label] * workers))
-        parsed = [None] * len(split.items)  # type: ignore[list-item]
-        for offset, batch_result in enumerate(results):
-            parsed[offset::workers] = batch_result
-    else:
-        parsed = _parse_items(split.items, label)
-
     if split.header is None:
         located = Located([])
         located.lines[()] = 1
@@ -213,15 +195,44 @@ def _parse_split(split: SplitDocument, label: str) -> Located:
             raise YamlSyntaxError(1, "unexpected header shape")  # let the full parse decide
         located.data["tasks"] = []
         base = ("tasks",)
-    for index, item in enumerate(parsed):
-        if not isinstance(item.data, list) or len(item.data) != 1:
-            raise YamlSyntaxError(1, "unexpected item shape")
-        (located.data["tasks"] if base else located.data).append(item.data[0])
-        for mapping, target in ((item.lines, located.lines), (item.key_lines,
-                                                              located.key_lines)):
+    tasks = located.data["tasks"] if base else located.data
+
+    workers = min(os.cpu_count() or 1, 4)
+    # Forking copies only the calling thread: safe while evalctl has no other thread (the
+    # CLI loads a suite before its event loop starts); otherwise parse here, in one go.
+    import threading
+
+    forking = workers > 1 and "fork" in multiprocessing.get_all_start_methods() and \
+        threading.active_count() == 1
+    size = -(-len(split.items) // (workers if forking else 1))
+    batches = [split.items[i:i + size] for i in range(0, len(split.items), size)]
+    first = 0  # the index, in the whole suite, of a batch's first item
+
+    def merge(batch: list[tuple[int, str]], parsed: Located) -> None:
+        # Each batch's result is merged as it arrives and then dropped: holding them all
+        # beside the merged copy doubled the peak memory of a large suite.
+        nonlocal first
+        if not isinstance(parsed.data, list) or len(parsed.data) != len(batch):
+            raise YamlSyntaxError(1, "unexpected item shape")  # let the full parse decide
+        tasks.extend(parsed.data)
+        for mapping, target in ((parsed.lines, located.lines), (parsed.key_lines,
+                                                                located.key_lines)):
             for path, line in mapping.items():
-                if path and path[0] == 0:
-                    target[(*base, index, *path[1:])] = line
+                if path:
+                    target[(*base, first + int(path[0]), *path[1:])] = line
+        first += len(batch)
+
+    if forking:
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(len(batches), mp_context=context) as pool:
+            for batch, parsed in zip(batches, pool.map(_parse_batch, batches,
+                                                       [label] * len(batches)), strict=True):
+                merge(batch, parsed)
+    else:
+        for batch in batches:
+            merge(batch, _parse_batch(batch, label))
     return located
 
 
