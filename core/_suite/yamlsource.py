@@ -91,10 +91,11 @@ PARALLEL_THRESHOLD = 200  # task items; below this, worker start-up costs more t
 def parse(text: str, label: str) -> Located:
     """Parse one suite document; raise YamlSyntaxError with the line of the problem.
 
-    A large suite is parsed item by item, in parallel where there are cores to spare:
-    the pure-Python YAML parser dominates loading, and top-level task items are
-    independent. Any problem falls back to parsing the whole document, so errors are
-    exactly the whole-document parser's.
+    A large suite is cut at its task items and parsed in parallel where there are cores
+    to spare (one contiguous run of items per worker process): the pure-Python YAML
+    parser dominates loading, and top-level task items are independent. Any problem
+    falls back to parsing the whole document, so errors are exactly the whole-document
+    parser's.
     """
     split = split_tasks(text)
     if split is None or len(split.items) < PARALLEL_THRESHOLD:
