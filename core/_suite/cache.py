@@ -16,7 +16,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-FORMAT = "4"  # 3: source_lines; 4: entries carry their key and a digest
+# 3: source_lines; 4: entries carry their key and a digest; 5: the digest is of the
+# value's stored text (a header line, then the value), so checking it re-encodes nothing
+FORMAT = "5"
 
 
 def cache_dir() -> Path:
@@ -35,24 +37,29 @@ def cache_key(raw: bytes, schema_digest: str, rule_inputs: list[str]) -> str:
     return digest.hexdigest()
 
 
-def _digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def read(key: str) -> dict[str, Any] | None:
-    """The cached value for `key`, or None: absent, unreadable, or failing verification."""
+    """The cached value for `key`, or None: absent, unreadable, or failing verification.
+
+    An entry is a header line (`{"key": ..., "digest": ...}`) and the value's JSON text
+    after it; the digest is of that text as stored, so a 10,000-task entry is checked
+    by hashing its bytes, not by encoding the whole value again."""
     if os.environ.get("EVALCTL_NO_CACHE"):
         return None
     try:
-        entry = json.loads((cache_dir() / f"{key}.json").read_text(encoding="utf-8"))
+        text = (cache_dir() / f"{key}.json").read_text(encoding="utf-8")
+        header_text, _, value_text = text.partition("\n")
+        header = json.loads(header_text)
+        if not isinstance(header, dict) or header.get("key") != key or \
+                header.get("digest") != _digest(value_text):
+            return None
+        value = json.loads(value_text)
     except (OSError, ValueError):
         return None
-    if not isinstance(entry, dict) or entry.get("key") != key:
-        return None
-    value = entry.get("value")
-    if not isinstance(value, dict) or entry.get("digest") != _digest(value):
-        return None
-    return value
+    return value if isinstance(value, dict) else None
 
 
 def write(key: str, value: dict[str, Any]) -> None:
@@ -60,7 +67,8 @@ def write(key: str, value: dict[str, Any]) -> None:
         return
     from evalctl._files import write_atomically
 
-    entry = {"key": key, "digest": _digest(value), "value": value}
     # A cache that cannot be written only costs speed.
     with contextlib.suppress(OSError, ValueError):
-        write_atomically(cache_dir() / f"{key}.json", json.dumps(entry))
+        value_text = json.dumps(value)  # ASCII: no newline can appear inside it
+        header = json.dumps({"key": key, "digest": _digest(value_text)})
+        write_atomically(cache_dir() / f"{key}.json", header + "\n" + value_text)
