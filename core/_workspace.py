@@ -72,14 +72,19 @@ class Workspace:
 
 
 def new_run_directory(base: str | os.PathLike[str] = "eval_reports") -> Path:
-    """eval_reports/workspaces-<timestamp>/, unique even for runs started together."""
+    """eval_reports/workspaces-<timestamp>/, unique even for runs started together.
+
+    Only its owner may enter it: while an attempt runs, its workspace holds whatever the
+    agent made there (a setuid copy of a program, when evalctl runs as root, or a file
+    any user could edit before the graders read it), and nobody else should reach that.
+    """
     base_path = Path(base)
     base_path.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for attempt in range(1, 10_000):
         candidate = base_path / (f"workspaces-{stamp}" + (f"-{attempt}" if attempt > 1 else ""))
         try:
-            candidate.mkdir()
+            candidate.mkdir(mode=0o700)
         except FileExistsError:
             continue
         return candidate.resolve()

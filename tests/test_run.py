@@ -488,3 +488,13 @@ def test_an_output_directory_that_cannot_be_created_is_a_usage_error(tmp_path):
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--out", "afile/sub")
     assert result.exit_code == 2
     assert "cannot create a run directory under afile/sub" in result.output
+
+
+def test_only_the_owner_may_enter_a_run_directory(tmp_path: Path) -> None:
+    """Found by an attacker: while an attempt ran, any local user could reach its workspace
+    and execute a setuid-root copy of a program the agent made there (evalctl as root)."""
+    from evalctl._workspace import new_run_directory
+
+    run_dir = new_run_directory(tmp_path / "reports")
+    assert run_dir.stat().st_mode & 0o077 == 0, oct(run_dir.stat().st_mode)
+    assert run_dir.stat().st_mode & 0o700 == 0o700

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import select
+import shlex
 import shutil
 import socket
 import struct
@@ -397,12 +398,10 @@ def test_wrap_argv_shape(make_jail: Callable[..., bs.BwrapJail], layout: Layout)
         assert flag in bwrap_args
     assert bwrap_args[bwrap_args.index("--cap-drop") + 1] == "ALL"
     host_side = argv[:bwrap_at]
-    if jail.cgroup_dirs:
-        assert host_side[:2] == ["/bin/sh", "-c"] and host_side[3] == "evalctl-sandbox"
-        assert all(str(path / "cgroup.procs") in host_side[2]
-                   for path in jail.cgroup_dirs.values())
-        host_side = host_side[4:]
-    assert host_side == [] or "prlimit" in host_side[0], host_side
+    assert host_side[:2] == ["/bin/sh", "-c"] and host_side[3] == "evalctl-sandbox"
+    assert all(str(path / "cgroup.procs") in host_side[2] for path in jail.cgroup_dirs.values())
+    assert f"{bs.SECCOMP_FD}< " in host_side[2]  # the seccomp filter, for --seccomp
+    assert host_side[4:] == [] or "prlimit" in host_side[4], host_side
     assert bwrap_args[-7:-3] == ["--", "/bin/sh", "-c", bwrap_args[-4]]
     assert bwrap_args[-3:] == ["evalctl-init", "echo", "hi"]
     init = bwrap_args[-4]  # limits first, then the command as pid 1's child
@@ -1094,11 +1093,62 @@ def test_no_setuid_file_survives_the_attempt(make_jail: Callable[..., bs.BwrapJa
     jail = make_jail()
     done = run(jail, "cp /usr/bin/id ./id-copy && chmod 6755 ./id-copy && "
                      "stat -c %a ./id-copy; mkdir -p $HOME/bin && cp ./id-copy $HOME/bin/ && "
-                     "chmod 4755 $HOME/bin/id-copy")
+                     "chmod 4755 $HOME/bin/id-copy; mkdir sgdir && chmod 2777 sgdir && "
+                     "chmod g+s .")
     assert done.stdout.strip() == "6755", done.stdout + done.stderr
     jail.close()
     for path in (layout.workspace / "id-copy", layout.home / "bin" / "id-copy"):
         assert path.stat().st_mode & 0o7777 == 0o755, oct(path.stat().st_mode)
+    # Found by an attacker: setgid directories (and the workspace itself) kept the bit.
+    assert (layout.workspace / "sgdir").stat().st_mode & 0o7777 == 0o777
+    assert not layout.workspace.stat().st_mode & 0o6000
+
+
+def test_the_kernel_keyrings_are_out_of_reach(make_jail: Callable[..., bs.BwrapJail]) -> None:
+    """Found by an attacker: keyrings are not namespaced, and with the sandbox's uid the
+    harness's own, code inside added keys to the host user's keyrings by serial number
+    (a channel between attempts) and unlinked the host's keys."""
+    jail = make_jail()
+    code = ("import ctypes, os\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "calls = {'keyctl': (250, 0, -3, 0), 'add_key': (248, b'user', b'x', b'p', 1, -3),\n"
+            "         'request_key': (249, b'user', b'x', None, -3)}\n"
+            "for name, args in calls.items():\n"
+            "    result = libc.syscall(*args)\n"
+            "    print(name, result, os.strerror(ctypes.get_errno()))\n")
+    if os.uname().machine != "x86_64":
+        pytest.skip("the syscall numbers in this test are x86_64's")
+    done = run(jail, f"python3 -c {shlex.quote(code)}; grep Seccomp: /proc/self/status")
+    assert done.stdout.splitlines() == [
+        "keyctl -1 Operation not permitted", "add_key -1 Operation not permitted",
+        "request_key -1 Operation not permitted", "Seccomp:\t2"], done.stdout + done.stderr
+
+
+@pytest.mark.skipif(not HAS_CGROUPS, reason="no writable cgroup on this machine")
+def test_a_cgroup_still_charged_with_memory_is_not_reused(layout: Layout) -> None:
+    """Found by an attacker: memory an attempt left charged (a memfd held by another
+    process) went with its reused cgroup to the next attempt, which was OOM-killed."""
+    bs._CGROUP_POOL.drain()
+    first = bs.BwrapJail(layout.workspace, layout.home, layout.tmp, bs.BwrapOptions())
+    first.open()
+    cgroups = first.cgroup_dirs
+    memory = cgroups.get("memory", cgroups.get("unified"))
+    if memory is None or not any((memory / name).exists()
+                                 for name in ("memory.usage_in_bytes", "memory.current")):
+        first.close()
+        pytest.skip("no memory controller here")
+    done = run(first, "head -c 100000000 /dev/zero > big && echo written")
+    assert done.stdout == "written\n", done.stderr
+    assert first._charged_bytes() > bs.POOL_MAX_CHARGE  # the file's page cache
+    first.close()
+    (layout.workspace / "big").unlink()
+    second = bs.BwrapJail(layout.workspace, layout.home, layout.tmp, bs.BwrapOptions())
+    second.open()
+    try:
+        assert second.cgroup_dirs != cgroups
+    finally:
+        second.close()
+        bs._CGROUP_POOL.drain()
 
 
 @pytest.fixture
@@ -1153,3 +1203,35 @@ def test_setid_bits_are_cleared_however_deep_or_long_the_path(deep_root: Path) -
         fd = child
     assert os.stat("deep", dir_fd=fd).st_mode & 0o7777 == 0o755
     os.close(fd)
+
+
+def test_jails_opened_at_once_in_a_fresh_process_all_work(tmp_path: Path) -> None:
+    """Jails are built in worker threads: the first ones of a process used to race to
+    assemble the shared /etc ("File exists"), and the attempts that lost failed."""
+    script = f"""
+import sys, threading
+from pathlib import Path
+from evalctl.plugins.sandboxes import bwrap_jail as bs
+base = Path({str(tmp_path)!r})
+failures = []
+def one(index):
+    layout = [base / f"{{name}}{{index}}" for name in ("ws", "home", "tmp")]
+    for path in layout:
+        path.mkdir()
+    jail = bs.BwrapJail(*layout, bs.BwrapOptions())
+    try:
+        jail.open()
+        jail.close()
+    except Exception as exc:
+        failures.append(repr(exc))
+threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+print(failures)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout

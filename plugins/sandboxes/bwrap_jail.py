@@ -45,9 +45,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -133,11 +134,34 @@ SANDBOX_INIT_NAME = "evalctl-init"
 # Exit status of the sh wrapper when it cannot apply a limit (it fails closed).
 WRAPPER_FAILED = 125
 
+# The descriptor the seccomp filter reaches bwrap on.
+SECCOMP_FD = 3
+
 _BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap")
 
 
 class SandboxError(RuntimeError):
     """The sandbox cannot be set up as asked."""
+
+
+# Jails are built in worker threads, several at once: what is worked out once per process
+# (and may make files, such as the shared /etc) is worked out under one lock.
+_ONCE_LOCK = threading.RLock()
+_T = TypeVar("_T")
+
+
+def _once(function: Callable[..., _T]) -> Callable[..., _T]:
+    """functools.cache, with the first computation of each value made under _ONCE_LOCK."""
+    cached = functools.lru_cache(maxsize=64)(function)
+
+    @functools.wraps(function)
+    def once(*args: Any) -> _T:
+        with _ONCE_LOCK:
+            return cached(*args)
+
+    once.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+    once.cache_info = cached.cache_info  # type: ignore[attr-defined]
+    return once
 
 
 # --------------------------------------------------------------------------- bwrap itself
@@ -209,6 +233,10 @@ def _probe_with(bwrap: str | None) -> str | None:
     """probe() without the cache, for a given bwrap path (None: not installed)."""
     if bwrap is None:
         return "bwrap not found; install the bubblewrap package (apt-get install bubblewrap)"
+    try:
+        seccomp_filter()
+    except SandboxError as exc:
+        return str(exc)
     true = shutil.which("true", path="/usr/bin:/bin") or "/usr/bin/true"
     argv = [bwrap, *_namespace_args(bwrap, network=False), *_system_mounts()]
     argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--", true]
@@ -224,7 +252,7 @@ def _probe_with(bwrap: str | None) -> str | None:
     return lines[0] if lines else f"{bwrap} exited with status {done.returncode}"
 
 
-@functools.cache
+@_once
 def probe() -> str | None:
     """None when bwrap can run a trivial command here; else a one-line reason.  Cached."""
     return _probe_with(_find_bwrap())
@@ -409,7 +437,7 @@ def _prepare_v2_parent(parent: Path) -> str | None:
     return _try_child(parent, "pids.max" if "pids" in wanted else "memory.max")
 
 
-@functools.cache
+@_once
 def _machine_cgroups() -> CgroupSetup:
     return detect_cgroups()
 
@@ -645,14 +673,55 @@ def _remove_if_creator(directory: Path, creator: int) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-@functools.cache
-def _shared_etc() -> tuple[Path, tuple[_Mount, ...]]:
-    """The sandbox's /etc, assembled once per process (it is the same for every jail, and
-    creating ~40 files costs ~15 ms here), and the binds over it.  Removed at exit."""
+@_once
+def _shared_dir() -> Path:
+    """A directory of this process's for what every jail shares (never mounted itself).
+    Removed at exit."""
     directory = Path(tempfile.mkdtemp(prefix="evalctl-bwrap-"))
     atexit.register(_remove_if_creator, directory, os.getpid())
-    binds = _assemble_etc(directory / "etc")
-    return directory / "etc", tuple(binds)
+    return directory
+
+
+@_once
+def _shared_etc() -> tuple[Path, tuple[_Mount, ...]]:
+    """The sandbox's /etc, assembled once per process (it is the same for every jail, and
+    creating ~40 files costs ~15 ms here), and the binds over it."""
+    binds = _assemble_etc(_shared_dir() / "etc")
+    return _shared_dir() / "etc", tuple(binds)
+
+
+# The kernel's keyrings are not namespaced: with the sandbox's uid the harness's own, code
+# inside could add keys to, read from and unlink keys in the harness user's keyrings by
+# serial number (an attacker did: a channel between attempts, and deletion of the host's
+# keys).  Nothing a task needs uses them; Docker's default profile refuses them too.
+BLOCKED_SYSCALLS = ("add_key", "request_key", "keyctl")
+
+
+class SeccompUnavailable(SandboxError):
+    """libseccomp cannot be loaded, so the filter cannot be built."""
+
+
+@_once
+def seccomp_filter() -> Path:
+    """The BPF program bwrap loads (--seccomp): BLOCKED_SYSCALLS fail with EPERM, calls of
+    another architecture's ABI kill the caller (libseccomp's default), all else is
+    allowed. Built once per process with libseccomp, which knows each architecture's
+    numbers."""
+    import errno
+
+    try:
+        import pyseccomp
+    except (ImportError, RuntimeError, OSError) as exc:  # RuntimeError: no libseccomp
+        raise SeccompUnavailable(
+            f"libseccomp cannot be loaded ({exc}); install it (Debian/Ubuntu: apt-get "
+            "install libseccomp2; Fedora: dnf install libseccomp)") from exc
+    program = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    for name in BLOCKED_SYSCALLS:
+        program.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+    path = _shared_dir() / "seccomp.bpf"
+    with open(path, "wb") as out:
+        program.export_bpf(out)
+    return path
 
 
 def _within(path: str, ancestor: str) -> bool:
@@ -710,7 +779,7 @@ class _BasePlan:
     covers: tuple[str, ...]
 
 
-@functools.lru_cache(maxsize=32)
+@_once
 def _base_plan(ro_paths: tuple[str, ...], hidden: tuple[Path, ...]) -> _BasePlan:
     """Worked out once per process and option set: globbing /etc, resolving paths and
     checking they exist would otherwise be repeated for every sandbox of every attempt."""
@@ -816,7 +885,7 @@ class BwrapJail:
         down with it, --die-with-parent).
         """
         if self._cgroup_dirs:
-            if self._kill_cgroup_members():
+            if self._kill_cgroup_members() and self._charged_bytes() <= POOL_MAX_CHARGE:
                 _CGROUP_POOL.give(self._pool_key(), self._cgroup_dirs)
             else:
                 for path in self._cgroup_dirs.values():
@@ -900,6 +969,7 @@ class BwrapJail:
             _Mount("rw", str(self.workspace), self.workspace),
         ]
         args = _namespace_args(self._bwrap, self.options.network)
+        args += ["--seccomp", str(SECCOMP_FD)]  # opened by the host-side sh (_build_prefix)
         args += ["--proc", "/proc", *PROC_COVERS, "--dev", "/dev"]
         for mount in _order_mounts(mounts):
             args += mount.args()
@@ -927,24 +997,23 @@ class BwrapJail:
         ])
 
     def _build_prefix(self) -> list[str]:
-        """What starts bwrap on the host: `sh -c SCRIPT` joining the attempt's cgroups (so
-        bwrap and everything it starts are counted and killed with them), and `prlimit` for
-        what no cgroup controller limits.  Empty when neither is needed.
+        """What starts bwrap on the host: `sh -c SCRIPT` that joins the attempt's cgroups
+        (so bwrap and everything it starts are counted and killed with them) and opens the
+        seccomp filter for bwrap to read, then `prlimit` for what no cgroup controller
+        limits.
 
         Exec it with env={} (BwrapSandbox.run does): bwrap and this sh then carry nothing
         of the harness's environment, and --clearenv builds the sandbox's from nothing.
         """
-        prefix: list[str] = []
-        if self._cgroup_dirs:
-            lines = []
-            for path in self._cgroup_dirs.values():
-                procs = shlex.quote(str(path / "cgroup.procs"))
-                lines.append(
-                    f"{{ echo $$ > {procs}; }} 2>/dev/null || {{ echo 'evalctl sandbox: cannot "
-                    f"join cgroup {path}' >&2; exit {WRAPPER_FAILED}; }}"
-                )
-            lines.append('exec "$@"')
-            prefix = ["/bin/sh", "-c", "\n".join(lines), "evalctl-sandbox"]
+        lines = []
+        for path in self._cgroup_dirs.values():
+            procs = shlex.quote(str(path / "cgroup.procs"))
+            lines.append(
+                f"{{ echo $$ > {procs}; }} 2>/dev/null || {{ echo 'evalctl sandbox: cannot "
+                f"join cgroup {path}' >&2; exit {WRAPPER_FAILED}; }}"
+            )
+        lines.append(f'exec "$@" {SECCOMP_FD}< {shlex.quote(str(seccomp_filter()))}')
+        prefix = ["/bin/sh", "-c", "\n".join(lines), "evalctl-sandbox"]
 
         # Without the cgroup controller, fall back to the per-process rlimit (see limits).
         enforced = self._cgroups.controllers if self._cgroup_dirs else frozenset()
@@ -995,6 +1064,21 @@ class BwrapJail:
                             _write(path / "memory.swap.max", "0")
         except OSError as exc:
             raise SandboxError(f"cannot set up the attempt's cgroups: {exc}") from exc
+
+    def _charged_bytes(self) -> int:
+        """Memory still charged to the attempt's memory cgroup once its processes are
+        gone: page cache of the files it wrote, and memory that lives on in another
+        process (a memfd handed over a socket, say). A cgroup carrying much of it is not
+        given to the next attempt, whose limit it would eat into."""
+        for controller, name in (("memory", "memory.usage_in_bytes"),
+                                 ("unified", "memory.current")):
+            path = self._cgroup_dirs.get(controller)
+            if path is not None and (path / name).exists():
+                try:
+                    return int(_read(path / name))
+                except (OSError, ValueError):
+                    return POOL_MAX_CHARGE + 1  # unknown: not reused
+        return 0
 
     def _members(self) -> set[int]:
         pids: set[int] = set()
@@ -1054,10 +1138,12 @@ class BwrapJail:
 
 
 def strip_setid_bits(root: Path) -> None:
-    """Clear the setuid and setgid bits of every regular file under `root`, however deep
-    or long-named its directories: the walk holds one directory descriptor at a time,
-    descends by name and climbs back by "..", never by path and never recursively. Run
-    it only once nothing can change the tree (the attempt's processes are dead)."""
+    """Clear the setuid and setgid bits of every regular file and directory under `root`
+    (and of `root`), however deep or long-named its directories: the walk holds one
+    directory descriptor at a time, descends by name and climbs back by "..", never by
+    path and never recursively. Run it only once nothing can change the tree (the
+    attempt's processes are dead). A setgid directory would give everything later made
+    in it the directory's group."""
     import stat
 
     setid = stat.S_ISUID | stat.S_ISGID
@@ -1066,6 +1152,10 @@ def strip_setid_bits(root: Path) -> None:
         current = os.open(root, flags)
     except OSError:
         return
+    with contextlib.suppress(OSError):
+        mode = os.fstat(current).st_mode
+        if mode & setid:
+            os.fchmod(current, mode & 0o7777 & ~setid)
     pending: list[list[str]] = []  # per level, the subdirectories still to visit
     try:
         while True:
@@ -1075,6 +1165,8 @@ def strip_setid_bits(root: Path) -> None:
                     with contextlib.suppress(OSError):
                         if entry.is_dir(follow_symlinks=False):
                             subdirs.append(entry.name)
+                            if entry.stat(follow_symlinks=False).st_mode & setid:
+                                _clear_setid(current, entry.name, setid)
                         elif entry.is_file(follow_symlinks=False) and \
                                 entry.stat(follow_symlinks=False).st_mode & setid:
                             _clear_setid(current, entry.name, setid)
@@ -1104,6 +1196,10 @@ def _clear_setid(directory: int, name: str, setid: int) -> None:
         os.fchmod(fd, mode & 0o7777 & ~setid)
     finally:
         os.close(fd)
+
+
+# An emptied attempt cgroup still charged with more memory than this is removed, not kept.
+POOL_MAX_CHARGE = 64 * 1024 * 1024
 
 
 class _CgroupPool:
@@ -1153,7 +1249,7 @@ _CGROUP_POOL = _CgroupPool()
 atexit.register(_CGROUP_POOL.drain)
 
 
-@functools.cache
+@_once
 def _remove_stale_cgroups_once(parents: tuple[Path, ...]) -> None:
     """Once per process: a listing of the parent cgroups per attempt would cost more as
     they fill up."""
