@@ -48,9 +48,10 @@ QUOTE_CONTEXT = 30  # characters before the first difference in a long text
 # --------------------------------------------------------------------------- the key
 
 
-def _assistant_blocks(turn: ModelTurn) -> list[dict[str, Any]]:
+def content_blocks(turn: ModelTurn) -> list[dict[str, Any]]:
     """An assistant turn as Messages API content blocks: the provider's own when it kept
-    them (what it replays), else built from the text and the tool calls."""
+    them (replayed verbatim), else built from its text and tool calls. The proxy answers a
+    CLI agent with these; a cassette keys the built-in loop's requests with them."""
     if isinstance(turn.raw_content, list) and turn.raw_content:
         return [dict(block) for block in turn.raw_content]
     blocks: list[dict[str, Any]] = []
@@ -87,7 +88,7 @@ def request_key(request: ModelRequest, model: str | None = None) -> dict[str, An
         if isinstance(message, UserMessage):
             messages.append({"role": "user", "content": message.text})
         elif isinstance(message, AssistantMessage):
-            messages.append({"role": "assistant", "content": _assistant_blocks(message.turn)})
+            messages.append({"role": "assistant", "content": content_blocks(message.turn)})
         else:
             messages.append({"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": result.call_id,

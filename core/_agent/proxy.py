@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from evalctl._agent.cassette import content_blocks
 from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
 from evalctl._agent.throttle import ModelCalls
 from evalctl._errors import ProviderError
@@ -121,19 +122,6 @@ def usage_block(turn: ModelTurn) -> dict[str, int]:
             "output_tokens": turn.usage.output_tokens,
             "cache_creation_input_tokens": turn.usage.cache_write_tokens,
             "cache_read_input_tokens": turn.usage.cache_read_tokens}
-
-
-def content_blocks(turn: ModelTurn) -> list[dict[str, Any]]:
-    """The turn's content as Messages API blocks: the provider's own when it kept them
-    (replayed verbatim), else built from its text and tool calls."""
-    if isinstance(turn.raw_content, list) and turn.raw_content:
-        return [dict(block) for block in turn.raw_content]
-    blocks: list[dict[str, Any]] = []
-    if turn.text or not turn.tool_calls:
-        blocks.append({"type": "text", "text": turn.text})
-    blocks += [{"type": "tool_use", "id": call.id, "name": call.name,
-                "input": dict(call.arguments)} for call in turn.tool_calls]
-    return blocks
 
 
 def to_api_message(turn: ModelTurn, message_id: str, requested_model: str) -> dict[str, Any]:
