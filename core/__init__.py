@@ -31,6 +31,7 @@ from evalctl._plugin.hookspecs import hookimpl
 from evalctl._plugin.specs import (
     AgentSpec,
     CheckResult,
+    ExecutorSpec,
     GraderSpec,
     ImporterSpec,
     ProviderSpec,
@@ -44,6 +45,8 @@ from evalctl._plugin.types import (
     AgentOutcome,
     AgentResult,
     AssistantMessage,
+    Attempt,
+    ExecutionPlan,
     ExitStatus,
     ImportedSuite,
     ImportProblem,
@@ -89,11 +92,43 @@ def create_provider(name: str, options: Mapping[str, Any] | None = None) -> Any:
     return spec.create(provider_options(spec, options or {}))
 
 
+async def run_portable(payload: Any, *, throttle: Any = None, workspace: bool = True,
+                       host: str | None = None) -> bytes:
+    """Run an attempt that `Attempt.portable()` described, here: for executors that run
+    attempts elsewhere (a cluster's worker), with evalctl and the run's plugins installed
+    in the same versions (an attempt refuses to run otherwise, as an error). The
+    workspace, sandbox, agent and graders are all made here, in a scratch directory that
+    is removed afterwards. Returns the outcome, bytes to hand back to the run's
+    `attempt.accept(outcome)`: the result, the ledger and, unless `workspace` is False,
+    the workspace and its seed copy. `throttle` shares the run's limit on model calls:
+    an object with `async acquire() -> int` and `async release(generation, outcome)`
+    (`evalctl.call_throttle`'s `acquire` and `settle`, reached remotely); None for no
+    limit. `host` names where it ran, for the report (default: this machine's name)."""
+    from evalctl._run.portable import run_portable as run
+
+    return await run(payload, throttle, workspace, host)
+
+
+def call_throttle(ceiling: int) -> Any:
+    """The run's limit on model calls at once, as the `local` executor uses it, for an
+    executor that shares one limit across machines (hosted in one place, such as a Ray
+    actor): at most `ceiling` calls at once, halved when the provider is rate limited and
+    grown back by one per run of successes. `await acquire()` takes a slot and returns its
+    generation; `await settle(generation, outcome)` gives it back with the call's outcome
+    ("ok", "rate_limited", or None) and returns the limit now; `limit` is the limit now."""
+    from evalctl._agent.throttle import CallThrottle
+
+    return CallThrottle(ceiling)
+
+
 __all__ = [
     "AgentContext",
     "AgentLimits",
     "AgentOutcome",
     "AgentSpec",
+    "Attempt",
+    "ExecutionPlan",
+    "ExecutorSpec",
     "CommandResult",
     "Sandbox",
     "SandboxRequest",
@@ -132,6 +167,7 @@ __all__ = [
     "ToolResultsMessage",
     "UsageError",
     "UserMessage",
+    "call_throttle",
     "create_provider",
     "format_money",
     "format_percent",
@@ -141,6 +177,7 @@ __all__ = [
     "open_in_workspace",
     "read_cassettes",
     "resolve_in_workspace",
+    "run_portable",
     "tool_definitions",
     "truncate",
     "walk_files",

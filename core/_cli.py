@@ -73,7 +73,7 @@ def list_plugins(ctx: click.Context, as_json: bool) -> None:
         for record in records:
             provides = "; ".join(f"{kind}: {', '.join(record[kind])}"
                                  for kind in ("graders", "providers", "reporters", "sandboxes",
-                                              "agents", "importers")
+                                              "agents", "importers", "executors")
                                  if record[kind])
             status = record["status"]
             style = {"ok": "green", "failed": "red", "conflict": "red"}.get(status, "yellow")
@@ -308,6 +308,13 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
                    "(repeatable).")
 @click.option("--concurrency", type=click.IntRange(min=1), metavar="N",
               help="Tasks run at once (default: the provider's, 8 scripted, 4 anthropic).")
+@click.option("--executor", metavar="NAME",
+              help="How attempts are scheduled: local (default: here, up to --concurrency "
+                   "at once) or an installed executor, e.g. ray (evalctl-ray: on a Ray "
+                   "cluster's workers).")
+@click.option("--executor-option", "executor_options", multiple=True, metavar="KEY=VALUE",
+              help="An executor setting, e.g. address=auto for ray (repeatable; "
+                   "evalctl list-plugins names the executors).")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report to this path.")
 @click.option("--reporter", "reporters", multiple=True, metavar="NAME",
@@ -330,7 +337,8 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         tags: tuple[str, ...], scripted: bool, provider: str | None, model: str | None,
         provider_options: tuple[str, ...], sandbox: str | None,
         sandbox_options: tuple[str, ...], agent: str | None, agent_options: tuple[str, ...],
-        concurrency: int | None, report: Path | None,
+        concurrency: int | None, executor: str | None, executor_options: tuple[str, ...],
+        report: Path | None,
         reporters: tuple[str, ...], out: Path | None, repeat: int, baseline: Path | None,
         max_drop: float, fail_on_flip: bool) -> None:
     """Run a suite and grade it. Exit 0 all passed, 1 a task failed, 2 bad input.
@@ -370,6 +378,11 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     parsed_provider_options = _parse_options(provider_options)
     parsed_sandbox_options = _parse_options(sandbox_options, "--sandbox-option")
     parsed_agent_options = _parse_options(agent_options, "--agent-option")
+    # The executor decides where attempts run, not what they mean: a resume may use another.
+    scheduling = {"executor": executor,
+                  "executor_options": _parse_options(executor_options, "--executor-option"),
+                  "config_executor": config.get("executor"),
+                  "config_executor_options": config.get("executor_options", {})}
     if resume_dir is not None:
         # The journal holds the run's suite and options; flags may only repeat them.
         contents = read_journal(resume_dir)
@@ -384,7 +397,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
             ("max_tokens", max_tokens), ("retry_errors", retry_errors))
             if _given(ctx, name, value)}
         options = resumed_options(contents, given, concurrency or config.get("concurrency"),
-                                  out or resume_dir.resolve().parent)
+                                  out or resume_dir.resolve().parent, scheduling)
         recorded = contents.header.get("suite", {})
         suite_path = resolve_suite(suite) if suite else \
             Path(recorded.get("absolute_path") or recorded.get("path", ""))
@@ -412,7 +425,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
             config_agent=config.get("agent"),
             config_agent_options=config.get("agent_options", {}),
             config_agents=config.get("agents", {}),
-            max_cost=max_cost, max_tokens=max_tokens,
+            max_cost=max_cost, max_tokens=max_tokens, **scheduling,
         )
     loaded = load_suite(suite_path, registry)
     for warning in loaded.warnings:

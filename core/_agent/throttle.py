@@ -45,15 +45,37 @@ class CallThrottle:
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[int]:
         """Hold one of the `limit` call slots; yields the generation to report back."""
+        generation = await self.acquire()
+        try:
+            yield generation
+        finally:
+            await self.release()
+
+    async def acquire(self) -> int:
+        """Wait for one of the `limit` call slots and take it; returns the generation to
+        report back with `rate_limited`. (`slot()` is the usual way; a limiter shared
+        across machines, such as a Ray actor's, calls this and `release` remotely.)"""
         async with self._changed:
             await self._changed.wait_for(lambda: self.in_flight < self.limit)
             self.in_flight += 1
-        try:
-            yield self._generation
-        finally:
-            async with self._changed:
-                self.in_flight -= 1
-                self._changed.notify_all()
+        return self._generation
+
+    async def release(self) -> None:
+        """Give back a slot `acquire` took."""
+        async with self._changed:
+            self.in_flight -= 1
+            self._changed.notify_all()
+
+    async def settle(self, generation: int, outcome: str | None) -> int:
+        """A call made elsewhere ended (`SharedThrottle`): count its outcome ("ok",
+        "rate_limited", or None for any other failure), give back its slot, and return
+        the limit now."""
+        if outcome == "ok":
+            self.succeeded()
+        elif outcome == "rate_limited":
+            self.rate_limited(generation)
+        await self.release()
+        return self.limit
 
     def succeeded(self) -> None:
         if self.limit >= self.ceiling:
@@ -70,6 +92,41 @@ class CallThrottle:
         self._successes = 0
         self.limit = max(1, self.limit // 2)
         self.lowest = min(self.lowest, self.limit)
+
+
+class SharedThrottle:
+    """The run's throttle when it lives elsewhere (an attempt run on another machine,
+    whose calls share one limit with every other attempt of the run): the same interface
+    as CallThrottle, over `remote`, an object with `async acquire() -> int` and `async
+    release(generation, outcome) -> int` (the limit now; CallThrottle.settle is one),
+    outcome "ok", "rate_limited" or None (the call failed otherwise). The outcome travels
+    with the release, so a call costs two round trips."""
+
+    def __init__(self, remote: Any, limit: int = 1):
+        self.remote = remote
+        self.limit = limit  # as last known here: for the ledger's rate_limited lines
+        # The outcome of each call in flight, by the asyncio task making it (a CLI
+        # agent's calls through the model proxy can be concurrent).
+        self._outcomes: dict[Any, str | None] = {}
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[int]:
+        generation = int(await self.remote.acquire())
+        caller = asyncio.current_task()
+        self._outcomes[caller] = None
+        try:
+            yield generation
+        finally:
+            now = await self.remote.release(generation, self._outcomes.pop(caller, None))
+            if isinstance(now, int):
+                self.limit = now
+
+    def succeeded(self) -> None:
+        self._outcomes[asyncio.current_task()] = "ok"
+
+    def rate_limited(self, generation: int) -> None:
+        self._outcomes[asyncio.current_task()] = "rate_limited"
+        self.limit = max(1, self.limit // 2)
 
 
 def backoff_seconds(refusals: int, retry_after: float | None) -> float:

@@ -87,3 +87,17 @@ def evalctl_register_importers(register: Callable[..., None]) -> None:
     problems it found, each at its line. evalctl validates the suite against the
     installed plugins' schema and writes it; the importer writes nothing.
     """
+
+
+@hookspec
+def evalctl_register_executors(register: Callable[..., None]) -> None:
+    """Register executors (how attempts are scheduled), selected with ``evalctl run
+    --executor NAME``.
+
+    Call ``register(evalctl.ExecutorSpec(name, create, ...))``. ``create(options)``
+    returns an object whose ``execute(plan: evalctl.ExecutionPlan)`` is an async
+    generator: it runs the plan's attempts (``attempt.run()`` here, or
+    ``attempt.portable()`` elsewhere, through ``evalctl.run_portable``, then
+    ``attempt.accept(outcome)``) and yields each ``evalctl.TaskResult`` as it finishes.
+    Import heavy libraries (a cluster's client) inside ``create``, not at module level.
+    """

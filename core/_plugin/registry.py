@@ -1,10 +1,11 @@
 """Plugin discovery, isolation of broken plugins, and the registry of what they provide.
 
-Every grader, provider, reporter, sandbox and importer, built-in or not, comes from the `evalctl`
-entry-point group. A plugin that fails to import, implements a hook that does not
-exist, or raises in its hook is recorded with its error and skipped, so one broken
-plugin cannot take down the rest. Two plugins providing the same name make that name
-unusable until one is removed: evalctl never picks a winner by install order.
+Every grader, provider, reporter, sandbox, agent, importer and executor, built-in or
+not, comes from the `evalctl` entry-point group. A plugin that fails to import,
+implements a hook that does not exist, or raises in its hook is recorded with its error
+and skipped, so one broken plugin cannot take down the rest. Two plugins providing the
+same name make that name unusable until one is removed: evalctl never picks a winner by
+install order.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from evalctl._errors import PluginError, UsageError
 from evalctl._plugin import hookspecs
 from evalctl._plugin.specs import (
     AgentSpec,
+    ExecutorSpec,
     GraderSpec,
     ImporterSpec,
     ProviderSpec,
@@ -43,8 +45,9 @@ HOOKS: dict[str, tuple[str, type]] = {
     "evalctl_register_sandboxes": ("sandbox", SandboxSpec),
     "evalctl_register_agents": ("agent", AgentSpec),
     "evalctl_register_importers": ("importer", ImporterSpec),
+    "evalctl_register_executors": ("executor", ExecutorSpec),
 }
-KINDS = ("grader", "provider", "reporter", "sandbox", "agent", "importer")
+KINDS = ("grader", "provider", "reporter", "sandbox", "agent", "importer", "executor")
 
 
 @dataclass
@@ -97,6 +100,7 @@ class PluginRecord:
             "sandboxes": list(self.provides["sandbox"]),
             "agents": list(self.provides["agent"]),
             "importers": list(self.provides["importer"]),
+            "executors": list(self.provides["executor"]),
         }
 
 
@@ -129,6 +133,10 @@ class Registry:
     @property
     def importers(self) -> dict[str, ImporterSpec]:
         return self.specs["importer"]
+
+    @property
+    def executors(self) -> dict[str, ExecutorSpec]:
+        return self.specs["executor"]
 
     def problems(self) -> list[str]:
         """Every plugin failure and name conflict, one line each."""

@@ -1,5 +1,5 @@
-"""The specs plugins register: what a grader, provider, reporter, sandbox and agent must
-provide."""
+"""The specs plugins register: what a grader, provider, reporter, sandbox, agent, importer
+and executor must provide."""
 
 from __future__ import annotations
 
@@ -271,3 +271,36 @@ class ImporterSpec:
         schema = self.options_schema
         if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
             raise ValueError(f"importer {self.name!r}: options_schema must be an object schema")
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """How a run's attempts are scheduled, selected with `evalctl run --executor NAME`.
+
+    `create(options)` returns an executor (it runs before any task: raise
+    evalctl.UsageError for bad configuration, such as a cluster that cannot be reached,
+    and the run stops with exit 2). An executor has `execute(plan: evalctl.ExecutionPlan)`,
+    an async generator that runs the plan's attempts and yields each one's
+    `evalctl.TaskResult` the moment it finishes; the core journals it at once, so resume,
+    the budget, the progress display and the reports work alike whatever the executor.
+    An executor may have `async aclose()`, awaited when the run ends. `options_schema`
+    is the JSON Schema (an object schema) of its options (`--executor-option KEY=VALUE`,
+    `executor_options` in evalctl.toml): they arrive typed, and one it does not name is
+    refused. `default` marks the executor a run uses when none is chosen (the built-in
+    `local`); `description` is for `list-plugins` and `--help`.
+    """
+
+    name: str
+    create: Callable[[Mapping[str, Any]], Any]
+    options_schema: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}})
+    description: str = ""
+    default: bool = False
+
+    def __post_init__(self) -> None:
+        _check_name("executor", self.name)
+        if not callable(self.create):
+            raise TypeError(f"executor {self.name!r}: create must be callable")
+        schema = self.options_schema
+        if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
+            raise ValueError(f"executor {self.name!r}: options_schema must be an object schema")

@@ -361,3 +361,51 @@ class ImportedSuite:
     defaults: dict[str, Any] = field(default_factory=dict)
     problems: list[ImportProblem] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
+
+
+class Attempt:
+    """One prepared attempt of a run, as an executor receives it (`ExecutionPlan.attempts`).
+
+    `task_id`, `number` (1.. with `--repeat`) and `name` (its workspace's name in the run
+    directory) say which. An executor calls `await start()` right before it runs the
+    attempt: False means the run's budget is spent, and the attempt must not run (it is
+    reported not run, for a resume). Then either `await run()`, which runs it here, in
+    this process, and returns its result; or `portable()`, a picklable description to run
+    anywhere evalctl and the same plugins are installed (`evalctl.run_portable(...)`
+    returns an outcome, bytes), then `await accept(outcome)` back here, which lays the
+    ledger and workspace into the run directory and returns the result. `failed(reason)`
+    is the result for an attempt the executor could not run at all (a cluster that lost
+    it for good): an error. Yield the result each returns; it is journaled once.
+    """
+
+    task_id: str
+    number: int
+    name: str
+
+    async def start(self) -> bool:
+        raise NotImplementedError
+
+    async def run(self) -> Any:
+        raise NotImplementedError
+
+    def portable(self) -> Any:
+        raise NotImplementedError
+
+    async def accept(self, outcome: bytes, host: str | None = None) -> Any:
+        raise NotImplementedError
+
+    def failed(self, reason: str) -> Any:
+        raise NotImplementedError
+
+
+class ExecutionPlan:
+    """What an executor's `execute(plan)` receives: the run's `attempts` to run (a list of
+    `evalctl.Attempt`, in suite order), `concurrency` (`--concurrency` or the config's,
+    None when the user set none), `default_concurrency` (what the provider and sandbox
+    suggest for one machine) and `model_calls` (the run's ceiling on model calls at once,
+    for an executor that shares one limit across machines: `evalctl.call_throttle`)."""
+
+    attempts: Sequence[Attempt]
+    concurrency: int | None
+    default_concurrency: int
+    model_calls: int

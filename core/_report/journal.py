@@ -198,6 +198,7 @@ def build_run(contents: JournalContents, *, interrupted: bool | None = None,
         rate_names=tuple(header.get("rate_names", ())),
         sandbox=dict(header.get("sandbox", {})),
         agent=dict(header.get("agent") or {}),
+        executor=dict(header.get("executor") or {}),
         budget=dict(budget) if budget else None,
         regrade_of=dict(header["regrade_of"]) if header.get("regrade_of") else None,
     )

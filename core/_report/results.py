@@ -108,6 +108,7 @@ class TaskResult:
     ledger: str | None = None
     tags: tuple[str, ...] = ()
     attempt: int = 1
+    host: str | None = None  # where it ran, when an executor ran it elsewhere
 
     @property
     def passed(self) -> bool:
@@ -146,7 +147,7 @@ class TaskResult:
         return [c for c in self.checks if c.kind == "judge"]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "id": self.task_id,
             "attempt": self.attempt,
             "status": self.status,
@@ -164,6 +165,9 @@ class TaskResult:
             "workspace": self.workspace,
             "ledger": self.ledger,
         }
+        if self.host is not None:
+            data["host"] = self.host
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TaskResult:
@@ -175,7 +179,7 @@ class TaskResult:
             usage=TokenUsage.from_dict(data.get("usage") or {}), cost=data.get("cost", 0.0),
             duration=float(data.get("duration", 0.0)), workspace=data.get("workspace"),
             ledger=data.get("ledger"), tags=tuple(data.get("tags", ())),
-            attempt=int(data.get("attempt", 1)),
+            attempt=int(data.get("attempt", 1)), host=data.get("host"),
         )
 
 
@@ -268,6 +272,8 @@ class RunResult:
     # A regrade's source (`evalctl regrade`): the run whose workspaces were graded again
     # (run_directory, started_at, suite_sha256); None for a run of its own.
     regrade_of: dict[str, Any] | None = None
+    # How the attempts were scheduled: name, options, chosen_by ({} in older reports).
+    executor: dict[str, Any] = field(default_factory=dict)
 
     @property
     def agent_label(self) -> str:
@@ -395,6 +401,7 @@ class RunResult:
             "model": self.model,
             "sandbox": dict(self.sandbox),
             "agent": dict(self.agent),
+            "executor": dict(self.executor),
             "evalctl_version": self.evalctl_version,
             "plugins": dict(sorted(self.plugin_versions.items())),
             "started_at": self.started_at,
@@ -437,6 +444,7 @@ class RunResult:
             budget=dict(data["budget"]) if data.get("budget") else None,
             agent=dict(data.get("agent") or {}),
             regrade_of=dict(data["regrade_of"]) if data.get("regrade_of") else None,
+            executor=dict(data.get("executor") or {}),
         )
 
 

@@ -11,7 +11,7 @@ from evalctl._errors import UsageError
 
 KEYS = {"reporters": list, "provider": str, "model": str, "concurrency": int, "out": str,
         "provider_options": dict, "sandbox": str, "sandbox_options": dict, "agent": str,
-        "agent_options": dict, "agents": dict}
+        "agent_options": dict, "agents": dict, "executor": str, "executor_options": dict}
 _TYPE_WORDS = {list: "a list", str: "text", int: "a whole number", dict: "a table"}
 
 

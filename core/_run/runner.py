@@ -1,6 +1,7 @@
 """Runs a suite: per task a fresh workspace, the agent, then the graders.
 
-Tasks run concurrently up to a limit. Each finished attempt is journaled (durably)
+The run's executor (a plugin: `local` runs attempts concurrently here, up to a limit)
+decides where and when attempts run; see executing.py. Each finished attempt is journaled (durably)
 the moment it finishes, and the run's result is rendered from the journal, so a run
 killed by any means keeps every finished attempt and can be resumed. Ctrl-C (task
 cancellation) stops the run but still returns what finished; unfinished tasks are
@@ -15,7 +16,6 @@ import concurrent.futures
 import contextlib
 import contextvars
 import inspect
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +47,7 @@ from evalctl._report.results import (
 )
 from evalctl._run.agents import AgentChoice, choose_agent
 from evalctl._run.budget import RunBudget
+from evalctl._run.executors import ExecutorChoice, choose_executor
 from evalctl._run.grading import GradingSandboxFailed, attempt_status, grade_attempt
 from evalctl._run.grading import grade as grade  # where tests and evalctl.testing find it
 from evalctl._run.sandboxing import SandboxChoice, choose_sandbox, open_sandbox
@@ -85,6 +86,11 @@ class RunOptions:
     config_agents: Mapping[str, Any] = field(default_factory=dict)  # [agents.NAME] presets
     max_cost: float | None = None  # --max-cost: USD for the whole run
     max_tokens: int | None = None  # --max-tokens: tokens for the whole run
+    # How attempts are scheduled; not an identity option: a resume may use another.
+    executor: str | None = None  # --executor NAME
+    executor_options: Mapping[str, Any] = field(default_factory=dict)  # --executor-option
+    config_executor: str | None = None  # `executor` in evalctl.toml
+    config_executor_options: Mapping[str, Any] = field(default_factory=dict)
     resume: JournalContents | None = None  # --resume: the journal of the run to continue
     retry_errors: bool = False  # --retry-errors: with resume, rerun attempts in error
 
@@ -105,7 +111,8 @@ def identity_of(options: RunOptions) -> dict[str, Any]:
 
 
 def resumed_options(contents: JournalContents, given: Mapping[str, Any],
-                    concurrency: int | None, out_dir: Path) -> RunOptions:
+                    concurrency: int | None, out_dir: Path,
+                    executor: Mapping[str, Any] | None = None) -> RunOptions:
     """The options of a run to resume: the journal's, with the budget and concurrency
     given now. An option given now that differs from the journal's is refused, with
     every difference named: a resumed run must mean what it meant."""
@@ -131,7 +138,8 @@ def resumed_options(contents: JournalContents, given: Mapping[str, Any],
         config_agent_options=dict(merged.get("config_agent_options") or {}),
         config_agents=dict(merged.get("config_agents") or {}),
         max_cost=budget["max_cost"], max_tokens=budget["max_tokens"],
-        resume=contents, retry_errors=bool(given.get("retry_errors")))
+        resume=contents, retry_errors=bool(given.get("retry_errors")),
+        **(executor or {}))
 
 
 ProgressCallback = Callable[[str, Task, TaskResult | None], None]
@@ -169,6 +177,8 @@ class PreparedRun:
     # Set after the run when the journal could not be written (a full disk): the
     # reports, built from memory, are whole, but a resume would not see everything.
     journal_failure: str | None = None
+    provider_options: Mapping[str, Any] = field(default_factory=dict)  # typed
+    executor: ExecutorChoice | None = None
 
 
 def _preflight(registry: Registry, tasks: list[Task]) -> None:
@@ -255,6 +265,10 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
             raise UsageError(f"cannot resume {resume.run_dir}: the agent differs from the "
                              f"journaled run's: {recorded} -> {chosen}")
     _preflight(registry, tasks)
+    executor = choose_executor(registry, flag=options.executor,
+                               flag_options=options.executor_options,
+                               config_name=options.config_executor,
+                               config_options=options.config_executor_options)
     if resume is not None:
         run_dir = resume.run_dir.resolve()
     else:
@@ -264,7 +278,8 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
             raise UsageError(f"cannot create a run directory under {options.out_dir}: "
                              f"{exc.strerror or exc}") from None
     return PreparedRun(suite, tasks, provider, concurrency, options, registry, run_dir,
-                       sandbox, agent, ExitStatus.ERRORS | set(spec.error_statuses))
+                       sandbox, agent, ExitStatus.ERRORS | set(spec.error_statuses),
+                       provider_options=provider_options, executor=executor)
 
 
 def _check_resumable(resume: JournalContents, suite: Suite, registry: Registry,
@@ -279,7 +294,7 @@ def _check_resumable(resume: JournalContents, suite: Suite, registry: Registry,
                        f"{suite.sha256[:12]}")
     if header.get("evalctl_version") != __version__:
         changed.append(f"evalctl: {header.get('evalctl_version')} -> {__version__}")
-    plugins = _plugin_versions(registry)
+    plugins = plugin_versions(registry)
     changed += [f"plugin {line}" for line in differences(
         header.get("plugins", {}), plugins, sorted({*header.get("plugins", {}), *plugins}))]
     planned = [t.get("id") for t in header.get("tasks", [])]
@@ -291,7 +306,8 @@ def _check_resumable(resume: JournalContents, suite: Suite, registry: Registry,
                          + "\nstart a new run instead")
 
 
-def _plugin_versions(registry: Registry) -> dict[str, str | None]:
+def plugin_versions(registry: Registry) -> dict[str, str | None]:
+    """The version of every plugin that loaded, by entry-point name."""
     return {p.name: p.version for p in registry.plugins if p.status == "ok"}
 
 
@@ -405,11 +421,12 @@ def _header(prepared: PreparedRun) -> dict[str, Any]:
         "suite": {"path": str(suite.path), "absolute_path": str(Path(suite.path).resolve()),
                   "name": suite.name, "sha256": suite.sha256},
         "provider": options.provider, "model": options.model,
-        "evalctl_version": __version__, "plugins": _plugin_versions(registry),
+        "evalctl_version": __version__, "plugins": plugin_versions(registry),
         "run_directory": str(prepared.run_dir), "repeat": options.repeat,
         "rate_names": sorted({spec.rate for spec in registry.graders.values() if spec.rate}),
         "sandbox": prepared.sandbox.to_dict(),
         "agent": prepared.agent.to_dict(),
+        "executor": _executor_record(prepared),
         "options": {**identity_of(options), "max_cost": options.max_cost,
                     "max_tokens": options.max_tokens},
         "tasks": [{"id": task.id, "tags": list(task.tags)} for task in prepared.tasks],
@@ -423,83 +440,46 @@ def open_journal(prepared: PreparedRun) -> Journal:
         return Journal.create(prepared.run_dir, _header(prepared))
     return Journal.reopen(options.resume, {
         "retry_errors": options.retry_errors, "max_cost": options.max_cost,
-        "max_tokens": options.max_tokens, "evalctl_version": __version__})
+        "max_tokens": options.max_tokens, "evalctl_version": __version__,
+        "executor": _executor_record(prepared)})
+
+
+def _executor_record(prepared: PreparedRun) -> dict[str, Any]:
+    return prepared.executor.to_dict() if prepared.executor is not None else {}
 
 
 async def _execute(prepared: PreparedRun, progress: ProgressCallback | None) -> RunResult:
-    run_dir = prepared.run_dir
+    from evalctl._run.executing import RunState, drive, new_plan
+
     options = prepared.options
     journal = open_journal(prepared)
     contents = journal.contents
-    gate = asyncio.Semaphore(prepared.concurrency)
-    throttle = CallThrottle(prepared.concurrency)
     budget = RunBudget(options.max_cost, options.max_tokens, contents.spent_cost,
                        contents.spent_tokens, contents.unpriced)
-    notify = progress or (lambda *_: None)
-    session = sum(1 for s in contents.sessions if s.get("kind") == "resume")
+    state = RunState(prepared, journal, CallThrottle(prepared.concurrency), budget,
+                     progress or (lambda *_: None),
+                     sum(1 for s in contents.sessions if s.get("kind") == "resume"))
     by_id = {task.id: task for task in prepared.tasks}
-
-    async def guarded(task: Task, attempt: int) -> None:
-        async with gate:
-            if budget.capped and budget.exhausted():
-                budget.reached_reason = budget.exhausted()
-                return  # reported not run, with the reason; a resume can continue it
-            notify("start", task, None)
-            begun = time.monotonic()
-            if options.resume is not None:
-                name = attempt_name(task, attempt, options.repeat)
-                into = run_dir / ".retired" / f"session-{session}" / name
-                retired = await asyncio.to_thread(_retire, run_dir, name, into)
-                if retired is not None:
-                    # A journaled (errored) attempt's spend is counted already, from its
-                    # result; a killed one's only its ledger knows.
-                    finished = (task.id, attempt) in contents.results
-                    journal.retired(name, str(into), {} if finished else retired[0].to_dict(),
-                                    0.0 if finished else retired[1])
-            result = await run_task(task, prepared, attempt, throttle=throttle, budget=budget)
-            result.duration = round(time.monotonic() - begun, 4)
-            await journal.record(result)  # durable before the attempt counts as done
-            notify("finish", task, result)
-
     if options.resume is None:
         attempts = [(task, attempt) for task in prepared.tasks
                     for attempt in range(1, options.repeat + 1)]
     else:
         attempts = [(by_id[task_id], attempt) for task_id, attempt in
                     attempts_to_run(contents, options.retry_errors)]
-    pending = [asyncio.ensure_future(guarded(task, attempt)) for task, attempt in attempts]
-    interrupted = False
-    try:
-        await asyncio.gather(*pending, return_exceptions=True)
-    except asyncio.CancelledError:
-        interrupted = True
-        for future in pending:
-            future.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        current = asyncio.current_task()
-        if current is not None:
-            current.uncancel()
+    driven = await drive(state, new_plan(state, attempts))
 
-    close = getattr(prepared.provider, "aclose", None)
-    if close is not None:
-        with contextlib.suppress(Exception):
-            await close()
+    for closable in (prepared.provider, prepared.executor and prepared.executor.executor):
+        close = getattr(closable, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
 
-    for (task, attempt), future in zip(attempts, pending, strict=True):
-        if future.done() and not future.cancelled() and future.exception() is not None:
-            # A bug in evalctl or a plugin: recorded as this task's error, so the run
-            # still reports everything else.
-            exc = future.exception()
-            name = attempt_name(task, attempt, options.repeat)
-            await journal.record(TaskResult(
-                task.id, ERROR, exit_status=ExitStatus.INTERNAL_ERROR, tags=task.tags,
-                attempt=attempt, workspace=str(run_dir / name),
-                error=escape_text(f"internal error: {type(exc).__name__}: {exc}")))
-    reason = "the run was interrupted" if interrupted else budget.reached_reason
-    journal.end(interrupted=interrupted, reason=reason, budget=budget.to_dict())
+    reason = "the run was interrupted" if driven.interrupted else \
+        driven.failure or budget.reached_reason
+    journal.end(interrupted=driven.interrupted, reason=reason, budget=budget.to_dict())
     journal.close()
     prepared.journal_failure = journal.failure
-    return build_run(contents, interrupted=interrupted, stop_reason=reason,
+    return build_run(contents, interrupted=driven.interrupted, stop_reason=reason,
                      budget=budget.to_dict())
 
 

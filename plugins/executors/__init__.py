@@ -1,0 +1,1 @@
+"""Built-in executors: how a run's attempts are scheduled."""
