@@ -36,7 +36,8 @@ def test_list_plugins_json_has_the_same_records():
         "status": "ok", "error": None, "conflicts": [],
         "graders": ["file_exists", "file_contains", "no_placeholders"], "providers": [],
         "reporters": [], "sandboxes": [], "agents": [],
-        "importers": []}
+        "importers": [], "executors": []}
+    assert records["local_executor"]["executors"] == ["local"]
     assert records["command"]["agents"] == ["command", "claude-code"]
     assert records["loop"]["agents"] == ["evalctl"]
 
