@@ -29,7 +29,7 @@ from typing import Any
 
 from evalctl._errors import UsageError
 from evalctl._plugin.options import provider_options as checked_provider_options
-from evalctl._plugin.registry import Registry, get_registry, use_registry
+from evalctl._plugin.registry import Registry, active_registry, use_registry
 from evalctl._plugin.types import ExitStatus
 from evalctl._report.results import ERROR, TaskResult
 from evalctl._run.agents import AgentChoice
@@ -127,7 +127,7 @@ async def run_portable(payload: PortableAttempt, throttle: Any = None,
                         f"{type(payload).__name__}")
     started = time.monotonic()
     host = host or socket.gethostname()
-    registry = get_registry()
+    registry = active_registry()  # the run's, in its own process; else the installed
     problem = _version_problem(payload, registry)
     if problem is not None:
         return _packed(_hosted(_error(payload, problem), host, started), None, "", False)
