@@ -239,15 +239,17 @@ def bench_load(work: Path) -> None:
 
 
 RUN_PROBE = """
-import asyncio, sys, time
+import asyncio, json, sys, time
 from pathlib import Path
 from evalctl._plugin.registry import get_registry
 from evalctl._run.runner import RunOptions, execute, prepare_run
 from evalctl._suite.loader import load_suite
 registry = get_registry()
 suite = load_suite(sys.argv[1], registry)
+executor = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}
 options = RunOptions(out_dir=Path(sys.argv[2]), concurrency=int(sys.argv[3]) or None,
-                     provider_options={"latency": sys.argv[4]}, sandbox=sys.argv[5])
+                     provider_options={"latency": sys.argv[4]}, sandbox=sys.argv[5],
+                     executor=executor.get("name"), executor_options=executor.get("options", {}))
 prepared = prepare_run(suite, registry, options)
 started = time.perf_counter()
 result = asyncio.run(execute(prepared))
@@ -259,11 +261,15 @@ print(elapsed, result.count("passed"), len(result.tasks), peak)
 
 
 def run_in_process(suite: Path, out: Path, env: dict[str, str], concurrency: int = 0,
-                   latency: float = 0.0, sandbox: str = "local") -> tuple[float, int, int, float]:
+                   latency: float = 0.0, sandbox: str = "local",
+                   executor: dict | None = None) -> tuple[float, int, int, float]:
+    import json
+
     done = subprocess.run([sys.executable, "-c", RUN_PROBE, str(suite), str(out),
-                           str(concurrency), str(latency), sandbox], env=env, check=True,
+                           str(concurrency), str(latency), sandbox,
+                           json.dumps(executor or {})], env=env, check=True,
                           capture_output=True, text=True)
-    elapsed, passed, total, peak = done.stdout.split()
+    elapsed, passed, total, peak = done.stdout.splitlines()[-1].split()  # after any logs
     return float(elapsed), int(passed), int(total), float(peak)
 
 
@@ -305,14 +311,16 @@ def bench_run(work: Path) -> None:
 
 
 def run_generated(work: Path, name: str, make_task, count: int, concurrency: int = 0,
-                  latency: float = 0.0, sandbox: str = "local") -> tuple[float, float]:
+                  latency: float = 0.0, sandbox: str = "local", executor: dict | None = None,
+                  env: dict[str, str] | None = None) -> tuple[float, float]:
     """Write a suite of `count` generated tasks, run it in process, check that every task
     passed, and return (seconds, peak RSS in MB)."""
     suite = work / f"{name}-{count}.yaml"
     suite.write_text("".join(make_task(i) for i in range(count)))
     elapsed, passed, total, peak = run_in_process(suite, work / f"{name}-{sandbox}",
-                                                  environment(work / f"{name}-cache"),
-                                                  concurrency, latency, sandbox)
+                                                  {**environment(work / f"{name}-cache"),
+                                                   **(env or {})},
+                                                  concurrency, latency, sandbox, executor)
     assert passed == total == count, (passed, total)
     return elapsed, peak
 
@@ -601,10 +609,41 @@ def bench_sources(work: Path) -> None:
           f"{megabytes(cache.repository(str(repo))):.1f} MB)")
 
 
+def bench_executor(work: Path) -> None:
+    """The 1,000-task suite with simulated model latency (100 ms a turn, two turns a task),
+    16 attempts at once, under `local` and under `ray` (evalctl-ray, a one-machine Ray
+    started by the run: address=local, 1/8 CPU an attempt, so 16 fit on 2 cores), in one
+    run. What Ray adds per attempt is the difference in wall time over the attempts, times
+    the 16 that run at once: shipping the attempt, a worker's scratch directory, the
+    shared model-call limit (two actor calls a turn), and the outcome's tar back."""
+    try:
+        import evalctl_ray  # noqa: F401
+    except ImportError:
+        print("executor: evalctl-ray is not installed (pip install -e "
+              "plugins/executors/evalctl-ray); skipped")
+        return
+    count, at_once, latency = 1000, 16, 0.1
+    ray_env = {"RAY_TMPDIR": str(work / "ray"), "RAY_USAGE_STATS_ENABLED": "0",
+               "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    (work / "ray").mkdir(exist_ok=True)
+    ray = {"name": "ray", "options": {"address": "local", "num_cpus": 2 / at_once}}
+    local, _ = run_generated(work, "executor-local", task_yaml, count, concurrency=at_once,
+                             latency=latency)
+    remote, _ = run_generated(work, "executor-ray", task_yaml, count, concurrency=at_once,
+                              latency=latency, executor=ray, env=ray_env)
+    ideal = count / at_once * 2 * latency
+    print(f"{'  1,000 tasks x 2 turns at 100 ms, 16 at once (ideal ' + f'{ideal:.1f} s)':<58}"
+          f" local {local:.1f} s, ray {remote:.1f} s")
+    # No target was set: these are the figures to watch.
+    print(f"{'ray over local, same attempts, same concurrency':<58} {remote / local:9.2f} x")
+    print(f"{'what ray adds per attempt':<58} {(remote - local) * at_once / count * 1000:9.0f} ms")
+
+
 BENCHES = {"startup": bench_startup, "load": bench_load, "run": bench_run,
            "overhead": bench_overhead, "sandbox": bench_sandbox,
            "concurrency": bench_concurrency, "latency": bench_latency,
-           "memory": bench_memory, "html": bench_html, "sources": bench_sources}
+           "memory": bench_memory, "html": bench_html, "sources": bench_sources,
+           "executor": bench_executor}
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from .conftest import ROOT
 
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 PLUGIN_PACKAGES = [ROOT / "plugins" / "graders" / "evalctl-judge" / "src" / "evalctl_judge",
+                   ROOT / "plugins" / "executors" / "evalctl-ray" / "src" / "evalctl_ray",
                    ROOT / "tests" / "distributions" / "wordcount" / "src" / "evalctl_wordcount",
                    ROOT / "tests" / "distributions" / "extras" / "src" / "evalctl_extras"]
 
@@ -49,6 +50,8 @@ def test_the_contracts_hold(tmp_path):
     ("evalctl_judge/__init__.py", "from evalctl._report import results",
      "Built-in plugins use only the public API"),
     ("evalctl_extras/__init__.py", "import evalctl._run.runner",
+     "Built-in plugins use only the public API"),
+    ("evalctl_ray/executor.py", "from evalctl._run import portable",
      "Built-in plugins use only the public API"),
     ("evalctl/_suite/rules.py", "from evalctl._run import runner",
      "The core's layers import downward only"),
