@@ -49,6 +49,10 @@ class RayExecutor:
         # Ray reports usage statistics to its makers unless told not to; a run of evalctl
         # does not phone home on the user's behalf (set RAY_USAGE_STATS_ENABLED=1 to allow).
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if str(options.get("address", "auto")) == "local":
+            # A one-machine Ray: with clusters off, Ray binds and connects on 127.0.0.1
+            # only, instead of the machine's routable address (read when ray is imported).
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         import ray
 
         self.ray = ray
