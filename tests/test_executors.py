@@ -156,10 +156,13 @@ def test_an_executor_that_runs_attempts_elsewhere_gives_the_same_report(tmp_path
 def test_without_the_workspace_only_the_result_and_ledger_come_back(tmp_path):
     registry = registry_with(("portable", PortablePlugin()))
     run = run_suite(SCRIPTED, registry=registry, sandbox="local", out_dir=tmp_path,
-                    executor="portable", executor_options={"workspace": "false"})
+                    executor="portable", executor_options={"workspace": "false"},
+                    reporters=("markdown",))
     run_dir = Path(run.run_directory)
     assert run.count("passed") == 2
     assert run.executor["options"] == {"workspace": False}
+    markdown = next(tmp_path.glob("report-*.md")).read_text()
+    assert "- Executor: portable (workspace=False)" in markdown
     assert not (run_dir / "writes").exists()
     assert (run_dir / ".ledgers" / "writes.jsonl").is_file()
 

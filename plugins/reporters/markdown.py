@@ -63,6 +63,12 @@ def render(run: evalctl.RunResult) -> str:
         f"cost {money(run.cost)}",
         f"- Suite: `{run.suite_path}` (sha256 {run.suite_sha256[:12]})",
     ]
+    executor = run.executor
+    if executor and executor.get("chosen_by", "default") != "default":  # chosen: say so
+        options = ", ".join(f"{k}={v}" for k, v in sorted((executor.get("options") or {}
+                                                            ).items()))
+        lines.append(f"- Executor: {executor.get('name')}" + (f" ({options})" if options
+                                                              else ""))
     if run.budget:
         budget = run.budget
         caps = ", ".join(part for part in (
