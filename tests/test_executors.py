@@ -346,3 +346,32 @@ def test_shared_throttle_halves_for_every_worker_on_a_rate_limit():
         return shared.limit
 
     assert asyncio.run(scenario()) == 4
+
+
+def test_a_run_resumed_with_another_executor_continues_where_it_stopped(tmp_path):
+    """The executor decides where attempts run, not what they mean: a run stopped by its
+    budget under local finishes under another executor, each attempt journaled once."""
+    from evalctl._plugin.registry import set_registry
+
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(SCRIPTED.replace("    - text: Wrote a.txt.",
+                                      "    - text: Wrote a.txt.\n      cost: 1"))
+    set_registry(registry_with(("portable", PortablePlugin())))
+    first = run_cli(tmp_path, str(suite), "--sandbox", "local", "--max-cost", "0.5",
+                    "--concurrency", "1", "--report", "first.json")
+    assert first.exit_code == 1, first.output
+    report = json.loads((tmp_path / "first.json").read_text())
+    assert [t["status"] for t in report["tasks"]] == ["passed", "not_run", "not_run"]
+    resumed = run_cli(tmp_path, "--resume", report["run_directory"], "--max-cost", "5",
+                      "--executor", "portable", "--report", "second.json")
+    assert resumed.exit_code == 1, resumed.output  # `lazy` fails, as it should
+    second = json.loads((tmp_path / "second.json").read_text())
+    assert [t["status"] for t in second["tasks"]] == ["passed", "failed", "passed"]
+    assert second["executor"]["name"] == "local"  # the run's first session's
+    assert [t.get("host") for t in second["tasks"]] == [None, "worker-1", "worker-1"]
+    journal = [json.loads(line) for line in
+               (Path(report["run_directory"]) / "journal.jsonl").open()]
+    assert [line["executor"]["name"] for line in journal if line["kind"] == "resume"] == \
+        ["portable"]
+    assert sorted(line["result"]["id"] for line in journal if line["kind"] == "attempt") == \
+        ["lazy", "shell", "writes"]

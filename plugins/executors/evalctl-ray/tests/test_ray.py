@@ -23,8 +23,6 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[4]
-SUITES = ROOT / "suites"
 RUN_TIMEOUT = 300
 
 try:
@@ -109,10 +107,6 @@ def cluster() -> Iterator[RayCluster]:
             os.kill(pid, signal.SIGKILL)
         shutil.rmtree(base, ignore_errors=True)
         assert not left, f"Ray processes outlived the cluster: {sorted(left)}"
-
-
-def evalctl(where: Path, env: dict[str, str], *args: str) -> list[str]:
-    return [sys.executable, "-m", "evalctl", "run", *args]
 
 
 def run_environment(cluster: RayCluster, where: Path) -> dict[str, str]:
