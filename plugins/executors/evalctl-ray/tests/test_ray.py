@@ -239,3 +239,32 @@ def test_list_plugins_shows_the_executor_without_importing_ray():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60)
     assert done.stdout.split() == ["True", "False"], done.stdout + done.stderr
+
+
+def test_ctrl_c_stops_a_ray_run_and_keeps_what_finished(cluster, tmp_path):
+    report = tmp_path / "ray.json"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "evalctl", "run", "general", "--executor", "ray",
+         "--executor-option", f"address={cluster.address}", "--provider-option",
+         "latency=1", "--concurrency", "2", "--out", str(tmp_path / "out"), "--report",
+         str(report)], cwd=tmp_path, env=run_environment(cluster, tmp_path),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        journals = []
+        while not any('"kind":"attempt"' in j.read_text().replace(" ", "") for j in journals):
+            assert driver.poll() is None, driver.stdout.read() if driver.stdout else ""
+            assert time.monotonic() < deadline, "no attempt finished"
+            time.sleep(0.1)
+            journals = list((tmp_path / "out").glob("workspaces-*/journal.jsonl"))
+        driver.send_signal(signal.SIGINT)
+        output, _ = driver.communicate(timeout=RUN_TIMEOUT)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=30)
+    assert driver.returncode == 130, output
+    result = json.loads(report.read_text())
+    statuses = [task["status"] for task in result["tasks"]]
+    assert "passed" in statuses and "not_run" in statuses, statuses
+    assert result["interrupted"] is True

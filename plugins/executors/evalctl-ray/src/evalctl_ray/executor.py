@@ -137,7 +137,7 @@ class RayExecutor:
         finally:
             for _attempt, ref in running.values():
                 with contextlib.suppress(Exception):
-                    ray.cancel(ref, force=True)
+                    ray.cancel(ref)  # interrupts the task: its sandboxes close, its scratch goes
             with contextlib.suppress(Exception):
                 ray.kill(limit)
 
