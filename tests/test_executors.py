@@ -249,7 +249,7 @@ def test_an_outcome_that_is_not_the_attempts_is_an_error_not_a_crash(tmp_path):
     run = run_suite(SCRIPTED, registry=registry_with(("forger", Plugin())), sandbox="local",
                     out_dir=tmp_path, executor="forger")
     by_id = {t.task_id: t for t in run.tasks}
-    assert by_id["lazy"].status == "error"
+    assert by_id["lazy"].status == "error" and by_id["lazy"].error_kind == "executor"
     assert "the outcome is of writes #1, not of lazy #1" in by_id["lazy"].error
     assert by_id["writes"].status == "error"
     assert "the attempt's outcome is not readable" in by_id["writes"].error
@@ -315,6 +315,7 @@ def test_a_worker_with_other_versions_refuses_the_attempt(tmp_path):
                     out_dir=tmp_path, executor="stale", only=("writes",))
     task = run.tasks[0]
     assert task.status == "error" and task.host == "old-node"
+    assert task.error_kind == "executor" and task.exit_status == "executor_error"
     assert "plugins differ from the run's: files (run 0.0, here" in task.error
 
 

@@ -31,10 +31,14 @@ class ExitStatus:
     # patch that does not apply, a setup command that failed): the agent never started.
     SETUP_ERROR = "setup_error"
     SANDBOX_ERROR = "sandbox_error"  # the attempt's sandbox could not start
+    # The executor could not run the attempt: a cluster that lost it more times than it
+    # retries, a worker with other versions of evalctl or the plugins.
+    EXECUTOR_ERROR = "executor_error"
 
     # Statuses where the model could not do its work at all: the task is an error,
     # counted apart from failures. Providers add their own (ProviderSpec.error_statuses).
-    ERRORS = frozenset({PROVIDER_ERROR, INTERNAL_ERROR, SETUP_ERROR, SANDBOX_ERROR})
+    ERRORS = frozenset({PROVIDER_ERROR, INTERNAL_ERROR, SETUP_ERROR, SANDBOX_ERROR,
+                        EXECUTOR_ERROR})
     # A CLI agent's process that exited with a non-zero code (it crashed, or gave up):
     # a failure of the agent, graded like any other.
     AGENT_FAILED = "agent_failed"
@@ -375,7 +379,7 @@ class Attempt:
     returns an outcome, bytes), then `await accept(outcome)` back here, which lays the
     ledger and workspace into the run directory and returns the result. `failed(reason)`
     is the result for an attempt the executor could not run at all (a cluster that lost
-    it for good): an error. Yield the result each returns; it is journaled once.
+    it for good): an error of kind `executor`. Yield the result each returns; it is journaled once.
     """
 
     task_id: str

@@ -95,7 +95,8 @@ class RunAttempt(Attempt):
         except Exception as exc:
             # A bug in evalctl or a plugin: recorded as this attempt's error, so the run
             # still reports everything else.
-            result = self.failed(f"internal error: {type(exc).__name__}: {exc}")
+            result = self._error(f"internal error: {type(exc).__name__}: {exc}",
+                                 ExitStatus.INTERNAL_ERROR)
         result.duration = round(time.monotonic() - begun, 4)
         return self._finish(result)
 
@@ -129,11 +130,13 @@ class RunAttempt(Attempt):
         return self._finish(result)
 
     def failed(self, reason: str) -> TaskResult:
+        return self._finish(self._error(reason, ExitStatus.EXECUTOR_ERROR))
+
+    def _error(self, reason: str, status: str) -> TaskResult:
         run_dir = self.state.prepared.run_dir
-        result = TaskResult(self.task_id, ERROR, exit_status=ExitStatus.INTERNAL_ERROR,
-                            tags=self.task.tags, attempt=self.number,
-                            workspace=str(run_dir / self.name), error=escape_text(reason))
-        return self._finish(result)
+        return TaskResult(self.task_id, ERROR, exit_status=status, tags=self.task.tags,
+                          attempt=self.number, workspace=str(run_dir / self.name),
+                          error=escape_text(reason))
 
     def _unfinished(self) -> None:
         if self.result is not None:

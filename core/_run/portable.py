@@ -130,7 +130,8 @@ async def run_portable(payload: PortableAttempt, throttle: Any = None,
     registry = active_registry()  # the run's, in its own process; else the installed
     problem = _version_problem(payload, registry)
     if problem is not None:
-        return _packed(_hosted(_error(payload, problem), host, started), None, "", False)
+        return _packed(_hosted(_error(payload, problem, ExitStatus.EXECUTOR_ERROR), host,
+                               started), None, "", False)
     base = tempfile.mkdtemp(prefix="evalctl-attempt-")
     scratch = Path(base).resolve() / "run"
     scratch.mkdir()
@@ -149,8 +150,9 @@ async def run_portable(payload: PortableAttempt, throttle: Any = None,
                                     payload.agent.get("version"),
                                     str(payload.agent.get("chosen_by", "default")))
             except UsageError as exc:
-                return _packed(_hosted(_error(payload, f"cannot run here: {exc}"), host,
-                                       started), None, "", False)
+                return _packed(_hosted(_error(payload, f"cannot run here: {exc}",
+                                              ExitStatus.EXECUTOR_ERROR), host, started),
+                               None, "", False)
             unavailable = sandbox.spec.available()
             if unavailable is not None:
                 result = _error(payload, f"the sandbox failed to start: sandbox "
