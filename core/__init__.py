@@ -99,11 +99,12 @@ async def run_portable(payload: Any, *, throttle: Any = None, workspace: bool = 
     in the same versions (an attempt refuses to run otherwise, as an error). The
     workspace, sandbox, agent and graders are all made here, in a scratch directory that
     is removed afterwards. Returns the outcome, bytes to hand back to the run's
-    `attempt.accept(outcome)`: the result, the ledger and, unless `workspace` is False,
-    the workspace and its seed copy. `throttle` shares the run's limit on model calls:
-    an object with `async acquire() -> int` and `async release(generation, outcome)`
-    (`evalctl.call_throttle`'s `acquire` and `settle`, reached remotely); None for no
-    limit. `host` names where it ran, for the report (default: this machine's name)."""
+    `attempt.accept(outcome)`: the result, the ledger, the cassette and, unless
+    `workspace` is False, the workspace and its seed copy. `throttle` shares the run's
+    limit on model calls: an object with `async acquire() -> int` and `async
+    release(generation, outcome)` (`evalctl.call_throttle`'s `acquire` and `settle`,
+    reached remotely); None for no limit. `host` names where it ran, for the report
+    (default: this machine's name)."""
     from evalctl._run.portable import run_portable as run
 
     return await run(payload, throttle, workspace, host)

@@ -143,6 +143,10 @@ def test_an_executor_that_runs_attempts_elsewhere_gives_the_same_report(tmp_path
     assert (run_dir / ".seed" / "shell" / "seed.txt").read_text() == "one\ntwo\n"
     ledger = [json.loads(line) for line in (run_dir / ".ledgers" / "writes.jsonl").open()]
     assert ledger[0]["event"] == "task_start" and ledger[-1]["event"] == "task_end"
+    local_dir = Path(local.run_directory)
+    for name in ("writes", "shell"):  # the model exchanges, for replays, as a local run's
+        assert (run_dir / ".cassettes" / f"{name}.jsonl").read_text().count("\n") == \
+            (local_dir / ".cassettes" / f"{name}.jsonl").read_text().count("\n") > 0
     # Every model call went through the run's one throttle.
     executor = PortablePlugin.created[-1]
     assert sum(t.calls for t in executor.throttles) == sum(t.turns for t in remote.tasks) > 0

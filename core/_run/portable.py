@@ -5,10 +5,11 @@ An executor that runs attempts elsewhere (a cluster's workers) ships each one as
 chosen, the versions the run was prepared with). Where it lands, `run_portable` builds the
 attempt's provider, sandbox and agent from the plugins installed there, runs the attempt
 in a scratch run directory exactly as the run would (`runner.run_task`), and packs the
-outcome: the result, the ledger and, unless told not to, the workspace and its seed copy,
-as one gzip'd tar. Back at the run, `receive` unpacks it (every member checked, nothing
-outside its place) into the run directory, where a local attempt would have left the
-same files, and returns the result with the run directory's paths.
+outcome: the result, the ledger, the cassette (the model exchanges, for replays) and,
+unless told not to, the workspace and its seed copy, as one gzip'd tar. Back at the run,
+`receive` unpacks it (every member checked, nothing outside its place) into the run
+directory, where a local attempt would have left the same files, and returns the result
+with the run directory's paths.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ from evalctl._run.sandboxing import SandboxChoice
 from evalctl._suite.model import Suite, Task
 from evalctl._text import escape_text
 from evalctl._version import __version__
+from evalctl._workspace import cassette_path
 
 FORMAT = "evalctl-attempt/1"
-RESULT, LEDGER, WORKSPACE, SEED = "result.json", "ledger.jsonl", "workspace", "seed"
+RESULT, LEDGER, CASSETTE = "result.json", "ledger.jsonl", "cassette.jsonl"
+WORKSPACE, SEED = "workspace", "seed"
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class PortableAttempt:
 
 def _packed(result: TaskResult, scratch: Path | None, name: str, workspace: bool) -> bytes:
     """The outcome as one gzip'd tar: result.json, and from the scratch run directory
-    the ledger and (with `workspace`) the workspace and its seed copy. Only regular
+    the ledger, the cassette and (with `workspace`) the workspace and its seed copy. Only regular
     files, directories and links go in: a FIFO or device an agent made is left out."""
     buffer = io.BytesIO()
 
@@ -80,7 +83,8 @@ def _packed(result: TaskResult, scratch: Path | None, name: str, workspace: bool
         info.size, info.mtime = len(data), int(time.time())
         archive.addfile(info, io.BytesIO(data))
         if scratch is not None:
-            parts = [(scratch / ".ledgers" / f"{name}.jsonl", LEDGER)]
+            parts = [(scratch / ".ledgers" / f"{name}.jsonl", LEDGER),
+                     (cassette_path(scratch, name), CASSETTE)]
             if workspace:
                 parts += [(scratch / name, WORKSPACE), (scratch / ".seed" / name, SEED)]
             for path, arcname in parts:
@@ -217,6 +221,7 @@ def receive(outcome: bytes, run_dir: Path, name: str, task_id: str, number: int
             raise ValueError(f"the outcome is of {result.task_id} #{result.attempt}, not of "
                              f"{task_id} #{number}")
         places = {LEDGER: run_dir / ".ledgers" / f"{name}.jsonl",
+                  CASSETTE: cassette_path(run_dir, name),
                   WORKSPACE: run_dir / name, SEED: run_dir / ".seed" / name}
         for part, target in places.items():
             if os.path.lexists(staging / part):
@@ -232,7 +237,7 @@ def receive(outcome: bytes, run_dir: Path, name: str, task_id: str, number: int
 def _kept(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
     """tarfile's `data` filter, member by member: an unsafe member (an absolute link, a
     link out of the workspace, a device) is skipped rather than failing the rest."""
-    if member.name.split("/", 1)[0] not in (RESULT, LEDGER, WORKSPACE, SEED):
+    if member.name.split("/", 1)[0] not in (RESULT, LEDGER, CASSETTE, WORKSPACE, SEED):
         return None
     try:
         return tarfile.data_filter(member, destination)
