@@ -16,6 +16,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from evalctl._agent.throttle import CallThrottle
 from evalctl._plugin.types import Attempt, ExecutionPlan, ExitStatus
@@ -175,14 +176,16 @@ async def drive(state: RunState, plan: RunPlan) -> Driven:
     prepared = state.prepared
     executor = prepared.executor.executor
     outcome = Driven()
-    stream = executor.execute(plan)
+    stream: Any = None
     try:
+        stream = executor.execute(plan)
         async for result in stream:
             attempt = plan.by_key.get((getattr(result, "task_id", None),
                                        getattr(result, "attempt", None)))
-            if attempt is None or attempt.result is not result:
+            if attempt is None or attempt.result is not result or attempt.journaled:
                 raise RuntimeError(f"it yielded {result!r}, which is not the result of one "
-                                   "of its attempts (yield what run, accept or failed return)")
+                                   "of its attempts yet to be reported (yield once what run, "
+                                   "accept or failed return)")
             attempt.journaled = True
             await state.journal.record(result)  # durable before the attempt counts as done
             state.notify("finish", attempt.task, result)
@@ -195,8 +198,10 @@ async def drive(state: RunState, plan: RunPlan) -> Driven:
         outcome.failure = (f"the {prepared.executor.spec.name} executor failed: "
                            f"{type(exc).__name__}: {exc}")
     finally:
-        with contextlib.suppress(Exception):
-            await stream.aclose()
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
     # A result the executor had not yielded yet (the run stopped) is journaled anyway:
     # an attempt that finished is never lost.
     for attempt in plan.attempts:
