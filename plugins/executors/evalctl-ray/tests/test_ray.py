@@ -223,6 +223,7 @@ def test_an_unreachable_cluster_stops_the_run_before_any_task(cluster, tmp_path)
 
 def test_ray_options_are_checked_before_anything_starts(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("EVALCTL_")}
+    env["EVALCTL_CACHE_DIR"] = str(tmp_path / "cache")
     done = subprocess.run(
         [sys.executable, "-m", "evalctl", "run", "harness", "--executor", "ray",
          "--executor-option", "num_cpu=2"], cwd=tmp_path, env=env, capture_output=True,
