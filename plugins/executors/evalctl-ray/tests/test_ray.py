@@ -149,12 +149,15 @@ def node_id(node: Any) -> str:
 @pytest.mark.parametrize("suite", ["harness", "general"])
 def test_a_suite_through_ray_reports_what_local_reports(cluster, tmp_path, suite):
     local = run(cluster, tmp_path, "local", suite)
+    # Half a CPU and 64 MB an attempt: Ray's resources decide how many run at once.
     remote = run(cluster, tmp_path, "ray", suite, "--executor", "ray",
-                 "--executor-option", f"address={cluster.address}")
+                 "--executor-option", f"address={cluster.address}",
+                 "--executor-option", "num_cpus=0.5", "--executor-option", "memory_mb=64")
     assert comparable(remote) == comparable(local)
     assert local["summary"]["passed"] > 0
-    assert remote["executor"] == {"name": "ray", "options": {"address": cluster.address},
-                                  "chosen_by": "--executor"}
+    assert remote["executor"] == {
+        "name": "ray", "options": {"address": cluster.address, "num_cpus": 0.5,
+                                   "memory_mb": 64}, "chosen_by": "--executor"}
     nodes = {node_id(cluster.cluster.head_node),
              *(node_id(n) for n in cluster.cluster.worker_nodes)}
     hosts = {task["host"] for task in remote["tasks"]}

@@ -101,16 +101,25 @@ class RayExecutor:
         size = self._capacity[1]
         return min(size, plan.concurrency) if plan.concurrency else size
 
+    def head_node(self) -> str:
+        """The head node's id (where the driver runs, if no node says it is the head)."""
+        for node in self.ray.nodes():
+            if node.get("Alive") and "node:__internal_head__" in node.get("Resources", {}):
+                return str(node["NodeID"])
+        return self.ray.get_runtime_context().get_node_id()
+
     async def execute(self, plan: evalctl.ExecutionPlan) -> AsyncIterator[evalctl.TaskResult]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         from evalctl_ray.worker import ModelCallLimit, run_attempt
 
         ray = self.ray
-        here = ray.get_runtime_context().get_node_id()
-        # The limit lives beside the driver: if its node goes, so does the run.
-        limit = ModelCallLimit.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
-            here, soft=True)).remote(max(plan.model_calls, self.window(plan)))
+        # The limit lives on the head node, whose loss ends the cluster anyway; should it
+        # go all the same, Ray starts it again and the calls waiting on it are retried.
+        limit = ModelCallLimit.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(self.head_node(), soft=True),
+            max_restarts=-1, max_task_retries=-1,
+        ).remote(max(plan.model_calls, self.window(plan)))
         options: dict[str, Any] = {"num_cpus": self.num_cpus, "max_retries": self.max_retries,
                                    "retry_exceptions": False}
         if self.memory_mb:
@@ -148,7 +157,9 @@ class RayExecutor:
         try:
             outcome, host = future.result()
         except exceptions.RayTaskError as exc:  # the attempt raised on its worker
-            return attempt.failed(f"the attempt failed on the Ray cluster: {exc}")
+            cause = exc.cause if isinstance(exc.cause, BaseException) else exc
+            return attempt.failed(f"the attempt failed on the Ray cluster: "
+                                  f"{type(cause).__name__}: {cause}")
         except exceptions.RayError as exc:  # lost with its worker more than max_retries
             return attempt.failed(f"the Ray cluster lost this attempt (tried "
                                   f"{self.max_retries + 1} times): {type(exc).__name__}: "
