@@ -161,6 +161,49 @@ def test_a_grader_that_cannot_run_here_is_an_error_with_its_fix(tmp_path):
     assert 'type="grader"' in junit
 
 
+def _outcome(passed: bool, error: bool = False, kind: str = "mechanical") -> CheckOutcome:
+    return CheckOutcome("some_check", kind, passed, "detail", error=error)
+
+
+@pytest.mark.parametrize(("exit_status", "checks", "status"), [
+    ("completed", [_outcome(True), _outcome(True)], "passed"),
+    ("completed", [_outcome(True), _outcome(False)], "failed"),
+    # A failure another check's crash cannot hide: the agent could crash a grader on
+    # purpose (a symlink loop, a deep tree) to move a failure out of the rates.
+    ("completed", [_outcome(False), _outcome(False, error=True)], "failed"),
+    ("completed", [_outcome(False, error=True), _outcome(False)], "failed"),
+    ("completed", [_outcome(True), _outcome(False, error=True)], "error"),
+    ("provider_error", [_outcome(False)], "error"),  # the agent's error status first
+    ("completed", [_outcome(True), _outcome(False, kind="judge")], "passed"),  # no judge
+    ("completed", [_outcome(True), _outcome(False, error=True, kind="judge")], "passed"),
+])
+def test_the_attempt_status_rule(exit_status, checks, status):
+    from evalctl._run.grading import attempt_status
+
+    assert attempt_status(exit_status, checks, {"provider_error"}) == status
+
+
+def test_a_crashing_grader_does_not_hide_a_real_failure(tmp_path):
+    def crashes(check, workspace, result):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    set_registry(registry_with(("extra_graders", _grader_plugin(
+        fragile={"grade": crashes}))))
+    (tmp_path / "suite.yaml").write_text(FIX.split("- id: honest")[0].replace(
+        "    - type: tests_pass\n",
+        "    - type: fragile\n    - type: file_exists\n      path: never.txt\n"))
+    result = run_cli(tmp_path, "suite.yaml", "--report", "r.json")
+    assert result.exit_code == 1, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    (task,) = report["tasks"]
+    assert task["status"] == "failed", task["checks"]
+    assert [c["error"] for c in task["checks"]] == [True, False]
+    assert report["summary"]["completion_rate"] == 0.0
+    assert report["summary"]["failed"] == 1 and report["summary"]["errors"] == 0
+    assert [(t["id"], t["attempts"]) for t in report["by_task"]] == [("fix-add", ["failed"])]
+    assert report["errors"] == []
+
+
 def test_a_preflight_stops_the_run_before_any_task(tmp_path):
     calls = []
 

@@ -112,9 +112,16 @@ def _before_grading(task: Task, workspace: Workspace, agent: AgentResult,
 
 def attempt_status(exit_status: str | None, checks: list[CheckOutcome],
                    error_statuses: Collection[str]) -> str:
-    """Passed only if every mechanical check passed; an error when the agent's exit
-    status is one or a mechanical check could not run. A judge never decides."""
+    """The attempt's verdict from its mechanical checks (a judge never decides): an
+    error when the agent's exit status is one; else failed when any mechanical check
+    ran and failed, even if another could not run (the agent must not turn a failure
+    or caught gaming into an uncounted error by breaking a grader); else an error when
+    a mechanical check could not run or crashed; else passed."""
     mechanical = [c for c in checks if c.kind == "mechanical"]
-    if exit_status in error_statuses or any(c.error for c in mechanical):
+    if exit_status in error_statuses:
         return ERROR
-    return PASSED if all(c.passed for c in mechanical) else FAILED
+    if any(not c.passed and not c.error for c in mechanical):
+        return FAILED
+    if any(c.error for c in mechanical):
+        return ERROR
+    return PASSED
