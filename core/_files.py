@@ -31,9 +31,15 @@ def resolve_inside(root: Path, user_path: str) -> Path:
         raise ConfinementError("path must be a non-empty string")
     if "\x00" in user_path:
         raise ConfinementError("path contains a NUL byte")
-    root = root.resolve()
     candidate = Path(user_path)
-    resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    try:
+        root = root.resolve()
+        resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    except (RuntimeError, OSError) as exc:
+        # A symlink loop (RuntimeError on Python 3.11, OSError ELOOP later) or a path
+        # too long to resolve: the agent built it, so it is a refusal, not a crash.
+        raise ConfinementError(f"{user_path!r} cannot be resolved: "
+                               f"{getattr(exc, 'strerror', None) or exc}") from None
     if resolved != root and not resolved.is_relative_to(root):
         raise ConfinementError(
             f"{user_path!r} resolves outside the workspace; use paths inside it"

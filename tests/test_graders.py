@@ -328,3 +328,52 @@ def test_every_builtin_example_is_a_valid_check(registry, write_suite):
         lines += ["    " + line for line in spec.example.strip().splitlines()]
         path = write_suite("\n".join(lines) + "\n", name=f"{name}.yaml")
         assert validate_suite(path) == [], (name, spec.example)
+
+
+def _deep_tree(root, depth: int, leaf: str | None = None) -> None:
+    """`depth` nested directories `d` under `root`, made through directory descriptors
+    (the path of the deepest is longer than the kernel takes in one call), with `leaf`
+    written at the bottom."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        if leaf is not None:
+            made = os.open("leaf.py", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd)
+            os.write(made, leaf.encode())
+            os.close(made)
+    finally:
+        os.close(fd)
+
+
+def test_a_symlink_loop_fails_the_file_checks_instead_of_crashing_them(registry, workspace):
+    (workspace.root / "loop1").symlink_to("loop2")
+    (workspace.root / "loop2").symlink_to("loop1")
+    (workspace.root / "lazy.py").write_text("def f():\n    pass  # TODO\n")
+    lazy = check(registry, workspace, {"type": "no_placeholders"}, agent_result(workspace))
+    assert not lazy.error and not lazy.passed, lazy.detail
+    assert "lazy.py:2" in lazy.detail
+    for spec in ({"type": "file_contains", "path": "loop1", "text": "x", "negate": True},
+                 {"type": "file_exists", "path": "loop1/x"}):
+        outcome = check(registry, workspace, spec)
+        assert not outcome.error and not outcome.passed, outcome.detail
+        assert "cannot be resolved" in outcome.detail or "does not exist" in outcome.detail
+
+
+def test_a_deep_tree_does_not_crash_tests_pass_before_it_sees_the_conftest(registry,
+                                                                           workspace):
+    (workspace.root / "conftest.py").write_text("# rewrites reports\n")
+    _deep_tree(workspace.root, 1100, leaf="x = 1\n")
+    outcome = check(registry, workspace, {"type": "tests_pass"}, agent_result(workspace))
+    assert not outcome.error, outcome.detail
+    assert outcome.suspected_gaming and "conftest.py" in outcome.detail
+
+
+def test_a_path_too_long_to_look_up_is_not_grounded_and_no_crash(registry, workspace):
+    summary = "Wrote " + "/".join(["d" * 200] * 30) + "/x.py."
+    outcome = check(registry, workspace, {"type": "grounding"}, agent_result(workspace, summary))
+    assert not outcome.error, outcome.detail
+    assert not outcome.passed

@@ -100,11 +100,11 @@ def _exists(workspace: Path, path: str, result: evalctl.AgentResult,
     if result.files_changed.get(relative) == "deleted":
         return True  # "I removed old.py" is a true statement
     candidate = workspace / relative
-    if path.endswith("/"):
-        if candidate.is_dir():
+    try:
+        if candidate.is_dir() if path.endswith("/") else candidate.exists():
             return True
-    elif candidate.exists():
-        return True
+    except OSError:  # a name too long to look up: not a file of the workspace
+        pass
     # Named relative to a subdirectory ("utils/x.py" for "src/utils/x.py").
     return any(f == relative or f.endswith("/" + relative) for f in every_file)
 

@@ -53,7 +53,6 @@ CONFIG_FILES = (("pytest.toml", None), (".pytest.toml", None), ("pytest.ini", No
                 (".pytest.ini", None), ("pyproject.toml", "[tool.pytest"),
                 ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
 CONFIG_NAMES = frozenset(name for name, _ in CONFIG_FILES)
-SKIPPED_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 FAILING = ("failed", "error")
 
 # Runs in the sandbox: reads its plan from stdin, writes the seeded configuration (if
@@ -83,22 +82,23 @@ def _tail(output: str) -> str:
 
 def _touched(workspace: Path, result: evalctl.AgentResult, names: frozenset[str]) -> list[str]:
     """Files named one of `names` that are in the workspace now and not as seeded: read
-    when this check runs, so a file some earlier check's command wrote counts too."""
-    import os
-
+    when this check runs, so a file some earlier check's command wrote counts too. The
+    walk is evalctl's iterative one (os.walk recurses, and the agent decides how deep
+    the tree goes); a file that cannot be compared with its seed counts as touched."""
     touched = []
     seed = result.seed_path
-    for directory, subdirs, files in os.walk(workspace):
-        subdirs[:] = [d for d in subdirs if d not in SKIPPED_DIRS]
-        for name in files:
-            if name not in names:
-                continue
-            path = Path(directory, name)
-            relative = path.relative_to(workspace).as_posix()
-            seeded = seed / relative if seed is not None else None
-            if seeded is None or path.is_symlink() or not seeded.is_file() or \
-                    not path.is_file() or path.read_bytes() != seeded.read_bytes():
-                touched.append(relative)
+    for relative in evalctl.walk_files(workspace):
+        if PurePosixPath(relative).name not in names:
+            continue
+        path = workspace / relative
+        seeded = seed / relative if seed is not None else None
+        try:
+            same = seeded is not None and not path.is_symlink() and seeded.is_file() and \
+                path.is_file() and path.read_bytes() == seeded.read_bytes()
+        except OSError:  # a path too long to open, say: not shown to be the seed's
+            same = False
+        if not same:
+            touched.append(relative)
     return sorted(touched)
 
 
