@@ -365,9 +365,14 @@ def test_a_symlink_loop_fails_the_file_checks_instead_of_crashing_them(registry,
 
 def test_a_deep_tree_does_not_crash_tests_pass_before_it_sees_the_conftest(registry,
                                                                            workspace):
+    from evalctl._files import remove_tree
+
     (workspace.root / "conftest.py").write_text("# rewrites reports\n")
     _deep_tree(workspace.root, 1100, leaf="x = 1\n")
-    outcome = check(registry, workspace, {"type": "tests_pass"}, agent_result(workspace))
+    try:
+        outcome = check(registry, workspace, {"type": "tests_pass"}, agent_result(workspace))
+    finally:  # pytest's own clean-up of old temporary directories recurses
+        remove_tree(workspace.root / "d")
     assert not outcome.error, outcome.detail
     assert outcome.suspected_gaming and "conftest.py" in outcome.detail
 
@@ -377,3 +382,49 @@ def test_a_path_too_long_to_look_up_is_not_grounded_and_no_crash(registry, works
     outcome = check(registry, workspace, {"type": "grounding"}, agent_result(workspace, summary))
     assert not outcome.error, outcome.detail
     assert not outcome.passed
+
+
+PADDING = ("#" * 99 + "\n") * 110_000  # 11 MB of comment lines: past any one read
+
+
+def test_padding_cannot_hide_text_from_a_negated_file_contains(registry, workspace):
+    (workspace.root / "config.py").write_text(PADDING + 'PASSWORD = "hunter2"\n')
+    base = {"type": "file_contains", "path": "config.py"}
+    hidden = check(registry, workspace, {**base, "text": "hunter2", "negate": True})
+    assert not hidden.passed and not hidden.error
+    assert "contains text 'hunter2', which it must not (read whole: 11000021 bytes)" \
+        in hidden.detail
+    assert check(registry, workspace, {**base, "text": "hunter2"}).passed
+    gone = check(registry, workspace, {**base, "text": "hunter3", "negate": True})
+    assert gone.passed and gone.detail.endswith("(read whole: 11000021 bytes)")
+    # A regex is matched within the first 5 MB: past that, neither form passes.
+    for negate in (True, False):
+        regex = check(registry, workspace, {**base, "regex": "hunter[0-9]", "negate": negate})
+        assert not regex.passed and not regex.error, regex.detail
+        assert "could not be searched whole for regex 'hunter[0-9]': only its first 5.0 MB " \
+               "of 11.0 MB were read" in regex.detail
+
+
+def test_text_across_a_chunk_boundary_is_found(registry, workspace):
+    from evalctl.plugins.graders.files import CHUNK
+
+    (workspace.root / "big.txt").write_text("x" * (CHUNK - 3) + "needle" + "y" * 10)
+    outcome = check(registry, workspace, {"type": "file_contains", "path": "big.txt",
+                                          "text": "needle", "negate": True})
+    assert not outcome.passed and "which it must not" in outcome.detail
+
+
+def test_padding_cannot_hide_a_placeholder(registry, workspace):
+    (workspace.root / "config.py").write_text(PADDING + "# TODO: really remove it\n")
+    outcome = check(registry, workspace, {"type": "no_placeholders"}, agent_result(workspace))
+    assert not outcome.passed and not outcome.error
+    assert "config.py:110001: a TODO/FIXME/XXX marker" in outcome.detail
+    assert "(read whole: 11000025 bytes)" in outcome.detail
+
+
+def test_a_line_too_long_to_scan_fails_no_placeholders(registry, workspace):
+    (workspace.root / "min.js").write_text("var a = 1;\n" + "x" * 2_000_000 + " // TODO\n")
+    outcome = check(registry, workspace, {"type": "no_placeholders"}, agent_result(workspace))
+    assert not outcome.passed and not outcome.error
+    assert "line(s) over 1 MB could not be scanned" in outcome.detail
+    assert "min.js:2" in outcome.detail

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import codecs
+import os
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import evalctl
 
@@ -12,7 +16,9 @@ import evalctl
 # that leaves the workspace is refused by `evalctl validate` (and in editors), not only
 # when the check is graded. The same rule as the core's for a task's `files:`.
 INSIDE_WORKSPACE = r"^(?![/~])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\x00]*[^/\\\x00]$"
-SCAN_LIMIT = 5_000_000  # bytes read from one file: graders run in evalctl's own process
+SCAN_LIMIT = 5_000_000  # bytes a regex is matched against: graders run in evalctl's process
+CHUNK = 1 << 20  # files are read in chunks of this, never whole
+LINE_LIMIT = 1_000_000  # bytes of one line no_placeholders scans at once
 PATH = {"type": "string", "minLength": 1, "pattern": INSIDE_WORKSPACE,
         "description": "A path relative to the workspace that stays inside it (no '..', not "
                        "absolute)."}
@@ -37,6 +43,31 @@ def grade_file_exists(check: dict[str, Any], workspace: Path,
     return evalctl.CheckResult(False, f"{check['path']} does not exist")
 
 
+def _megabytes(size: int) -> str:
+    return f"{size / 1_000_000:.1f} MB"
+
+
+def _contains_text(handle: BinaryIO, text: str) -> tuple[bool, int, str]:
+    """Whether the whole file holds `text`, read a chunk at a time (memory stays bounded
+    whatever its size), each chunk searched with the last len(text) - 1 characters of
+    the one before, so text across a chunk boundary is found: (found, bytes read, the
+    file's first 200 characters)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    overlap = len(text) - 1
+    carry, start, read = "", None, 0
+    while True:
+        block = handle.read(CHUNK)
+        read += len(block)
+        window = carry + decoder.decode(block, final=not block)
+        if start is None:
+            start = window[:200]
+        if text in window:
+            return True, read, start
+        if not block:
+            return False, read, start
+        carry = window[-overlap:] if overlap else ""
+
+
 def grade_file_contains(check: dict[str, Any], workspace: Path,
                         result: evalctl.AgentResult) -> evalctl.CheckResult:
     target = _target(workspace, check["path"])
@@ -44,25 +75,45 @@ def grade_file_contains(check: dict[str, Any], workspace: Path,
         return target
     if not target.is_file():
         return evalctl.CheckResult(False, f"{check['path']} does not exist")
+    negate = check.get("negate", False)
+    partial = False  # only a regex search stops at SCAN_LIMIT
     try:
         with evalctl.open_in_workspace(workspace, check["path"]) as handle:
-            content = handle.read(SCAN_LIMIT).decode("utf-8", errors="replace")
+            size = os.fstat(handle.fileno()).st_size
+            if "regex" in check:
+                # A regular expression can span any distance: it is matched against one
+                # text, the file's first SCAN_LIMIT bytes (graders run in evalctl's process).
+                data = handle.read(SCAN_LIMIT + 1)
+                partial = len(data) > SCAN_LIMIT
+                content = data[:SCAN_LIMIT].decode("utf-8", errors="replace")
+                found = bool(re.search(check["regex"], content, re.MULTILINE))
+                read, start = min(len(data), SCAN_LIMIT), content[:200]
+                what = f"regex {check['regex']!r}"
+            else:
+                found, read, start = _contains_text(handle, check["text"])
+                what = f"text {check['text']!r}"
     except evalctl.ConfinementError as exc:
         return evalctl.CheckResult(False, str(exc))
-    if "regex" in check:
-        found = re.search(check["regex"], content, re.MULTILINE)
-        what = f"regex {check['regex']!r}"
-    else:
-        found = check["text"] in content
-        what = f"text {check['text']!r}"
-    negate = check.get("negate", False)
-    if bool(found) != negate:
+    # What was read, when the file is big enough for it to matter.
+    extent = f" (read whole: {read} bytes)" if read > SCAN_LIMIT else ""
+    if partial and not found:
+        # Padding past the limit must not hide what a negated check looks for, nor
+        # make a plain one fail for want of reading: say so, and do not pass.
+        return evalctl.CheckResult(
+            False, f"{check['path']} could not be searched whole for {what}: only its first "
+                   f"{_megabytes(SCAN_LIMIT)} of {_megabytes(size)} were read (a regex is "
+                   f"matched within {_megabytes(SCAN_LIMIT)}); a file this big does not pass "
+                   "this check")
+    if partial:
+        extent = f" (in its first {_megabytes(SCAN_LIMIT)} of {_megabytes(size)})"
+    if found != negate:
         verb = "does not contain" if negate else "contains"
-        return evalctl.CheckResult(True, f"{check['path']} {verb} {what}")
+        return evalctl.CheckResult(True, f"{check['path']} {verb} {what}{extent}")
     if negate:
-        return evalctl.CheckResult(False, f"{check['path']} contains {what}, which it must not")
-    preview = content[:200].replace("\n", "\\n")
-    return evalctl.CheckResult(False, f"{check['path']} does not contain {what}; "
+        return evalctl.CheckResult(False, f"{check['path']} contains {what}, which it must "
+                                          f"not{extent}")
+    preview = start.replace("\n", "\\n")
+    return evalctl.CheckResult(False, f"{check['path']} does not contain {what}{extent}; "
                                       f"it starts with: {preview!r}")
 
 
@@ -85,52 +136,103 @@ CODE_PLACEHOLDERS = [
 ]
 
 
-def _placeholder_hits(relative: str, text: str, seeded: set[str]) -> list[str]:
-    hits = []
+def _lines(handle: BinaryIO) -> Iterator[tuple[int, str | None]]:
+    """(line number, text) of every line of a file, read a line at a time, split on
+    "\\n" only; the text is None for a line over LINE_LIMIT bytes (never held whole)."""
+    number = 0
+    while True:
+        line = handle.readline(LINE_LIMIT + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > LINE_LIMIT and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):  # the rest of the long line
+                line = handle.readline(CHUNK)
+            yield number, None
+            continue
+        yield number, line.rstrip(b"\r\n").decode("utf-8", errors="replace")
+
+
+def _seeded_lines(path: Path) -> set[str]:
+    """The lines of the seeded copy of a file, split as _lines splits the agent's."""
+    try:
+        with open(path, "rb") as handle:
+            return {text for _, text in _lines(handle) if text is not None}
+    except OSError:
+        return set()
+
+
+SHOWN = 10  # placeholder lines a detail lists; the rest are counted, not kept
+
+
+@dataclass
+class _Findings:
+    hits: list[str] = field(default_factory=list)
+    hit_count: int = 0
+    unscanned: list[str] = field(default_factory=list)
+    unscanned_count: int = 0
+    bytes_read: int = 0
+
+
+def _scan(relative: str, handle: BinaryIO, seeded: set[str], found: _Findings) -> None:
+    """Every placeholder line of one file, and every line too long to scan, into
+    `found`. The whole file is read, a line at a time, so padding cannot push a
+    placeholder out of sight, and memory stays bounded."""
     is_code = Path(relative).suffix in CODE_SUFFIXES
-    for number, line in enumerate(text.splitlines(), start=1):
+    patterns = PLACEHOLDERS + (CODE_PLACEHOLDERS if is_code else [])
+    for number, line in _lines(handle):
+        if line is None:
+            found.unscanned_count += 1
+            if len(found.unscanned) < SHOWN:
+                found.unscanned.append(f"{relative}:{number}")
+            continue
         if line in seeded:
             continue  # the agent did not write this line
-        patterns = PLACEHOLDERS + (CODE_PLACEHOLDERS if is_code else [])
         for pattern, label in patterns:
             if pattern.search(line):
-                hits.append(f"{relative}:{number}: {label}: {line.strip()[:80]}")
+                found.hit_count += 1
+                if len(found.hits) < SHOWN:
+                    found.hits.append(f"{relative}:{number}: {label}: {line.strip()[:80]}")
                 break
-    return hits
+    found.bytes_read += handle.tell()
+
+
+def _more(shown: list[str], count: int) -> list[str]:
+    return shown + ([f"... and {count - len(shown)} more"] if count > len(shown) else [])
 
 
 def grade_no_placeholders(check: dict[str, Any], workspace: Path,
                           result: evalctl.AgentResult) -> evalctl.CheckResult:
     changed = sorted(p for p, kind in result.files_changed.items() if kind != "deleted")
-    hits: list[str] = []
-    cut: list[str] = []
+    found = _Findings()
     for relative in changed:
         try:
             with evalctl.open_in_workspace(workspace, relative) as handle:
-                data = handle.read(SCAN_LIMIT + 1)
+                if evalctl.looks_binary(handle.read(8192)):
+                    continue
+                handle.seek(0)
+                seeded: set[str] = set()
+                if result.seed_path is not None and (result.seed_path / relative).is_file():
+                    seeded = _seeded_lines(result.seed_path / relative)
+                _scan(relative, handle, seeded, found)
         except (evalctl.ConfinementError, OSError):
             continue  # a link out, a FIFO, a hard link or gone: nothing of the agent's to read
-        if len(data) > SCAN_LIMIT:
-            data = data[:SCAN_LIMIT]
-            cut.append(relative)
-        if evalctl.looks_binary(data):
-            continue
-        seeded_lines: set[str] = set()
-        if result.seed_path is not None and (result.seed_path / relative).is_file():
-            seeded_lines = set((result.seed_path / relative).read_text(
-                encoding="utf-8", errors="replace").splitlines())
-        hits.extend(_placeholder_hits(relative, data.decode("utf-8", errors="replace"),
-                                      seeded_lines))
-    note = (f"\n(only the first {SCAN_LIMIT // 1_000_000} MB of {', '.join(cut[:5])} "
-            "were scanned)") if cut else ""
-    if hits:
-        shown = hits[:10] + ([f"... and {len(hits) - 10} more"] if len(hits) > 10 else [])
-        return evalctl.CheckResult(False, "placeholders in the agent's files:\n" +
-                                   "\n".join(shown) + note)
+    extent = f"\n(read whole: {found.bytes_read} bytes)" if found.bytes_read > SCAN_LIMIT else ""
+    placeholders = "placeholders in the agent's files:\n" + \
+        "\n".join(_more(found.hits, found.hit_count)) if found.hits else ""
+    if found.unscanned:
+        # A line this long is not read whole, so the file is not known to be clean.
+        return evalctl.CheckResult(
+            False, f"line(s) over {LINE_LIMIT // 1_000_000} MB could not be scanned for "
+                   "placeholders, so the files are not known to be free of them: "
+                   + ", ".join(_more(found.unscanned, found.unscanned_count))
+                   + (f"\n{placeholders}" if placeholders else "") + extent)
+    if found.hits:
+        return evalctl.CheckResult(False, placeholders + extent)
     if not changed:
         return evalctl.CheckResult(True, "the agent created or changed no files")
     return evalctl.CheckResult(True, f"no placeholders in {len(changed)} created or changed "
-                                     f"file(s){note}")
+                                     f"file(s){extent}")
 
 
 @evalctl.hookimpl
@@ -151,9 +253,13 @@ def evalctl_register_graders(register):
             "type": "object",
             "properties": {
                 "path": PATH,
-                "text": {"type": "string", "minLength": 1, "description": "Exact text."},
+                "text": {"type": "string", "minLength": 1,
+                         "description": "Exact text, searched for in the whole file (read "
+                                        "in chunks, any size)."},
                 "regex": {"type": "string", "minLength": 1,
-                          "description": "A Python regular expression (multiline)."},
+                          "description": "A Python regular expression (multiline), matched "
+                                         "within the file's first 5 MB: a bigger file that "
+                                         "does not match there fails, negated or not."},
                 "negate": {"type": "boolean", "description": "Pass when it is NOT there."},
             },
             "required": ["path"],
@@ -163,7 +269,9 @@ def evalctl_register_graders(register):
                     "`negate: true`, does it not?",
         example="- type: file_contains\n  path: config.ini\n  regex: \"^port = 9090$\"",
         trusts="Trusts the file's content after the agent stopped; the path is confined to "
-               "the workspace. It says nothing about whether the content works.",
+               "the workspace (a symlink loop there fails the check). A negated check never "
+               "passes on a file it did not read whole, so padding cannot hide the text. It "
+               "says nothing about whether the content works.",
     ))
     register(evalctl.GraderSpec(
         name="no_placeholders",
@@ -175,6 +283,9 @@ def evalctl_register_graders(register):
         example="- type: no_placeholders",
         trusts="Trusts evalctl's record of which files the agent created or changed (hashes "
                "taken in evalctl's process) and the seed copy, which evalctl checks against "
-               "what it seeded before grading. A file is skipped only when it is binary: a NUL "
-               "in its first 8 KiB and either not UTF-8 or over 10% control bytes.",
+               "what it seeded before grading. Every file is read whole, a line at a time "
+               "(padding cannot hide a placeholder); a line over 1 MB is not scanned, and "
+               "fails the check, since its file is then not known to be clean. A file is "
+               "skipped only when it is binary: a NUL in its first 8 KiB and either not "
+               "UTF-8 or over 10% control bytes.",
     ))
