@@ -538,3 +538,39 @@ def test_replay_is_not_live_so_a_sandbox_that_isolates_nothing_may_serve_it(
                     config_sandbox="local",
                     provider_options={"cassettes": str(recorded["run_dir"])})
     assert run.sandbox["name"] == "local" and run.all_passed
+
+
+def test_unicode_line_separators_in_model_text_and_tool_output_replay(tmp_path):
+    """U+2028, U+2029 and U+0085 end a line for str.splitlines() but not in JSON Lines:
+    one in a tool's output or the model's text must not make the cassette unreadable."""
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+
+    suite = tmp_path / "separators.yaml"
+    suite.write_text("""\
+name: separators
+tasks:
+  - id: separators
+    prompt: Write ok.txt.
+    checks:
+      - type: file_exists
+        path: ok.txt
+    script:
+      - tool_calls:
+          - tool: bash
+            input:
+              command: printf 'a\\342\\200\\250b\\342\\200\\251c\\302\\205d\\n'; echo ok > ok.txt
+      - text: "Wrote ok.txt\\u2028(line\\u2029separators\\x85too)."
+""", encoding="utf-8")
+    recorded = run_cli(tmp_path, str(suite), "--sandbox", "local", "--report", "live.json")
+    assert recorded.exit_code == 0, recorded.output
+    run_dir = Path(json.loads((tmp_path / "live.json").read_text())["run_directory"])
+    cassette = read_cassette(next((run_dir / ".cassettes").glob("*.jsonl")))
+    assert len(cassette.exchanges) == 2
+    replayed = run_cli(tmp_path, str(suite), "--provider", "replay", "--provider-option",
+                       f"cassettes={run_dir}", "--sandbox", "local", "--report", "replay.json")
+    assert replayed.exit_code == 0, replayed.output
+    assert json.loads((tmp_path / "replay.json").read_text())["tasks"][0]["status"] == "passed"
+    printed = CliRunner().invoke(cli, ["script", str(run_dir), "separators"])
+    assert printed.exit_code == 0, printed.output

@@ -346,7 +346,9 @@ def read_cassette(path: Path) -> Cassette:
                          f"{getattr(exc, 'strerror', None) or exc}") from None
     cassette: Cassette | None = None
     keys: list[dict[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # JSON Lines end at "\n" alone: splitlines() would also split at U+2028, U+2029 and
+    # U+0085, which the cassette holds unescaped in any model text or tool output.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
