@@ -574,3 +574,53 @@ tasks:
     assert json.loads((tmp_path / "replay.json").read_text())["tasks"][0]["status"] == "passed"
     printed = CliRunner().invoke(cli, ["script", str(run_dir), "separators"])
     assert printed.exit_code == 0, printed.output
+
+
+def test_regrade_copies_sparse_files_sparsely_and_names_what_it_could_not_copy(recorded,
+                                                                               tmp_path):
+    """A workspace's sparse files stay sparse in the regrade's copy (`truncate -s 1000M`
+    must not become a gigabyte on disk), and a tree deeper than the copy's place allows
+    is named in a warning instead of silently cut."""
+    import os
+
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+    from evalctl._files import remove_tree
+
+    workspace = Path(recorded["report"]["tasks"][0]["workspace"])
+    with open(workspace / "sparse.bin", "wb") as handle:
+        handle.truncate(200 * 1024 * 1024)
+        handle.seek(100 * 1024 * 1024)
+        handle.write(b"data in the middle")
+    # Deep enough that the run's path fits PATH_MAX and the copy's (longer) does not.
+    depth = (4096 - len(str(workspace)) - 40) // 2
+    fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(depth):
+        os.mkdir("d", dir_fd=fd)
+        below = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = below
+    os.close(os.open("leaf.py", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+    os.close(fd)
+    out = tmp_path / ("o" * 200)
+    try:
+        result = CliRunner().invoke(cli, ["regrade", str(recorded["run_dir"]), "--out",
+                                          str(out), "--report", str(tmp_path / "r.json")])
+        assert result.exit_code in (0, 1), result.output
+        report = json.loads((tmp_path / "r.json").read_text())
+        copy = Path(report["tasks"][0]["workspace"])
+        assert len(str(copy)) > len(str(workspace)) + 40
+        sparse = (copy / "sparse.bin").stat()
+        assert sparse.st_size == 200 * 1024 * 1024
+        assert sparse.st_blocks * 512 < 4 * 1024 * 1024, sparse.st_blocks  # not 200 MB
+        with open(copy / "sparse.bin", "rb") as handle:
+            handle.seek(100 * 1024 * 1024)
+            assert handle.read(18) == b"data in the middle"
+        assert "warning: first-word: 1 entry of its workspace could not be copied, so the " \
+               "graders do not see them" in result.output, result.output
+        assert "d/d/.../d/d" in result.output  # the path, shortened
+        assert " characters)" in result.output  # with its length
+    finally:  # pytest's own clean-up of old temporary directories recurses
+        remove_tree(workspace / "d")
+        remove_tree(out)

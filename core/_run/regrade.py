@@ -13,6 +13,7 @@ reports say it is a regrade and of which run (`regrade_of`).
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import shutil
@@ -191,7 +192,8 @@ def _header(prepared: PreparedRegrade, run_dir: Path) -> dict[str, Any]:
 async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
                            run_dir: Path) -> TaskResult:
     task, recorded, name = planned.task, planned.recorded, planned.name
-    workspace = await asyncio.to_thread(_copy_attempt, prepared.source.run_dir, run_dir, name)
+    workspace = await asyncio.to_thread(_copy_attempt, prepared.source.run_dir, run_dir, name,
+                                        prepared.warnings)
     agent = await asyncio.to_thread(_recorded_agent, recorded, workspace, task,
                                     prepared.warnings)
     verify: dict[str, str | None] = dict(task.verify_files)
@@ -292,13 +294,22 @@ def _json_or_empty(line: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _copy_attempt(source_run: Path, run_dir: Path, name: str) -> Workspace:
+def _copy_attempt(source_run: Path, run_dir: Path, name: str,
+                  warnings: list[str]) -> Workspace:
     """A new attempt in `run_dir` holding a copy of `name`'s workspace, seed copy, ledger
-    and cassette from `source_run`, with a fresh HOME and TMPDIR."""
+    and cassette from `source_run`, with a fresh HOME and TMPDIR. What could not be
+    copied is named in `warnings`: the graders will not see it."""
     workspace = new_workspace(run_dir, name)
     origin = attempt_paths(source_run, name)
-    copy_tree(origin["workspace"], workspace.root)
-    copy_tree(origin["seed"], workspace.seed_path)
+    for label, source, copy in (("workspace", origin["workspace"], workspace.root),
+                                ("seed copy", origin["seed"], workspace.seed_path)):
+        missed = copy_tree(source, copy)
+        if missed:
+            shown = ", ".join(_short(p) for p in missed[:3])
+            warnings.append(f"{name}: {len(missed)} entr{'y' if len(missed) == 1 else 'ies'} "
+                            f"of its {label} could not be copied, so the graders do not see "
+                            f"them (a path too long for the copy's place, say): {shown}"
+                            + (" ..." if len(missed) > 3 else ""))
     for label, target in (("ledger", workspace.ledger_path),
                           ("cassette", workspace.cassette_path)):
         if target is not None and origin[label].is_file() and not origin[label].is_symlink():
@@ -309,18 +320,29 @@ def _copy_attempt(source_run: Path, run_dir: Path, name: str) -> Workspace:
     return workspace
 
 
-def copy_tree(origin: Path, target: Path) -> None:
-    """Copy what an agent left: directories, regular files (with their mode) and links
-    (as links, never followed). FIFOs, sockets and devices are left out and never
-    opened; a file swapped for one between the look and the open is not read.
-    Iterative: the agent decides how deep the tree goes."""
+def _short(relative: str) -> str:
+    """A path for a warning: a very deep one by its length and its ends."""
+    if len(relative) <= 120:
+        return relative
+    return f"{relative[:40]}...{relative[-40:]} ({len(relative)} characters)"
+
+
+def copy_tree(origin: Path, target: Path) -> list[str]:
+    """Copy what an agent left: directories, regular files (with their mode; sparse
+    files stay sparse) and links (as links, never followed). FIFOs, sockets and devices
+    are left out and never opened; a file swapped for one between the look and the open
+    is not read. Iterative: the agent decides how deep the tree goes. Returns the
+    relative paths that could not be copied (a directory that cannot be read, a path
+    longer than the kernel takes where the copy is made), so a caller can say so."""
     target.mkdir(parents=True, exist_ok=True)
-    pending = [(os.fspath(origin), os.fspath(target))]
+    missed: list[str] = []
+    pending = [(os.fspath(origin), os.fspath(target), "")]
     while pending:
-        here, there = pending.pop()
+        here, there, prefix = pending.pop()
         try:
             entries = list(os.scandir(here))
         except OSError:
+            missed.append(prefix.rstrip("/") or ".")
             continue
         for entry in entries:
             destination = os.path.join(there, entry.name)
@@ -329,22 +351,65 @@ def copy_tree(origin: Path, target: Path) -> None:
                     os.symlink(os.readlink(entry.path), destination)
                 elif entry.is_dir(follow_symlinks=False):
                     os.mkdir(destination)
-                    pending.append((entry.path, destination))
+                    pending.append((entry.path, destination, f"{prefix}{entry.name}/"))
                 elif entry.is_file(follow_symlinks=False):
                     _copy_file(entry.path, destination)
             except OSError:
-                continue  # unreadable: left out of the copy, as the graders would see it
+                missed.append(prefix + entry.name)  # the graders will not see it: say so
+    return missed
 
 
 def _copy_file(origin: str, destination: str) -> None:
     fd = os.open(origin, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as source:
+    try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return
-        with open(destination, "wb") as copy:
-            shutil.copyfileobj(source, copy, 1 << 20)
+        copy = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            _copy_data(fd, copy, info.st_size)
+        finally:
+            os.close(copy)
+    finally:
+        os.close(fd)
     os.chmod(destination, stat.S_IMODE(info.st_mode))
+
+
+def _copy_data(source: int, copy: int, size: int) -> None:
+    """Copy the data of `source` and leave its holes holes (SEEK_DATA/SEEK_HOLE): four
+    `truncate -s 1000M` files take 4 KB in a run and must not take 4 GB in its regrade.
+    A file system without SEEK_DATA gets the whole file."""
+    try:
+        extents = _data_extents(source, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+        extents = [(0, size)]
+    for start, end in extents:
+        position = start
+        while position < end:
+            block = os.pread(source, min(end - position, 1 << 20), position)
+            if not block:
+                break  # the file shrank while it was copied
+            position += os.pwrite(copy, block, position)
+    os.ftruncate(copy, size)  # the trailing hole, if any
+
+
+def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
+    """The (start, end) byte ranges of `fd` that hold data, in order."""
+    extents = []
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                break  # nothing but a hole from here to the end
+            raise
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        extents.append((start, end))
+        offset = end
+    return extents
 
 
 def summary_line(run: RunResult, prepared: PreparedRegrade) -> str:
