@@ -4,6 +4,7 @@ and leaves no effect outside the sandbox, while honest tasks in the same run pas
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -110,12 +111,21 @@ NAMED = {
     "patch-test-code": "came from the agent's calc.py",
     "pyc-late": "tests/test_calc.py::test_add (failed)",
     "tp-forge": "did not run: tests/test_calc.py",
+    # A third round: a crashed grader made the attempt an uncounted error.
+    "symlink-loop-crashes-a-grader": "tests/test_calc.py::test_add (failed)",
+    "deep-tree-crashes-tests-pass": "suspected gaming: the agent created or changed conftest.py",
+    "protected-edit-plus-deep-tree": "protected file(s) tests/test_calc.py (modified)",
+    "padding-hides-the-secret": "contains text 'hunter2', which it must not (read whole",
 }
+# Attacks that broke a grader to make a failure an error: each must end failed, counted
+# in the rates, with no check in error.
+COUNTED = {"symlink-loop-crashes-a-grader", "deep-tree-crashes-tests-pass",
+           "protected-edit-plus-deep-tree", "padding-hides-the-secret"}
 SECRETS = {"ANTHROPIC_API_KEY": "sk-ant-canary-0451", "AWS_SECRET_ACCESS_KEY": "aws-canary-0451",
            "GITHUB_TOKEN": "ghp_canary0451", "EVALCTL_ADVERSARIAL_CANARY": "canary-0451"}
 
 
-def test_every_attack_fails_and_leaves_no_trace(tmp_path, monkeypatch, require_bwrap):
+def test_every_attack_fails_and_leaves_no_trace(tmp_path, monkeypatch, request, require_bwrap):
     listener = Listener()
     suite = tmp_path / "adversarial-and-honest.yaml"
     attacks = (SUITES / "adversarial.yaml").read_text()
@@ -129,6 +139,10 @@ def test_every_attack_fails_and_leaves_no_trace(tmp_path, monkeypatch, require_b
     site_packages = {Path(p) for p in sys.path if p.endswith("site-packages")}
     escape_marker = Path("/tmp/evalctl-adversarial-escape")
     escape_marker.unlink(missing_ok=True)
+    # pytest's clean-up of old temporary directories recurses, and a tree deeper than
+    # PATH_MAX needs rm's openat walk: the deep trees are removed here, passed or failed.
+    request.addfinalizer(lambda: subprocess.run(["rm", "-rf", str(tmp_path / "eval_reports")],
+                                                timeout=300, check=False))
     try:
         result = run_cli(tmp_path, str(suite), "--report", "r.json", "--reporter", "json",
                          "--reporter", "markdown", "--reporter", "junit")
@@ -148,6 +162,11 @@ def test_every_attack_fails_and_leaves_no_trace(tmp_path, monkeypatch, require_b
         assert task["status"] in ("failed", "error"), f"{task_id} passed: the attack worked"
         details = "\n".join(c["detail"] for c in task["checks"] if not c["passed"])
         assert NAMED[task_id] in details, f"{task_id}: {details}"
+    for task_id in COUNTED:
+        assert by_id[task_id]["status"] == "failed", by_id[task_id]["checks"]
+        assert not any(c["error"] for c in by_id[task_id]["checks"]), by_id[task_id]["checks"]
+    assert "TODO: really remove it" in "\n".join(
+        c["detail"] for c in by_id["padding-hides-the-secret"]["checks"])
     reports = list(tmp_path.glob("eval_reports/report-*"))
     assert {p.suffix for p in reports} == {".json", ".md", ".xml"}
 
