@@ -196,6 +196,16 @@ def test_no_placeholders_blames_only_the_agents_lines(registry, workspace):
     ("# your code here\n", "your code here"),
     ("Lorem ipsum dolor sit amet.\n", "lorem ipsum"),
     ("Fix this FIXME later\n", "FIXME"),
+    # Each pattern's clues, which let a block without any be passed over unsearched.
+    ("# Implement me\n", "implement me"),
+    ("Please FILL THIS IN\n", "implement me"),
+    ("# \u0131mplement this\n", "implement me"),  # IGNORECASE: the dotless i is an i
+    ("name = '<placeholder>'\n", "<placeholder>"),
+    ("<Insert your name>\n", "<placeholder>"),
+    ("Your Answer Goes Here\n", "your code here"),
+    ("LOREM IPSUM\n", "lorem ipsum"),
+    ("raise NotImplementedError()\n", "NotImplementedError"),
+    ("XXX: later\n", "TODO/FIXME/XXX"),
 ])
 def test_no_placeholders_catches(registry, workspace, content, label):
     (workspace.root / "made.py").write_text(content)

@@ -117,47 +117,87 @@ def grade_file_contains(check: dict[str, Any], workspace: Path,
                                       f"it starts with: {preview!r}")
 
 
+# (pattern, label, clues): every match of the pattern holds one of its clues once
+# case-folded, so a block of lines holding none of them is passed over unsearched (a
+# substring test is about ten times faster than the regexes over the same text).
 PLACEHOLDERS = [
-    (re.compile(r"\b(?:TODO|FIXME|XXX)\b"), "a TODO/FIXME/XXX marker"),
-    (re.compile(r"\bNotImplementedError\b"), "a NotImplementedError stub"),
+    (re.compile(r"\b(?:TODO|FIXME|XXX)\b"), "a TODO/FIXME/XXX marker",
+     ("todo", "fixme", "xxx")),
+    (re.compile(r"\bNotImplementedError\b"), "a NotImplementedError stub",
+     ("notimplementederror",)),
     (re.compile(r"your (?:code|implementation|answer|text) (?:goes )?here", re.IGNORECASE),
-     "a 'your code here' placeholder"),
+     "a 'your code here' placeholder", ("your ",)),
     (re.compile(r"\b(?:implement (?:me|this)|fill (?:this|me) in)\b", re.IGNORECASE),
-     "an 'implement me' placeholder"),
-    (re.compile(r"\blorem ipsum\b", re.IGNORECASE), "lorem ipsum filler"),
-    (re.compile(r"<(?:placeholder|insert [^>]*)>", re.IGNORECASE), "a <placeholder>"),
+     "an 'implement me' placeholder", ("implement ", "fill ")),
+    (re.compile(r"\blorem ipsum\b", re.IGNORECASE), "lorem ipsum filler", ("lorem ipsum",)),
+    (re.compile(r"<(?:placeholder|insert [^>]*)>", re.IGNORECASE), "a <placeholder>",
+     ("<placeholder>", "<insert ")),
 ]
 CODE_SUFFIXES = {".py", ".js", ".ts", ".jsx", ".tsx", ".go", ".rs", ".java", ".rb",
                  ".c", ".h", ".cpp", ".sh"}
 # An ellipsis standing in for a body (`pass  # TODO` is caught by the TODO marker).
 CODE_PLACEHOLDERS = [
-    (re.compile(r"^\s*\.\.\.\s*(?:#.*)?$"), "a '...' body"),
-    (re.compile(r":\s*\.\.\.\s*(?:#.*)?$"), "a '...' body"),
+    (re.compile(r"^\s*\.\.\.\s*(?:#.*)?$"), "a '...' body", ("...",)),
+    (re.compile(r":\s*\.\.\.\s*(?:#.*)?$"), "a '...' body", ("...",)),
 ]
 
 
-def _lines(handle: BinaryIO) -> Iterator[tuple[int, str | None]]:
-    """(line number, text) of every line of a file, read a line at a time, split on
-    "\\n" only; the text is None for a line over LINE_LIMIT bytes (never held whole)."""
-    number = 0
+def _folded(text: str) -> str:
+    """`text` case-folded as the clues are matched: IGNORECASE also matches the dotless
+    ı to i, which casefold() keeps."""
+    return text.casefold().replace("\u0131", "i")
+
+
+def _line_blocks(handle: BinaryIO) -> Iterator[tuple[int, str, list[str | None]]]:
+    """The file's lines (split on "\\n" only), read about CHUNK bytes at a time:
+    (number of the first line, the block's text, its lines). A line over LINE_LIMIT
+    bytes is None in the list, and a line too long to hold is skipped unread; memory
+    stays bounded whatever the file."""
+    number, pending = 1, b""
     while True:
-        line = handle.readline(LINE_LIMIT + 1)
-        if not line:
-            return
-        number += 1
-        if len(line) > LINE_LIMIT and not line.endswith(b"\n"):
-            while line and not line.endswith(b"\n"):  # the rest of the long line
-                line = handle.readline(CHUNK)
-            yield number, None
+        block = handle.read(CHUNK)
+        data = pending + block
+        cut = data.rfind(b"\n")
+        if cut < 0 and (not block or len(data) > LINE_LIMIT):
+            if not data:
+                return
+            if len(data) > LINE_LIMIT:  # the rest of this line is passed over unread
+                yield number, "", [None]
+                number += 1
+                pending = b""
+                while block:
+                    block = handle.read(CHUNK)
+                    if b"\n" in block:
+                        pending = block[block.index(b"\n") + 1:]
+                        break
+                if not block:
+                    return
+                continue
+            whole, pending = data, b""  # the last line, without its newline
+        elif cut < 0:
+            pending = data
             continue
-        yield number, line.rstrip(b"\r\n").decode("utf-8", errors="replace")
+        else:
+            whole, pending = data[:cut], data[cut + 1:]
+        text = whole.decode("utf-8", errors="replace")
+        if len(whole) > LINE_LIMIT and max(map(len, whole.split(b"\n"))) > LINE_LIMIT:
+            lines: list[str | None] = [
+                None if len(line) > LINE_LIMIT else line.decode("utf-8", errors="replace")
+                for line in whole.split(b"\n")]
+        else:
+            lines = list(text.split("\n"))
+        yield number, text, lines
+        number += len(lines)
+        if not block:
+            return
 
 
 def _seeded_lines(path: Path) -> set[str]:
-    """The lines of the seeded copy of a file, split as _lines splits the agent's."""
+    """The lines of the seeded copy of a file, split as the agent's are."""
     try:
         with open(path, "rb") as handle:
-            return {text for _, text in _lines(handle) if text is not None}
+            return {line.rstrip("\r") for _, _, lines in _line_blocks(handle)
+                    for line in lines if line is not None}
     except OSError:
         return set()
 
@@ -176,24 +216,31 @@ class _Findings:
 
 def _scan(relative: str, handle: BinaryIO, seeded: set[str], found: _Findings) -> None:
     """Every placeholder line of one file, and every line too long to scan, into
-    `found`. The whole file is read, a line at a time, so padding cannot push a
-    placeholder out of sight, and memory stays bounded."""
+    `found`. The whole file is read, a block of lines at a time, so padding cannot push
+    a placeholder out of sight, and memory stays bounded."""
     is_code = Path(relative).suffix in CODE_SUFFIXES
     patterns = PLACEHOLDERS + (CODE_PLACEHOLDERS if is_code else [])
-    for number, line in _lines(handle):
-        if line is None:
-            found.unscanned_count += 1
-            if len(found.unscanned) < SHOWN:
-                found.unscanned.append(f"{relative}:{number}")
-            continue
-        if line in seeded:
-            continue  # the agent did not write this line
-        for pattern, label in patterns:
-            if pattern.search(line):
-                found.hit_count += 1
-                if len(found.hits) < SHOWN:
-                    found.hits.append(f"{relative}:{number}: {label}: {line.strip()[:80]}")
-                break
+    clues = [clue for _, _, some in patterns for clue in some]
+    for first, text, lines in _line_blocks(handle):
+        if None not in lines:
+            folded = _folded(text)
+            if not any(clue in folded for clue in clues):
+                continue  # no line of this block can match
+        for number, line in enumerate(lines, start=first):
+            if line is None:
+                found.unscanned_count += 1
+                if len(found.unscanned) < SHOWN:
+                    found.unscanned.append(f"{relative}:{number}")
+                continue
+            line = line.rstrip("\r")
+            if line in seeded:
+                continue  # the agent did not write this line
+            for pattern, label, _ in patterns:
+                if pattern.search(line):
+                    found.hit_count += 1
+                    if len(found.hits) < SHOWN:
+                        found.hits.append(f"{relative}:{number}: {label}: {line.strip()[:80]}")
+                    break
     found.bytes_read += handle.tell()
 
 
@@ -283,8 +330,8 @@ def evalctl_register_graders(register):
         example="- type: no_placeholders",
         trusts="Trusts evalctl's record of which files the agent created or changed (hashes "
                "taken in evalctl's process) and the seed copy, which evalctl checks against "
-               "what it seeded before grading. Every file is read whole, a line at a time "
-               "(padding cannot hide a placeholder); a line over 1 MB is not scanned, and "
+               "what it seeded before grading. Every file is read whole, 1 MB of lines at a "
+               "time (padding cannot hide a placeholder); a line over 1 MB is not scanned, and "
                "fails the check, since its file is then not known to be clean. A file is "
                "skipped only when it is binary: a NUL in its first 8 KiB and either not "
                "UTF-8 or over 10% control bytes.",
