@@ -383,3 +383,46 @@ def test_a_run_resumed_with_another_executor_continues_where_it_stopped(tmp_path
         ["portable"]
     assert sorted(line["result"]["id"] for line in journal if line["kind"] == "attempt") == \
         ["lazy", "shell", "writes"]
+
+
+HOSTILE_WORKSPACE = """\
+- id: lazy-and-hostile
+  prompt: Write done.txt.
+  checks:
+    - type: file_exists
+      path: done.txt
+  script:
+    - tool_calls:
+        - tool: bash
+          input:
+            command: |
+              ln -s .. up; ln -s q/../.. p; ln -s . q; ln -s /etc/passwd abs; ln -s sub ok
+              mkdir sub && echo kept > sub/kept.txt
+              truncate -s 1000M sparse.bin
+              python3 -c "
+              import os
+              fd = os.open('.', os.O_DIRECTORY)
+              for _ in range(17):
+                  os.mkdir('a' * 250, dir_fd=fd)
+                  fd = os.open('a' * 250, os.O_DIRECTORY, dir_fd=fd)
+              os.close(os.open('deep.txt', os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+              "
+    - text: Done, honestly.
+"""
+
+
+def test_a_hostile_workspace_neither_launders_a_failure_nor_comes_back_whole(tmp_path):
+    """Found by an attacker: under a cluster executor, a path too long to pack or unpack
+    turned the graded failure into an uncounted executor error (its spending out of the
+    budget too); links out of the workspace came back; a sparse file came back dense."""
+    registry = registry_with(("portable", PortablePlugin()))
+    run = run_suite(HOSTILE_WORKSPACE, registry=registry, sandbox="local",
+                    out_dir=tmp_path, executor="portable")
+    task = run.tasks[0]
+    assert (task.status, task.exit_status) == ("failed", "completed"), task.error
+    assert task.turns == 2 and task.usage.input_tokens > 0
+    workspace = Path(task.workspace)
+    assert (workspace / "sub" / "kept.txt").read_text() == "kept\n"
+    assert (workspace / "ok").is_symlink()  # a link that stays inside is kept
+    for name in ("up", "p", "abs", "sparse.bin"):
+        assert not (workspace / name).is_symlink() and not (workspace / name).exists(), name

@@ -18,7 +18,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import socket
 import tarfile
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._errors import UsageError
+from evalctl._files import remove_tree
 from evalctl._plugin.options import provider_options as checked_provider_options
 from evalctl._plugin.registry import Registry, active_registry, use_registry
 from evalctl._plugin.types import ExitStatus
@@ -64,32 +64,87 @@ class PortableAttempt:
     plugins: Mapping[str, str | None] = field(default_factory=dict)
 
 
+# What a worker sends back of a workspace is bounded: a file the agent made (a sparse
+# terabyte, say) must not fill the driver's disk or memory. The graded result is made on
+# the worker and never depends on these.
+FILE_LIMIT_BYTES = 64 * 1024 * 1024
+OUTCOME_LIMIT_BYTES = 512 * 1024 * 1024
+
+
+def _inside_link(target: str) -> bool:
+    """A link kept in a returned workspace: relative, with no `..` anywhere, so however
+    links chain, each step goes down from a directory inside the workspace."""
+    return bool(target) and not target.startswith("/") and ".." not in target.split("/")
+
+
+def _entries(top: Path, arcname: str) -> Any:
+    """(path, name in the archive, lstat) of `top` and everything under it, depth first,
+    without recursion. What cannot be read (a path past PATH_MAX, say) is skipped."""
+    pending = [(str(top), arcname)]
+    while pending:
+        path, name = pending.pop()
+        try:
+            status = os.lstat(path)
+        except OSError:
+            continue
+        yield path, name, status
+        if not os.path.isdir(path) or os.path.islink(path):
+            continue
+        try:
+            with os.scandir(path) as listing:
+                children = sorted(entry.name for entry in listing)
+        except OSError:
+            continue
+        pending.extend((os.path.join(path, child), f"{name}/{child}")
+                       for child in reversed(children))
+
+
 def _packed(result: TaskResult, scratch: Path | None, name: str, workspace: bool) -> bytes:
     """The outcome as one gzip'd tar: result.json, and from the scratch run directory
-    the ledger, the cassette and (with `workspace`) the workspace and its seed copy. Only regular
-    files, directories and links go in: a FIFO or device an agent made is left out."""
+    the ledger, the cassette and (with `workspace`) the workspace and its seed copy.
+
+    Packing never fails the attempt: the result is already graded. Only regular files,
+    directories and links that stay inside go in (a FIFO, a device, a link leading out
+    are left out), and no file over FILE_LIMIT_BYTES, no sparse file, nothing past
+    OUTCOME_LIMIT_BYTES in all, and nothing that cannot be read (a path too long)."""
+    import stat
+
     buffer = io.BytesIO()
-
-    def plain(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-            return None
-        member.uid = member.gid = 0
-        member.uname = member.gname = ""
-        return member
-
+    total = 0
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as archive:
         data = json.dumps(result.to_dict(), ensure_ascii=True).encode()
         info = tarfile.TarInfo(RESULT)
         info.size, info.mtime = len(data), int(time.time())
         archive.addfile(info, io.BytesIO(data))
-        if scratch is not None:
-            parts = [(scratch / ".ledgers" / f"{name}.jsonl", LEDGER),
-                     (cassette_path(scratch, name), CASSETTE)]
-            if workspace:
-                parts += [(scratch / name, WORKSPACE), (scratch / ".seed" / name, SEED)]
-            for path, arcname in parts:
-                if os.path.lexists(path):
-                    archive.add(path, arcname=arcname, filter=plain)
+        parts = [] if scratch is None else [
+            (scratch / ".ledgers" / f"{name}.jsonl", LEDGER),
+            (cassette_path(scratch, name), CASSETTE)]
+        if workspace and scratch is not None:
+            parts += [(scratch / name, WORKSPACE), (scratch / ".seed" / name, SEED)]
+        for top, arcname in parts:
+            for path, member, status in _entries(top, arcname):
+                info = tarfile.TarInfo(member)
+                info.mode, info.mtime = status.st_mode & 0o755, int(status.st_mtime)
+                try:
+                    if stat.S_ISDIR(status.st_mode):
+                        info.type = tarfile.DIRTYPE
+                        archive.addfile(info)
+                    elif stat.S_ISLNK(status.st_mode):
+                        target = os.readlink(path)
+                        if _inside_link(target):
+                            info.type, info.linkname = tarfile.SYMTYPE, target
+                            archive.addfile(info)
+                    elif stat.S_ISREG(status.st_mode):
+                        sparse = status.st_blocks * 512 < status.st_size
+                        if sparse or status.st_size > FILE_LIMIT_BYTES or \
+                                total + status.st_size > OUTCOME_LIMIT_BYTES:
+                            continue
+                        with open(path, "rb") as handle:
+                            info.size = os.fstat(handle.fileno()).st_size
+                            archive.addfile(info, handle)
+                        total += info.size
+                except OSError:
+                    continue  # unreadable, or changed while packed: left out
     return buffer.getvalue()
 
 
@@ -180,7 +235,19 @@ async def run_portable(payload: PortableAttempt, throttle: Any = None,
         if close is not None:
             with contextlib.suppress(Exception):
                 await close()
-        shutil.rmtree(base, ignore_errors=True)
+        _remove(base)
+
+
+def _remove(path: str | Path) -> None:
+    """Remove a scratch tree of any depth or path length (rm walks by descriptor;
+    shutil.rmtree recurses and raises RecursionError on a deep one)."""
+    remove_tree(path)
+    if os.path.lexists(path):
+        import subprocess
+
+        subprocess.run(["rm", "-rf", "--", os.fspath(path)], check=False, timeout=600,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
 
 
 def _hosted(result: TaskResult, host: str, started: float) -> TaskResult:
@@ -209,7 +276,14 @@ def receive(outcome: bytes, run_dir: Path, name: str, task_id: str, number: int
     try:
         try:
             with tarfile.open(fileobj=io.BytesIO(outcome), mode="r:gz") as archive:
-                archive.extractall(staging, filter=_kept)
+                for member in archive:
+                    try:
+                        archive.extract(member, staging, filter=_kept)
+                    except OSError:
+                        if member.name == RESULT:
+                            raise
+                        # One member that cannot land here (a path too long) is left
+                        # out; the graded result does not depend on it.
         except (tarfile.TarError, OSError, EOFError) as exc:
             raise ValueError(f"the attempt's outcome is not readable: {exc}") from None
         try:
@@ -231,7 +305,7 @@ def receive(outcome: bytes, run_dir: Path, name: str, task_id: str, number: int
         result.ledger = str(places[LEDGER])
         return result
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        _remove(staging)
 
 
 def _kept(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
@@ -239,6 +313,8 @@ def _kept(member: tarfile.TarInfo, destination: str) -> tarfile.TarInfo | None:
     link out of the workspace, a device) is skipped rather than failing the rest."""
     if member.name.split("/", 1)[0] not in (RESULT, LEDGER, CASSETTE, WORKSPACE, SEED):
         return None
+    if member.issym() and not _inside_link(member.linkname):
+        return None  # checked here too: the worker is not the only writer of an outcome
     try:
         return tarfile.data_filter(member, destination)
     except tarfile.FilterError:
