@@ -586,3 +586,14 @@ def test_the_html_transcript_shows_setup_and_why_it_failed(tmp_path):
     assert notes[2].startswith("setup command 2 (exit 3): echo 'no such project'")
     assert notes[2].endswith("no such project")
     assert notes[3].startswith("setup failed: setup command 2 of 2")
+
+
+def test_a_setup_missing_a_python_module_says_where_to_install_it(tmp_path):
+    """Found by a newcomer: realrepo's setup ran `python -m pytest` where pytest was not
+    installed, and the error did not say that the sandbox's Python is evalctl's own."""
+    suite = setup_suite(tmp_path, "python3 -c 'import evalctl_no_such_module'")
+    run = evalctl.testing.run_suite(suite, out_dir=tmp_path / "out", sandbox="local")
+    task = run.tasks[0]
+    assert task.exit_status == "setup_error"
+    assert "install evalctl_no_such_module there:" in task.error
+    assert "-m pip install evalctl_no_such_module" in task.error

@@ -74,7 +74,7 @@ async def run_setup(task: Task, workspace: Workspace,
                         f"exited with status {ran.exit_code}"
                     tail = truncate(ran.stdout.strip(), 1_000, keep="tail")
                     message = (f"setup command {index} of {len(setup.commands)} ({command!r}) "
-                               f"{why}" + (f":\n{tail}" if tail else ""))
+                               f"{why}" + (f":\n{tail}" if tail else "") + _missing_module(tail))
                     ledger.append("setup_end", status="failed", error=message)
                     raise SetupFailed(message)
         finally:
@@ -83,6 +83,20 @@ async def run_setup(task: Task, workspace: Workspace,
     finally:
         ledger.close()
     await asyncio.to_thread(workspace.adopt_setup)
+
+
+def _missing_module(output: str) -> str:
+    """A hint when setup failed for a Python module the sandbox's Python lacks: that
+    Python is the one evalctl runs on (pytest, say, which evalctl itself does not need)."""
+    import re
+    import sys
+
+    found = re.search(r"No module named '?([A-Za-z0-9_.]+)'?", output)
+    if found is None:
+        return ""
+    module = found.group(1).split(".")[0]
+    return (f"\n(the sandbox runs the Python evalctl runs on; install {module} there: "
+            f"{sys.executable} -m pip install {module})")
 
 
 def _record(workspace: Workspace, event: str, **fields: object) -> None:
