@@ -5,8 +5,10 @@ Path confinement is what keeps the file tools and graders inside a workspace;
 reports are written so a reader never sees half of one.
 
 A workspace is the agent's, so nothing here trusts what is in it: directories are
-walked without recursion (any depth), special files (FIFOs, sockets, devices) are
-never read, and big files are never read whole."""
+walked without recursion (no depth overflows the stack), special files (FIFOs, sockets,
+devices) are never read, and big files are never read whole. The walks go by path, so
+what lies beyond PATH_MAX (4,096 bytes of path) is not reached: a known limit, named in
+the security model (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -83,7 +85,8 @@ def walk(root: str | os.PathLike[str], *, max_depth: int | None = None
 def walk_files(root: str | os.PathLike[str]) -> Iterator[str]:
     """Every path under `root` that is not a directory (files, links, and special files
     such as FIFOs, which are listed but must not be opened), relative and POSIX-style,
-    in sorted order. Iterative, so any depth works; linked directories are not entered
+    in sorted order. Iterative, so no depth overflows the stack (entries past PATH_MAX
+    are not reached); linked directories are not entered
     and tool caches (`__pycache__`, `.pytest_cache`...) are skipped. Names that are not
     UTF-8 come as Python keeps them (surrogate escapes)."""
     for relative, _ in walk(root):
