@@ -578,3 +578,17 @@ def test_the_docs_package_preset_registers():
     registry = registry_with(("my_cli", plugin))
     choice = choose_agent(registry, flag="my-cli", flag_options={})
     assert choice.version == "1.4.2" and choice.options["final_text"] == "stdout"
+
+
+def test_the_console_says_why_a_cli_agent_exited(tmp_path):
+    """Found by a newcomer: a mistyped agent command failed the task, and only the JSON
+    report and the page said 'command not found'; the console named the failed check."""
+    suite = tmp_path / "s.yaml"
+    suite.write_text("- id: hello\n  prompt: Write hello.txt.\n  checks:\n"
+                     "    - type: file_exists\n      path: hello.txt\n")
+    done = run_cli(tmp_path, str(suite), "--sandbox", "local", "--agent", "command",
+                   "--agent-option", "argv=evalctl-no-such-agent {prompt}", "--out",
+                   str(tmp_path / "out"))
+    assert done.exit_code == 1, done.output
+    assert "agent_failed hello: the agent exited with code 127" in done.output, done.output
+    assert "evalctl-no-such-agent" in done.output

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from evalctl._plugin.types import ExitStatus
 from evalctl._report.results import RunResult, TaskResult
 from evalctl._text import money, percent
 
@@ -91,9 +92,20 @@ class RunView:
         for task in run.errors():
             console.print(f"error ({task.error_kind}) {run.label(task)}: "
                           f"{task.error_detail()}", highlight=False, markup=False)
+        # A CLI agent that exited non-zero failed (it is graded like any other), but why
+        # it exited (a command not found, say) is the first thing to look at.
+        exited = [t for t in run.tasks if t.status == "failed" and t.error
+                  and t.exit_status == ExitStatus.AGENT_FAILED]
+        for task in exited[:SUMMARY_AGENT_EXITS]:
+            console.print(f"{task.exit_status} {run.label(task)}: {task.error}",
+                          highlight=False, markup=False)
+        if len(exited) > SUMMARY_AGENT_EXITS:
+            console.print(f"({len(exited) - SUMMARY_AGENT_EXITS} more agents exited non-zero; "
+                          "the reports say why)", highlight=False)
 
 
 SUMMARY_ROWS = 50
+SUMMARY_AGENT_EXITS = 10
 
 
 def summary_line(run: RunResult) -> str:
