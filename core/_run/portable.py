@@ -19,10 +19,11 @@ import io
 import json
 import os
 import socket
+import stat
 import tarfile
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,7 @@ def _inside_link(target: str) -> bool:
     return bool(target) and not target.startswith("/") and ".." not in target.split("/")
 
 
-def _entries(top: Path, arcname: str) -> Any:
+def _entries(top: Path, arcname: str) -> Iterator[tuple[str, str, os.stat_result]]:
     """(path, name in the archive, lstat) of `top` and everything under it, depth first,
     without recursion. What cannot be read (a path past PATH_MAX, say) is skipped."""
     pending = [(str(top), arcname)]
@@ -88,7 +89,7 @@ def _entries(top: Path, arcname: str) -> Any:
         except OSError:
             continue
         yield path, name, status
-        if not os.path.isdir(path) or os.path.islink(path):
+        if not stat.S_ISDIR(status.st_mode):  # lstat: a link to a directory is not one
             continue
         try:
             with os.scandir(path) as listing:
@@ -107,8 +108,6 @@ def _packed(result: TaskResult, scratch: Path | None, name: str, workspace: bool
     directories and links that stay inside go in (a FIFO, a device, a link leading out
     are left out), and no file over FILE_LIMIT_BYTES, no sparse file, nothing past
     OUTCOME_LIMIT_BYTES in all, and nothing that cannot be read (a path too long)."""
-    import stat
-
     buffer = io.BytesIO()
     total = 0
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as archive:
@@ -127,7 +126,9 @@ def _packed(result: TaskResult, scratch: Path | None, name: str, workspace: bool
                 info.mode, info.mtime = status.st_mode & 0o755, int(status.st_mtime)
                 try:
                     if stat.S_ISDIR(status.st_mode):
-                        info.type = tarfile.DIRTYPE
+                        # Always enterable: the driver extracts member by member, and a
+                        # directory made 000 first would keep out what lies in it.
+                        info.type, info.mode = tarfile.DIRTYPE, 0o755
                         archive.addfile(info)
                     elif stat.S_ISLNK(status.st_mode):
                         target = os.readlink(path)
@@ -144,7 +145,7 @@ def _packed(result: TaskResult, scratch: Path | None, name: str, workspace: bool
                             archive.addfile(info, handle)
                         total += info.size
                 except OSError:
-                    continue  # unreadable, or changed while packed: left out
+                    continue  # unreadable (the attempt's processes are gone): left out
     return buffer.getvalue()
 
 
