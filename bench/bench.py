@@ -120,14 +120,20 @@ def _floor_task(base: Path, index: int) -> None:
                    stdin=subprocess.DEVNULL)
 
 
+@functools.cache
+def _system_links() -> tuple[str, ...]:
+    """bwrap arguments recreating the merged-/usr links; looked up once, outside the
+    timed floor."""
+    return tuple(arg for link in ("bin", "sbin", "lib", "lib64") if os.path.islink(f"/{link}")
+                 for arg in ("--symlink", f"usr/{link}", f"/{link}"))
+
+
 def _bwrap_floor_argv(directory: Path, script: str) -> list[str]:
     """The least a bubblewrap sandbox for one command is: new namespaces (network off),
     the system read-only, /proc and /dev, the directory writable. No cgroups, /etc,
     Python installation or limits: what evalctl adds on top is what the ratio shows."""
-    links = [arg for link in ("bin", "sbin", "lib", "lib64")
-             if os.path.islink(f"/{link}") for arg in ("--symlink", f"usr/{link}", f"/{link}")]
     return ["bwrap", "--unshare-all", "--die-with-parent", "--new-session",
-            "--ro-bind", "/usr", "/usr", *links, "--proc", "/proc", "--dev", "/dev",
+            "--ro-bind", "/usr", "/usr", *_system_links(), "--proc", "/proc", "--dev", "/dev",
             "--bind", str(directory), str(directory), "--chdir", str(directory),
             "bash", "-c", script]
 
@@ -147,6 +153,7 @@ def floor(threads: int, bwrap: bool = False) -> float:
     plain spawns or bubblewrap ones. The machine is shared: each figure measures it
     right beside itself, and both take the best of the same number of tries."""
     task = _bwrap_floor_task if bwrap else _floor_task
+    _system_links()
     with tempfile.TemporaryDirectory(prefix="evalctl-floor-") as scratch:
         base = Path(scratch)
         started = time.perf_counter()
