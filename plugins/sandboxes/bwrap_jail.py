@@ -193,18 +193,19 @@ def _bwrap_options_supported(bwrap: str) -> frozenset[str]:
     return frozenset(re.findall(r"(?m)^\s+(--[a-z][a-z0-9-]*)", done.stdout + done.stderr))
 
 
-def _system_mounts() -> list[str]:
-    """bwrap arguments for /usr and the /bin, /lib* links (or directories, if not merged)."""
-    args: list[str] = []
+def _system_mounts() -> list[_Mount]:
+    """/usr and the /bin, /lib* links (or directories, if not merged): what the probe and
+    every jail mount."""
+    mounts: list[_Mount] = []
     for directory in SYSTEM_RO_DIRS:
         if os.path.isdir(directory):
-            args += ["--ro-bind", directory, directory]
-    for path in SYSTEM_LINKS:
-        if os.path.islink(path):
-            args += ["--symlink", os.readlink(path), path]
-        elif os.path.isdir(path):
-            args += ["--ro-bind", path, path]
-    return args
+            mounts.append(_Mount("ro", directory, Path(directory)))
+    for link in SYSTEM_LINKS:
+        if os.path.islink(link):
+            mounts.append(_Mount("symlink", os.readlink(link), Path(link)))
+        elif os.path.isdir(link):
+            mounts.append(_Mount("ro", link, Path(link)))
+    return mounts
 
 
 def _namespace_args(bwrap: str, network: bool) -> list[str]:
@@ -238,7 +239,8 @@ def _probe_with(bwrap: str | None) -> str | None:
     except SandboxError as exc:
         return str(exc)
     true = shutil.which("true", path="/usr/bin:/bin") or "/usr/bin/true"
-    argv = [bwrap, *_namespace_args(bwrap, network=False), *_system_mounts()]
+    argv = [bwrap, *_namespace_args(bwrap, network=False),
+            *(arg for mount in _system_mounts() for arg in mount.args())]
     argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--", true]
     try:
         done = subprocess.run(argv, env={}, capture_output=True, text=True, timeout=20, check=False)
@@ -783,15 +785,7 @@ class _BasePlan:
 def _base_plan(ro_paths: tuple[str, ...], hidden: tuple[Path, ...]) -> _BasePlan:
     """Worked out once per process and option set: globbing /etc, resolving paths and
     checking they exist would otherwise be repeated for every sandbox of every attempt."""
-    system: list[_Mount] = []
-    for directory in SYSTEM_RO_DIRS:
-        if os.path.isdir(directory):
-            system.append(_Mount("ro", directory, Path(directory)))
-    for link in SYSTEM_LINKS:
-        if os.path.islink(link):
-            system.append(_Mount("symlink", os.readlink(link), Path(link)))
-        elif os.path.isdir(link):
-            system.append(_Mount("ro", link, Path(link)))
+    system = _system_mounts()
     etc, etc_binds = _shared_etc()
     system.append(_Mount("ro", str(etc), Path("/etc")))
     system += etc_binds
