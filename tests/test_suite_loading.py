@@ -1,4 +1,4 @@
-"""Suite loading: strictyaml, editor-typed values, the composed schema, the rules."""
+"""Suite loading: YAML, editor-typed values, the composed schema, the rules."""
 
 from __future__ import annotations
 
@@ -413,38 +413,6 @@ def test_duplicate_ids_are_reported_with_the_other_errors(write_suite):
     assert any(line == 10 and "missing required key 'prompt'" in m for line, m in messages)
 
 
-TRICKY_DOCUMENTS = [
-    MINIMAL * 3,
-    "# a comment first\n\n" + MINIMAL + "# between items\n" + MINIMAL.replace("one", "two"),
-    "name: x\ntasks:\n- id: a\n  prompt: p\n  checks:\n  - type: file_exists\n    path: x\n"
-    "- id: b\n  prompt: |\n    keep\n\n      indented\n    \n  checks:\n  - type: succeeded\n"
-    "defaults:\n  permissions: full\n",
-    "tasks:\n  - id: a\n    prompt: >\n      folded\n      text\n\n    files:\n      a.txt: |\n"
-    "        x   \n\n        y\n    checks:\n      - type: file_exists\n        path: a.txt\n"
-    "  # a comment in the list\n  - id: b\n    prompt: \"quoted\n      across lines\"\n"
-    "    checks:\n      - type: command\n        command: 'true'\n",
-]
-
-
-# Batches of several items each (contiguous items are parsed as one document), with
-# comments and blank lines between them.
-TRICKY_DOCUMENTS.append("name: many\ntasks:\n" + "".join(
-    f"  # item {i}\n\n  - id: t{i}\n    prompt: |\n      line {i}\n\n    checks:\n"
-    f"      - type: file_exists\n        path: f{i}\n" for i in range(9)))
-
-
-@pytest.mark.parametrize("text", TRICKY_DOCUMENTS + [p.read_text() for p in
-                                                   sorted(SUITES.glob("*.yaml"))])
-def test_parsing_item_by_item_equals_parsing_the_whole_document(text):
-    from evalctl._suite.yamlsource import _parse_split, parse_document, split_tasks
-
-    split = split_tasks(text)
-    assert split is not None
-    pieces, whole = _parse_split(split, "s.yaml"), parse_document(text, "s.yaml")
-    assert (pieces.data, pieces.lines, pieces.key_lines) == \
-        (whole.data, whole.lines, whole.key_lines)
-
-
 def test_a_large_suite_with_an_error_reports_the_whole_documents_line(write_suite):
     items = [MINIMAL.replace("id: one", f"id: t{i}") for i in range(250)]
     items[200] = items[200].replace("  prompt: Make a.txt\n", "  prompt: Make a.txt\n  prompt: x\n")
@@ -460,30 +428,6 @@ def test_cached_warnings_name_the_file_they_were_loaded_from(tmp_path):
     second.write_text(text)
     assert load_suite(first).warnings[0].file == str(first)
     assert load_suite(second).warnings[0].file == str(second)  # same bytes, from the cache
-
-
-def test_with_another_thread_running_the_parse_does_not_fork(monkeypatch):
-    """Forking a process with threads copies only one of them: with a second thread
-    alive, the items are parsed here, serially, with the same result."""
-    import multiprocessing
-    import threading
-
-    from evalctl._suite.yamlsource import _parse_split, parse_document, split_tasks
-
-    def no_fork(*_args, **_kwargs):
-        raise AssertionError("a fork pool was started beside a running thread")
-
-    monkeypatch.setattr(multiprocessing, "get_context", no_fork)
-    text = "".join(MINIMAL.replace("id: one", f"id: t{i}") for i in range(250))
-    release = threading.Event()
-    helper = threading.Thread(target=release.wait, daemon=True)
-    helper.start()
-    try:
-        pieces = _parse_split(split_tasks(text), "s.yaml")
-    finally:
-        release.set()
-        helper.join(timeout=5)
-    assert pieces.data == parse_document(text, "s.yaml").data
 
 
 def test_validate_answers_an_unchanged_suite_from_the_verified_cache(write_suite, monkeypatch):
