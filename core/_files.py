@@ -35,18 +35,92 @@ def resolve_inside(root: Path, user_path: str) -> Path:
         raise ConfinementError("path contains a NUL byte")
     candidate = Path(user_path)
     try:
-        root = root.resolve()
-        resolved = (candidate if candidate.is_absolute() else root / candidate).resolve()
+        real_root = real_directory(os.fspath(root))
+        resolved = None if candidate.is_absolute() else _plainly_below(real_root, user_path)
+        if resolved is None:
+            resolved = (candidate if candidate.is_absolute()
+                        else Path(real_root) / candidate).resolve()
     except (RuntimeError, OSError) as exc:
         # A symlink loop (RuntimeError on Python 3.11, OSError ELOOP later) or a path
         # too long to resolve: the agent built it, so it is a refusal, not a crash.
         raise ConfinementError(f"{user_path!r} cannot be resolved: "
                                f"{getattr(exc, 'strerror', None) or exc}") from None
-    if resolved != root and not resolved.is_relative_to(root):
+    root_path = Path(real_root)
+    if resolved != root_path and not resolved.is_relative_to(root_path):
         raise ConfinementError(
             f"{user_path!r} resolves outside the workspace; use paths inside it"
         )
     return resolved
+
+
+# root as given -> (its real path, device, inode). Resolving a root costs an lstat per
+# component of it, for every file a grader or tool names; a cached answer is used only
+# while the root still leads to the same directory (one stat).
+_REAL_ROOTS: dict[str, tuple[str, int, int]] = {}
+
+
+def real_directory(root: str) -> str:
+    """`root`'s real path (os.path.realpath), remembered while it leads to the same
+    directory."""
+    known = _REAL_ROOTS.get(root)
+    if known is not None:
+        with contextlib.suppress(OSError):
+            now = os.stat(root)
+            if (now.st_dev, now.st_ino) == known[1:]:
+                return known[0]
+    real = _below_known(root)
+    if real is None:
+        real = os.path.realpath(root)
+    with contextlib.suppress(OSError):
+        info = os.stat(real)
+        if len(_REAL_ROOTS) >= 4096:
+            _REAL_ROOTS.clear()
+        _REAL_ROOTS[root] = (real, info.st_dev, info.st_ino)
+    return real
+
+
+def _below_known(path: str) -> str | None:
+    """The real path of `path` from its parent's remembered one when `path` itself is a
+    plain name and no link (a new attempt's workspace under its run directory), else
+    None."""
+    import stat
+
+    head, tail = os.path.split(path)
+    known = _REAL_ROOTS.get(head)
+    if known is None or tail in ("", ".", ".."):
+        return None
+    try:
+        parent = os.stat(head)
+        if (parent.st_dev, parent.st_ino) != known[1:] or stat.S_ISLNK(os.lstat(path).st_mode):
+            return None
+    except OSError:
+        return None
+    return os.path.join(known[0], tail)
+
+
+def _plainly_below(real_root: str, user_path: str) -> Path | None:
+    """`user_path` resolved under `real_root` when it is plain names with no link on the
+    way (what Path.resolve gives then, at an lstat per component instead of one per
+    component of the whole path); None when it needs the full resolution ('.', '..',
+    a link)."""
+    import stat
+
+    parts = user_path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    current = real_root
+    for index, part in enumerate(parts):
+        current = f"{current}/{part}" if current != "/" else f"/{part}"
+        try:
+            mode = os.lstat(current).st_mode
+        except OSError:
+            # Missing (or not a directory): nothing below can be a link, and
+            # Path.resolve keeps the rest as written.
+            rest = parts[index + 1:]
+            return Path(current, *rest)
+        if stat.S_ISLNK(mode):
+            return None
+    return Path(current)
 
 
 # Files bigger than this are fingerprinted by size and time instead of hashed: a seed

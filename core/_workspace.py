@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalctl._files import resolve_inside, snapshot
+from evalctl._files import real_directory, resolve_inside, snapshot
 from evalctl._sources.model import Source
 
 
@@ -111,20 +111,33 @@ def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str], *,
     return workspace
 
 
+# Parents every attempt of a run shares (.state, .ledgers, .cassettes, .seed), made once
+# per process: an attempt then makes only its own five directories.
+_SHARED_PARENTS: set[Path] = set()
+
+
 def new_workspace(run_dir: Path, task_id: str) -> Workspace:
     """The attempt's directories, empty: workspace, seed copy, HOME, TMPDIR, ledger's.
 
     Blocking (each directory costs a few hundred microseconds of kernel time on some
     disks): call it off the event loop."""
-    run_dir = run_dir.resolve()  # once: the attempt's paths below it are plain names
+    run_dir = Path(real_directory(os.fspath(run_dir)))  # the attempt's paths are plain names
     root = run_dir / task_id
     state = run_dir / ".state" / task_id
     ledger = ledger_path(run_dir, task_id)
     cassette = cassette_path(run_dir, task_id)
     seed = run_dir / ".seed" / task_id
-    for directory in (root, state / "home", state / "tmp", ledger.parent, cassette.parent,
-                      seed):
-        directory.mkdir(parents=True, exist_ok=True)
+    for shared in (state.parent, ledger.parent, cassette.parent, seed.parent):
+        if shared not in _SHARED_PARENTS:
+            shared.mkdir(parents=True, exist_ok=True)
+            _SHARED_PARENTS.add(shared)
+    for directory in (root, state, state / "home", state / "tmp", seed):
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            pass
+        except FileNotFoundError:  # a shared parent went away since: make it again
+            directory.mkdir(parents=True, exist_ok=True)
     return Workspace(task_id, root, state / "home", state / "tmp", ledger, seed,
                      cassette_path=cassette)
 
@@ -136,7 +149,26 @@ def seed_workspace(workspace: Workspace, files: Mapping[str, str],
     the files."""
     write_seed(workspace.root, files, source, keep_git=True)
     write_seed(workspace.seed_path, files, source, keep_git=False)
-    workspace.seed = snapshot(workspace.seed_path)
+    hashes = None if source is not None else _hashes_of(files)
+    workspace.seed = hashes if hashes is not None else snapshot(workspace.seed_path)
+
+
+def _hashes_of(files: Mapping[str, str]) -> dict[str, str] | None:
+    """What `snapshot` of a seed made of these inline files alone gives, from the text
+    instead of reading the copy back; None unless every path is plainly named (no '.',
+    '..' or empty part, no directory snapshot passes over) so the two cannot differ."""
+    import hashlib
+
+    from evalctl._files import IGNORED_DIRS
+
+    hashes = {}
+    for relative, content in files.items():
+        parts = relative.split("/")
+        if any(part in ("", ".", "..") for part in parts) or \
+                any(part in IGNORED_DIRS for part in parts[:-1]):
+            return None
+        hashes[relative] = hashlib.sha256(content.encode("utf-8")).hexdigest()
+    return dict(sorted(hashes.items()))
 
 
 def write_seed(directory: Path, files: Mapping[str, str], source: Source | None, *,
@@ -181,10 +213,10 @@ def sandbox_environment(home: Path, tmp: Path) -> dict[str, str]:
     interpreter first on PATH (so `python` and `pytest` mean the ones evalctl runs on),
     the attempt's own HOME and TMPDIR, and a UTF-8 locale. No variable of the user's
     but PATH is passed on, so no credential can be."""
-    interpreter_dir = str(Path(sys.executable).parent)
+    interpreter_dir = os.path.dirname(sys.executable)
     path = os.environ.get("PATH") or os.defpath
-    return {"PATH": os.pathsep.join([interpreter_dir, path]), "HOME": str(home),
-            "TMPDIR": str(tmp), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    return {"PATH": f"{interpreter_dir}{os.pathsep}{path}", "HOME": os.fspath(home),
+            "TMPDIR": os.fspath(tmp), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 
 def grading_state(workspace: Workspace) -> tuple[Path, Path]:

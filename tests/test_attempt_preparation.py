@@ -8,9 +8,8 @@ import asyncio
 import threading
 from pathlib import Path
 
-from evalctl._agent import runtime
 from evalctl._plugin.registry import get_registry
-from evalctl._run import grading, runner, setup
+from evalctl._run import grading, runner
 from evalctl._run.runner import RunOptions, execute, prepare_run
 from evalctl._suite.loader import load_suite
 from evalctl._workspace import create_workspace, new_run_directory
@@ -61,10 +60,10 @@ def test_an_attempts_file_system_work_runs_off_the_event_loop(tmp_path, write_su
     monkeypatch.setattr(runner, "new_workspace", recorded("workspace", runner.new_workspace))
     monkeypatch.setattr(grading, "_before_grading", recorded("before grading",
                                                              grading._before_grading))
-    monkeypatch.setattr(runner, "grading_state", recorded("grading state",
-                                                          runner.grading_state))
-    monkeypatch.setattr(setup, "seed_workspace", recorded("seed", setup.seed_workspace))
-    monkeypatch.setattr(runtime, "Ledger", recorded("ledger", runtime.Ledger))
+    monkeypatch.setattr(grading, "grading_state", recorded("grading state",
+                                                           grading.grading_state))
+    monkeypatch.setattr(runner, "seed_workspace", recorded("seed", runner.seed_workspace))
+    monkeypatch.setattr(runner, "Ledger", recorded("ledger", runner.Ledger))
     registry = get_registry()
     suite = load_suite(write_suite(SUITE), registry)
     prepared = prepare_run(suite, registry, RunOptions(out_dir=tmp_path / "out",
@@ -97,3 +96,22 @@ def test_an_attempt_made_by_the_run_is_the_one_made_synchronously(tmp_path, writ
     assert Path(attempt.ledger).read_text().count('"event"') >= 3
     state = sorted(p.name for p in (run_dir / ".state" / "seeded").iterdir())
     assert state == ["grading-home", "grading-tmp", "home", "tmp"]
+
+
+def test_a_seed_of_inline_files_is_hashed_from_its_text_as_a_walk_would_hash_it(tmp_path):
+    """Inline files' hashes are taken from the text instead of reading the copy back;
+    they are the ones a walk of the seed copy gives. Names a walk would see otherwise
+    ('./a', a file under __pycache__) are hashed by the walk."""
+    from evalctl._files import snapshot
+    from evalctl._workspace import _hashes_of
+
+    files = {"seed.txt": "one\ntwo\n", "deep/er/notes.md": "# notes", "é.txt": "\u00e9\r\n",
+             "empty": ""}
+    workspace = create_workspace(new_run_directory(tmp_path), "plain", files)
+    assert _hashes_of(files) is not None
+    assert workspace.seed == snapshot(workspace.seed_path) == snapshot(workspace.root)
+    for odd in ({"./a.txt": "x"}, {"__pycache__/x.pyc": "x", "b": "y"}, {"a//b": "x"}):
+        assert _hashes_of(odd) is None
+        workspace = create_workspace(new_run_directory(tmp_path), "odd", odd)
+        assert workspace.seed == snapshot(workspace.seed_path)
+        assert "__pycache__/x.pyc" not in workspace.seed

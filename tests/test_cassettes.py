@@ -624,3 +624,23 @@ def test_regrade_copies_sparse_files_sparsely_and_names_what_it_could_not_copy(r
     finally:  # pytest's own clean-up of old temporary directories recurses
         remove_tree(workspace / "d")
         remove_tree(out)
+
+
+def test_a_request_keys_hash_is_the_hash_of_its_canonical_text():
+    """key_hash puts a request key's text together from its parts (the tools' text is
+    encoded once per run); the result is the hash of the whole key's canonical JSON,
+    which is what a cassette written by any version holds."""
+    import hashlib
+
+    from evalctl._agent.cassette import canonical_json, key_hash
+
+    tools = [{"name": "b", "input_schema": {"z": 1, "a": [1, {"y": 2, "b": 3}]}},
+             {"name": "a", "description": "é \u2028"}]
+    for key in (
+        {"model": None, "system": "sys \u2028 é", "tools": tools,
+         "messages": [{"role": "user", "content": "hi \ud800"}]},
+        {"tools": tools, "messages": [], "system": None, "model": "m"},  # any order
+        {"model": "m", "messages": []},  # another shape: encoded whole
+    ):
+        whole = hashlib.sha256(canonical_json(key).encode("ascii")).hexdigest()
+        assert key_hash(key) == key_hash(dict(key)) == f"sha256:{whole}"

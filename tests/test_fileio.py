@@ -1,4 +1,4 @@
-"""Atomic writes."""
+"""Atomic writes, and paths confined to a workspace."""
 
 from __future__ import annotations
 
@@ -34,3 +34,50 @@ def test_write_atomically_streams_pieces_and_keeps_the_old_file_if_they_fail(tmp
         evalctl.write_atomically(target, broken())
     assert target.read_text() == "<p>0</p><p>1</p><p>2</p>"
     assert list(tmp_path.iterdir()) == [target]
+
+
+@pytest.mark.parametrize("user_path", [
+    "a", "a/b", "a/b/c/d", "la/b", "f", "f/x", "lf", "out", "out/passwd", "a/../f", "./a",
+    "a//b", "missing/x", "a/b/", "/etc", "ROOT/a", "ROOT/out/passwd",
+])
+def test_confinement_resolves_as_path_resolve_does(tmp_path, user_path):
+    """Plain names are resolved a component at a time under the workspace, the rest by
+    Path.resolve: either way the answer (or the refusal) is Path.resolve's."""
+    root = tmp_path / "ws"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "f").write_text("x")
+    os.symlink("a", root / "la")
+    os.symlink("/etc", root / "out")
+    os.symlink("f", root / "lf")
+    user_path = user_path.replace("ROOT", str(root))
+    real = root.resolve()
+    expected = (real / user_path).resolve()
+    if expected != real and not expected.is_relative_to(real):
+        with pytest.raises(evalctl.ConfinementError, match="outside the workspace"):
+            evalctl.resolve_in_workspace(root, user_path)
+    else:
+        assert evalctl.resolve_in_workspace(root, user_path) == expected
+
+
+def test_a_root_swapped_for_a_link_after_use_is_resolved_again(tmp_path):
+    """The root's real path is remembered only while the root still leads to the same
+    directory: swapped for a link elsewhere, it is resolved anew."""
+    root, elsewhere = tmp_path / "ws", tmp_path / "elsewhere"
+    root.mkdir()
+    (elsewhere / "sub").mkdir(parents=True)
+    assert evalctl.resolve_in_workspace(root, "sub") == root.resolve() / "sub"
+    root.rename(tmp_path / "old")
+    os.symlink(elsewhere, root)
+    assert evalctl.resolve_in_workspace(root, "sub") == elsewhere.resolve() / "sub"
+
+
+def test_a_link_under_a_remembered_parent_is_still_followed(tmp_path):
+    """A new root under a parent whose real path is remembered takes that path plus its
+    name, unless the root is itself a link: then it is resolved in full."""
+    parent, target = tmp_path / "run", tmp_path / "target"
+    (parent / "plain").mkdir(parents=True)
+    (target / "sub").mkdir(parents=True)
+    os.symlink(target, parent / "linked")
+    evalctl.resolve_in_workspace(parent, "plain")  # the parent is remembered now
+    assert evalctl.resolve_in_workspace(parent / "plain", "x") == parent.resolve() / "plain/x"
+    assert evalctl.resolve_in_workspace(parent / "linked", "sub") == target.resolve() / "sub"

@@ -123,8 +123,27 @@ def canonical_json(value: Any) -> str:
                       default=str)
 
 
+_tools_text: tuple[Any, str] = (None, "")
+
+
 def key_hash(key: Mapping[str, Any]) -> str:
-    return "sha256:" + hashlib.sha256(canonical_json(key).encode("ascii")).hexdigest()
+    """The hash of canonical_json(key). A key of request_key's shape is put together from
+    its parts, so the tools' text (several KB, the same list on every call: see
+    _tools_key) is encoded once, not at every exchange; the text is the same either way,
+    its keys in sorted order."""
+    global _tools_text
+    if key.keys() == {"messages", "model", "system", "tools"}:
+        tools = key["tools"]
+        seen, tools_text = _tools_text
+        if seen is not tools:
+            tools_text = canonical_json(tools)
+            _tools_text = (tools, tools_text)
+        text = (f'{{"messages":{canonical_json(key["messages"])},'
+                f'"model":{canonical_json(key["model"])},'
+                f'"system":{canonical_json(key["system"])},"tools":{tools_text}}}')
+    else:
+        text = canonical_json(key)
+    return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def first_difference(recorded: Any, given: Any, where: str = "") -> str | None:

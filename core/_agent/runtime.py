@@ -23,6 +23,7 @@ from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
 from evalctl._agent.loop import SYSTEM_PROMPT, run_loop
 from evalctl._agent.proxy import SOCKET_NAME, ModelProxy, forwarder_source
 from evalctl._agent.throttle import UNTHROTTLED, CallThrottle, ModelCalls, SpendCallback
+from evalctl._blocking import off_loop
 from evalctl._plugin.types import (
     AgentContext,
     AgentLimits,
@@ -68,7 +69,8 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
                     env: Mapping[str, str] | None = None,
                     throttle: CallThrottle | None = None,
                     on_spend: SpendCallback | None = None,
-                    cassette: CassetteRecorder | None = None, attempt: int = 1) -> AgentResult:
+                    cassette: CassetteRecorder | None = None, attempt: int = 1,
+                    ledger: Ledger | None = None) -> AgentResult:
     """Run one attempt to its end with `agent` (the built-in loop when None).
 
     Cancellation records 'aborted' and re-raises; an unexpected exception is recorded as
@@ -77,9 +79,11 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
     as it arrives, so a run-wide budget sees spending before the attempt ends. Every model
     exchange goes to `cassette` when given (closed when the attempt ends), and every
     request says it is of `attempt`. The ledger's `task_end` carries the final text and
-    the files changed: what graders were given, for a regrade."""
+    the files changed: what graders were given, for a regrade. `ledger` is the attempt's
+    ledger when the caller opened it already (off the event loop, with its other files)."""
     started = time.monotonic()
-    ledger = await asyncio.to_thread(Ledger, workspace.ledger_path)  # creates a file: blocks
+    if ledger is None:
+        ledger = await off_loop(Ledger, workspace.ledger_path)  # creates a file: blocks
     ledger.append("task_start", task_id=task.id, prompt=task.prompt, agent=name,
                   permissions=task.permissions, limits=task.limits.to_dict())
     limits = AgentLimits(task.limits.turns, task.limits.seconds, task.limits.cost)
@@ -135,7 +139,7 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
         if cassette is not None:
             cassette.close()
     # Hashing the workspace reads every file the agent left: never on the event loop.
-    files_changed = await asyncio.to_thread(workspace.changed_files)
+    files_changed = await off_loop(workspace.changed_files)
     ledger.append("task_end", status=outcome.exit_status, error=outcome.error,
                   final_text=outcome.final_text, files_changed=files_changed)
     ledger.close()

@@ -6,12 +6,13 @@ regrade means what the run's grading meant.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from evalctl._blocking import off_loop
 from evalctl._errors import GraderUnavailable, UsageError
 from evalctl._files import snapshot
 from evalctl._plugin.registry import Registry
@@ -27,7 +28,9 @@ from evalctl._run.integrity import (
 )
 from evalctl._suite.model import Task
 from evalctl._text import escape_text
-from evalctl._workspace import Workspace
+from evalctl._workspace import Workspace, grading_state
+
+T = TypeVar("T")
 
 
 class GradingSandboxFailed(Exception):
@@ -36,13 +39,19 @@ class GradingSandboxFailed(Exception):
 
 
 async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
-                result: AgentResult) -> CheckOutcome:
-    """One check; a grader that raises is a failed check with the exception as detail."""
+                result: AgentResult, *, before: Callable[[], object] | None = None
+                ) -> CheckOutcome:
+    """One check; a grader that raises is a failed check with the exception as detail.
+    `before` (blocking file-system work) runs first, in the same trip off the event loop
+    as a synchronous grader."""
     try:
         if inspect.iscoroutinefunction(spec.grade):
+            if before is not None:
+                await off_loop(before)
             answer = await spec.grade(dict(check), workspace, result)
         else:
-            answer = await asyncio.to_thread(spec.grade, dict(check), workspace, result)
+            answer = await off_loop(_after, before, spec.grade, dict(check), workspace,
+                                    result)
         if not isinstance(answer, CheckResult):
             raise TypeError(f"grade() returned {type(answer).__name__}, expected "
                             "evalctl.CheckResult")
@@ -66,32 +75,36 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
 
 async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
                         verify: Mapping[str, str | None], registry: Registry,
-                        open_grading: Callable[[], Awaitable[Sandbox]], *,
+                        open_grading: Callable[[tuple[Path, Path]], Awaitable[Sandbox]], *,
                         skip_kinds: Collection[str] = ()) -> list[CheckOutcome]:
     """Every check of `task` on `workspace`, after the integrity checks (protected files
     against `agent.files_changed`, the seed copy, the verify files written now), in the
-    sandbox `open_grading` opens (GradingSandboxFailed when it cannot). Checks whose
-    grader is of a kind in `skip_kinds` are left out (a regrade's judges)."""
-    integrity, before_grading = await asyncio.to_thread(
+    sandbox `open_grading(state)` opens with the graders' own HOME and TMPDIR (made here;
+    GradingSandboxFailed when it cannot open). Checks whose grader is of a kind in
+    `skip_kinds` are left out (a regrade's judges)."""
+    integrity, before_grading, state = await off_loop(
         _before_grading, task, workspace, agent, verify)
     try:
-        agent.sandbox = await open_grading()
+        agent.sandbox = await open_grading(state)
     except Exception as exc:
         raise GradingSandboxFailed(str(exc)) from exc
     try:
         checks = list(integrity)
+        cleaned = True  # by _before_grading
         for check in task.checks:
             spec = registry.graders[check["type"]]
             if spec.kind in skip_kinds:
                 continue
             # Again before every check: one that ran the agent's code may have left a
             # forged cache for the next.
-            await asyncio.to_thread(remove_bytecode_caches, workspace.root)
-            checks.append(await grade(check, spec, workspace.root, agent))
+            clean = None if cleaned else functools.partial(remove_bytecode_caches,
+                                                           workspace.root)
+            checks.append(await grade(check, spec, workspace.root, agent, before=clean))
+            cleaned = False
     finally:
         await agent.sandbox.close()
     late = protected_changes_during_grading(
-        task, before_grading, await asyncio.to_thread(snapshot, workspace.root)) \
+        task, before_grading, await off_loop(snapshot, workspace.root)) \
         if task.protected else None
     if late is not None:
         checks.append(late)
@@ -100,14 +113,23 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
 
 def _before_grading(task: Task, workspace: Workspace, agent: AgentResult,
                     verify: Mapping[str, str | None]
-                    ) -> tuple[list[CheckOutcome], dict[str, str]]:
-    """Between the agent and the graders (file-system work: run off the event loop):
-    evidence of tampering, the hidden files, and the protected files' hashes before the
-    checks run."""
+                    ) -> tuple[list[CheckOutcome], dict[str, str], tuple[Path, Path]]:
+    """Between the agent and the graders, in one trip off the event loop: evidence of
+    tampering, the hidden files, the bytecode caches removed before the first check,
+    the protected files' hashes before the checks run, and the graders' fresh HOME and
+    TMPDIR."""
     integrity = [outcome for outcome in (
         protected_changes(task, agent.files_changed), restore_seed(task, workspace),
         write_verify_files(verify, workspace)) if outcome is not None]
-    return integrity, snapshot(workspace.root) if task.protected else {}
+    remove_bytecode_caches(workspace.root)
+    return (integrity, snapshot(workspace.root) if task.protected else {},
+            grading_state(workspace))
+
+
+def _after(before: Callable[[], object] | None, func: Callable[..., T], *args: Any) -> T:
+    if before is not None:
+        before()
+    return func(*args)
 
 
 def attempt_status(exit_status: str | None, checks: list[CheckOutcome],

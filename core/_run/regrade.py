@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from evalctl._agent.ledger import read_events
 from evalctl._errors import UsageError
 from evalctl._plugin.options import typed_options
 from evalctl._plugin.registry import Registry, use_registry
-from evalctl._plugin.types import AgentResult, ExitStatus, SandboxRequest
+from evalctl._plugin.types import AgentResult, ExitStatus, Sandbox, SandboxRequest
 from evalctl._report.journal import (
     Journal,
     JournalContents,
@@ -47,7 +48,6 @@ from evalctl._version import __version__
 from evalctl._workspace import (
     Workspace,
     attempt_paths,
-    grading_state,
     new_run_directory,
     new_workspace,
     sandbox_environment,
@@ -200,14 +200,16 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
     if task.verify_patch:
         verify = {**await asyncio.to_thread(patched_files, workspace.seed_path,
                                             task.verify_patch), **verify}
-    home, tmp = grading_state(workspace)
-    request = SandboxRequest(workspace.root, home, tmp, sandbox_environment(home, tmp),
-                             network=task.network, options=prepared.sandbox.options,
-                             purpose="grading", attempt=name)
+
+    def open_grading(state: tuple[Path, Path]) -> Awaitable[Sandbox]:
+        home, tmp = state
+        return open_sandbox(prepared.sandbox, SandboxRequest(
+            workspace.root, home, tmp, sandbox_environment(home, tmp), network=task.network,
+            options=prepared.sandbox.options, purpose="grading", attempt=name))
+
     try:
         checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,
-                                     lambda: open_sandbox(prepared.sandbox, request),
-                                     skip_kinds=(JUDGE,))
+                                     open_grading, skip_kinds=(JUDGE,))
     except GradingSandboxFailed as exc:
         return _copy_result(recorded, ERROR, [], workspace,
                             exit_status=ExitStatus.SANDBOX_ERROR,

@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._agent.cassette import CassetteRecorder
-from evalctl._agent.ledger import ledger_spend
+from evalctl._agent.ledger import Ledger, ledger_spend
 from evalctl._agent.runtime import run_agent
 from evalctl._agent.throttle import CallThrottle
 from evalctl._agent.tools import tool_validators
+from evalctl._blocking import off_loop
 from evalctl._errors import ProviderSetupError, UsageError
+from evalctl._files import ConfinementError
 from evalctl._plugin.options import provider_options as checked_provider_options
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.types import AgentResult, ExitStatus, Sandbox, SandboxRequest, TokenUsage
@@ -57,11 +59,12 @@ from evalctl._text import escape_text
 from evalctl._version import __version__
 from evalctl._workspace import (
     Workspace,
-    grading_state,
+    cassette_path,
     new_run_directory,
     new_workspace,
     retire_attempt,
     sandbox_environment,
+    seed_workspace,
 )
 
 
@@ -333,12 +336,14 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
                    throttle: CallThrottle | None = None,
                    budget: RunBudget | None = None) -> TaskResult:
     name = attempt_name(task, attempt, prepared.options.repeat)
-    workspace = await asyncio.to_thread(new_workspace, prepared.run_dir, name)
+    workspace, seeded, cassette, ledger = await off_loop(_start_attempt, task, prepared, name,
+                                                         attempt)
     try:
-        verify = await prepare_workspace(task, workspace)
+        verify = await prepare_workspace(task, workspace, seeded=seeded)
         await run_setup(task, workspace, lambda: open_sandbox(
             prepared.sandbox, _sandbox_request(task, workspace, prepared, name, "setup")))
     except SetupFailed as exc:
+        _close(cassette, ledger)
         return TaskResult(task.id, ERROR, exit_status=ExitStatus.SETUP_ERROR, tags=task.tags,
                           attempt=attempt, workspace=str(workspace.root),
                           ledger=str(workspace.ledger_path), error=str(exc))
@@ -346,20 +351,15 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
     try:
         sandbox = await open_sandbox(prepared.sandbox, sandbox_request)
     except Exception as exc:
+        _close(cassette, ledger)
         return _sandbox_failure(task, workspace, attempt, exc)
     try:
-        # Every model exchange is kept beside the ledger, for `--provider replay` (the
-        # file is created off the event loop: that can block).
-        cassette = await asyncio.to_thread(
-            CassetteRecorder, workspace.cassette_path, task_id=task.id, attempt=attempt,
-            agent=prepared.agent.name, provider=prepared.options.provider,
-            model=prepared.options.model) if workspace.cassette_path else None
         agent = await run_agent(task, prepared.provider, workspace, sandbox,
                                 agent=prepared.agent.spec.run, options=prepared.agent.options,
                                 name=prepared.agent.name, env=sandbox_request.env,
                                 throttle=throttle,
                                 on_spend=budget.charge if budget is not None else None,
-                                cassette=cassette, attempt=attempt)
+                                cassette=cassette, attempt=attempt, ledger=ledger)
     finally:
         await sandbox.close()  # nothing the agent started outlives its turn at the work
     if agent.turns == 0 and agent.exit_status in prepared.error_statuses:
@@ -367,9 +367,7 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
         # add failures that are not the agent's (a missing file, say) to the error.
         return _result(task, ERROR, [], agent, workspace, attempt)
 
-    async def open_grading() -> Sandbox:
-        # The graders' own HOME and TMPDIR are made off the event loop (two directories).
-        state = await asyncio.to_thread(grading_state, workspace)
+    async def open_grading(state: tuple[Path, Path]) -> Sandbox:
         return await open_sandbox(prepared.sandbox, _sandbox_request(
             task, workspace, prepared, name, "grading", state))
 
@@ -384,6 +382,37 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
                 budget.charge(check.usage, check.cost)
     status = attempt_status(agent.exit_status, checks, prepared.error_statuses)
     return _result(task, status, checks, agent, workspace, attempt)
+
+
+def _start_attempt(task: Task, prepared: PreparedRun, name: str, attempt: int
+                   ) -> tuple[Workspace, bool | Exception, CassetteRecorder, Ledger | None]:
+    """An attempt's first file-system work, in one trip off the event loop: its
+    directories, the seed when it is only inline files (a source can take seconds: the
+    default pool, later), its cassette (every model exchange is kept beside the ledger,
+    for `--provider replay`) and, when no setup writes to it first, the agent's ledger.
+    The seed's failure is returned, for prepare_workspace to record."""
+    workspace = new_workspace(prepared.run_dir, name)
+    seeded: bool | Exception = False
+    if task.source is None:
+        try:
+            seed_workspace(workspace, task.files)
+            seeded = True
+        except (ConfinementError, OSError) as exc:
+            seeded = exc
+    cassette = CassetteRecorder(
+        workspace.cassette_path or cassette_path(prepared.run_dir, name), task_id=task.id,
+        attempt=attempt, agent=prepared.agent.name, provider=prepared.options.provider,
+        model=prepared.options.model)
+    # With setup commands, the setup's events come first: the agent's ledger is opened
+    # after them (and numbers on).
+    ledger = Ledger(workspace.ledger_path) if task.setup is None and seeded is True else None
+    return workspace, seeded, cassette, ledger
+
+
+def _close(cassette: CassetteRecorder, ledger: Ledger | None) -> None:
+    cassette.close()
+    if ledger is not None:
+        ledger.close()
 
 
 def _result(task: Task, status: str, checks: list[CheckOutcome], agent: AgentResult,

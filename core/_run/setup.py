@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
+from evalctl._blocking import off_loop
 from evalctl._files import ConfinementError
 from evalctl._plugin.types import Sandbox
 from evalctl._sources.git import SourceError
@@ -26,13 +27,20 @@ class SetupFailed(Exception):
     """The attempt cannot start; the message says why."""
 
 
-async def prepare_workspace(task: Task, workspace: Workspace) -> dict[str, str | None]:
+async def prepare_workspace(task: Task, workspace: Workspace, *,
+                            seeded: bool | Exception = False) -> dict[str, str | None]:
     """Seed the workspace and compute its verify files (path -> content, None to delete).
-    Raises SetupFailed, recorded in the ledger."""
+    `seeded` says the caller seeded it already, off the event loop (True), or what that
+    raised. Raises SetupFailed, recorded in the ledger."""
     try:
-        # Creating files and hashing them block: never on the event loop, even for a
-        # few inline files (a file costs a few hundred microseconds on some disks).
-        await asyncio.to_thread(seed_workspace, workspace, task.files, task.source)
+        if isinstance(seeded, Exception):
+            raise seeded
+        if not seeded:
+            # Creating files and hashing them block: never on the event loop. A source
+            # (a git clone, an archive) can take seconds: the default pool, so the small
+            # one stays free for other attempts' quick work.
+            await (asyncio.to_thread if task.source else off_loop)(
+                seed_workspace, workspace, task.files, task.source)
         patched = await asyncio.to_thread(patched_files, workspace.seed_path,
                                           task.verify_patch) if task.verify_patch else {}
     except (SourceError, ConfinementError, OSError) as exc:
