@@ -39,19 +39,19 @@ class GradingSandboxFailed(Exception):
 
 
 async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
-                result: AgentResult, *, before: Callable[[], object] | None = None
-                ) -> CheckOutcome:
+                result: AgentResult, *, before: Callable[[], object] | None = None,
+                after: Callable[[], object] | None = None) -> CheckOutcome:
     """One check; a grader that raises is a failed check with the exception as detail.
-    `before` (blocking file-system work) runs first, in the same trip off the event loop
-    as a synchronous grader."""
+    `before` and `after` (blocking file-system work) run first and last, in the same trip
+    off the event loop as a synchronous grader (`after` only with one)."""
     try:
         if inspect.iscoroutinefunction(spec.grade):
             if before is not None:
                 await off_loop(before)
             answer = await spec.grade(dict(check), workspace, result)
         else:
-            answer = await off_loop(_after, before, spec.grade, dict(check), workspace,
-                                    result)
+            answer = await off_loop(_around, before, after, spec.grade, dict(check),
+                                    workspace, result)
         if not isinstance(answer, CheckResult):
             raise TypeError(f"grade() returned {type(answer).__name__}, expected "
                             "evalctl.CheckResult")
@@ -90,17 +90,19 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
         raise GradingSandboxFailed(str(exc)) from exc
     try:
         checks = list(integrity)
-        cleaned = True  # by _before_grading
-        for check in task.checks:
-            spec = registry.graders[check["type"]]
-            if spec.kind in skip_kinds:
-                continue
-            # Again before every check: one that ran the agent's code may have left a
-            # forged cache for the next.
-            clean = None if cleaned else functools.partial(remove_bytecode_caches,
-                                                           workspace.root)
-            checks.append(await grade(check, spec, workspace.root, agent, before=clean))
-            cleaned = False
+        graded = [(check, registry.graders[check["type"]]) for check in task.checks
+                  if registry.graders[check["type"]].kind not in skip_kinds]
+        # The bytecode caches are swept again before every check (one that ran the
+        # agent's code may have left a forged cache for the next): before the first by
+        # _before_grading, after a synchronous grader in its own trip, else before.
+        clean = functools.partial(remove_bytecode_caches, workspace.root)
+        cleaned = True
+        for index, (check, spec) in enumerate(graded):
+            then = clean if index + 1 < len(graded) and \
+                not inspect.iscoroutinefunction(spec.grade) else None
+            checks.append(await grade(check, spec, workspace.root, agent,
+                                      before=None if cleaned else clean, after=then))
+            cleaned = then is not None
     finally:
         await agent.sandbox.close()
     late = protected_changes_during_grading(
@@ -126,10 +128,15 @@ def _before_grading(task: Task, workspace: Workspace, agent: AgentResult,
             grading_state(workspace))
 
 
-def _after(before: Callable[[], object] | None, func: Callable[..., T], *args: Any) -> T:
+def _around(before: Callable[[], object] | None, after: Callable[[], object] | None,
+            func: Callable[..., T], *args: Any) -> T:
     if before is not None:
         before()
-    return func(*args)
+    try:
+        return func(*args)
+    finally:
+        if after is not None:
+            after()
 
 
 def attempt_status(exit_status: str | None, checks: list[CheckOutcome],
