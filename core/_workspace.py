@@ -93,12 +93,12 @@ def new_run_directory(base: str | os.PathLike[str] = "eval_reports") -> Path:
 
 def ledger_path(run_dir: Path, task_id: str) -> Path:
     """Where a task's ledger lives: beside the workspaces, never inside one."""
-    return run_dir / ".ledgers" / f"{task_id}.jsonl"
+    return Path(run_dir, ".ledgers", f"{task_id}.jsonl")
 
 
 def cassette_path(run_dir: Path, name: str) -> Path:
     """Where an attempt's cassette lives: beside its ledger, never in a workspace."""
-    return run_dir / ".cassettes" / f"{name}.jsonl"
+    return Path(run_dir, ".cassettes", f"{name}.jsonl")
 
 
 def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str], *,
@@ -113,33 +113,35 @@ def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str], *,
 
 # Parents every attempt of a run shares (.state, .ledgers, .cassettes, .seed), made once
 # per process: an attempt then makes only its own five directories.
-_SHARED_PARENTS: set[Path] = set()
+_SHARED_PARENTS: set[str] = set()
 
 
 def new_workspace(run_dir: Path, task_id: str) -> Workspace:
     """The attempt's directories, empty: workspace, seed copy, HOME, TMPDIR, ledger's.
 
     Blocking (each directory costs a few hundred microseconds of kernel time on some
-    disks): call it off the event loop."""
-    run_dir = Path(real_directory(os.fspath(run_dir)))  # the attempt's paths are plain names
-    root = run_dir / task_id
-    state = run_dir / ".state" / task_id
-    ledger = ledger_path(run_dir, task_id)
-    cassette = cassette_path(run_dir, task_id)
-    seed = run_dir / ".seed" / task_id
-    for shared in (state.parent, ledger.parent, cassette.parent, seed.parent):
-        if shared not in _SHARED_PARENTS:
-            shared.mkdir(parents=True, exist_ok=True)
-            _SHARED_PARENTS.add(shared)
-    for directory in (root, state, state / "home", state / "tmp", seed):
+    disks): call it off the event loop. Paths are put together as text: pathlib's
+    parsing was a fifth of an attempt's start."""
+    base = real_directory(os.fspath(run_dir))  # the attempt's paths are plain names
+    root = f"{base}/{task_id}"
+    state = f"{base}/.state/{task_id}"
+    seed = f"{base}/.seed/{task_id}"
+    for shared in (".state", ".ledgers", ".cassettes", ".seed"):
+        parent = f"{base}/{shared}"
+        if parent not in _SHARED_PARENTS:
+            os.makedirs(parent, exist_ok=True)
+            _SHARED_PARENTS.add(parent)
+    for directory in (root, state, f"{state}/home", f"{state}/tmp", seed):
         try:
             os.mkdir(directory)
         except FileExistsError:
             pass
         except FileNotFoundError:  # a shared parent went away since: make it again
-            directory.mkdir(parents=True, exist_ok=True)
-    return Workspace(task_id, root, state / "home", state / "tmp", ledger, seed,
-                     cassette_path=cassette)
+            os.makedirs(directory, exist_ok=True)
+    run_path = Path(base)
+    return Workspace(task_id, Path(root), Path(f"{state}/home"), Path(f"{state}/tmp"),
+                     ledger_path(run_path, task_id), Path(seed),
+                     cassette_path=cassette_path(run_path, task_id))
 
 
 def seed_workspace(workspace: Workspace, files: Mapping[str, str],
