@@ -55,19 +55,26 @@ def resolve_inside(root: Path, user_path: str) -> Path:
 
 # root as given -> (its real path, device, inode). Resolving a root costs an lstat per
 # component of it, for every file a grader or tool names; a cached answer is used only
-# while the root still leads to the same directory (one stat).
+# while both the root and the remembered path still lead to that same directory (two
+# stats): a directory above either, renamed or swapped for a link, makes it resolve anew.
 _REAL_ROOTS: dict[str, tuple[str, int, int]] = {}
+
+
+def _still(path: str, known: tuple[str, int, int]) -> bool:
+    """Whether `path` and the remembered real path both lead to the remembered directory."""
+    try:
+        given, real = os.stat(path), os.stat(known[0])
+    except OSError:
+        return False
+    return (given.st_dev, given.st_ino) == known[1:] == (real.st_dev, real.st_ino)
 
 
 def real_directory(root: str) -> str:
     """`root`'s real path (os.path.realpath), remembered while it leads to the same
     directory."""
     known = _REAL_ROOTS.get(root)
-    if known is not None:
-        with contextlib.suppress(OSError):
-            now = os.stat(root)
-            if (now.st_dev, now.st_ino) == known[1:]:
-                return known[0]
+    if known is not None and _still(root, known):
+        return known[0]
     real = _below_known(root)
     if real is None:
         real = os.path.realpath(root)
@@ -87,11 +94,10 @@ def _below_known(path: str) -> str | None:
 
     head, tail = os.path.split(path)
     known = _REAL_ROOTS.get(head)
-    if known is None or tail in ("", ".", ".."):
+    if known is None or tail in ("", ".", "..") or not _still(head, known):
         return None
     try:
-        parent = os.stat(head)
-        if (parent.st_dev, parent.st_ino) != known[1:] or stat.S_ISLNK(os.lstat(path).st_mode):
+        if stat.S_ISLNK(os.lstat(path).st_mode):
             return None
     except OSError:
         return None
@@ -274,8 +280,12 @@ def open_confined(root: Path, user_path: str, *, write: bool = False) -> int:
     import stat
 
     target = resolve_inside(root, user_path)
-    base = root.resolve()
-    parts = target.relative_to(base).parts
+    base = Path(real_directory(os.fspath(root)))
+    try:
+        parts = target.relative_to(base).parts
+    except ValueError:  # the root moved between the two lookups
+        raise ConfinementError(f"{user_path!r}: the workspace moved while it was "
+                               "resolved") from None
     if not parts:
         raise NotARegularFile(f"{user_path!r} is the workspace itself")
     directory = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

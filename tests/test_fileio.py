@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +82,34 @@ def test_a_link_under_a_remembered_parent_is_still_followed(tmp_path):
     evalctl.resolve_in_workspace(parent, "plain")  # the parent is remembered now
     assert evalctl.resolve_in_workspace(parent / "plain", "x") == parent.resolve() / "plain/x"
     assert evalctl.resolve_in_workspace(parent / "linked", "sub") == target.resolve() / "sub"
+
+
+def test_a_remembered_root_moved_and_its_old_name_repointed_is_resolved_again(tmp_path):
+    """The root's remembered real path is used only while it, too, still leads to the
+    workspace: a directory above it renamed (the root's link following it) and its old
+    name pointed elsewhere must not send a name to the other place."""
+    (tmp_path / "r1" / "ws").mkdir(parents=True)
+    (tmp_path / "outside" / "ws").mkdir(parents=True)
+    (tmp_path / "outside" / "ws" / "secret").write_text("outside")
+    os.symlink("r1", tmp_path / "link")
+    root = tmp_path / "link" / "ws"
+    evalctl.resolve_in_workspace(root, "notes.txt")  # remembered: .../r1/ws
+    os.rename(tmp_path / "r1", tmp_path / "r2")
+    os.unlink(tmp_path / "link")
+    os.symlink("r2", tmp_path / "link")
+    os.symlink("outside", tmp_path / "r1")
+    assert evalctl.resolve_in_workspace(root, "secret") == \
+        (root.resolve() / "secret") == tmp_path.resolve() / "r2" / "ws" / "secret"
+    with pytest.raises(FileNotFoundError):
+        evalctl.open_in_workspace(root, "secret")
+
+
+def test_a_relative_root_follows_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "c1" / "ws").mkdir(parents=True)
+    (tmp_path / "evil" / "ws").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "c1")
+    evalctl.resolve_in_workspace(Path("ws"), "a")
+    os.rename(tmp_path / "c1", tmp_path / "c2")  # the working directory moves with it
+    os.symlink("evil", tmp_path / "c1")
+    assert evalctl.resolve_in_workspace(Path("ws"), "secret") == \
+        tmp_path.resolve() / "c2" / "ws" / "secret"
