@@ -292,11 +292,32 @@ MALFORMED: dict[str, tuple[bytes, int, str]] = {
                        "exactly one of 'text', 'regex'"),
     "check-path-outside": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_exists\n"
                            b"      path: ../../etc/passwd\n", 5, "that stays inside it"),
+    # Python's `$` also matches before a final newline: the patterns end the text
+    # explicitly, so these fail in Python, in jsonschema-rs and in an editor alike.
+    "id-newline": (b'- id: "t\\n"\n  prompt: p\n  checks:\n    - type: file_exists\n'
+                   b"      path: x\n", 1, "usable as a directory name"),
+    "seed-path-dotdot-newline": (b'- id: a\n  prompt: p\n  files:\n    "x/..\\n": x\n  checks:\n'
+                                 b"    - type: file_exists\n      path: x\n", 4,
+                                 "stays inside the workspace"),
+    "check-path-dotdot-newline": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_exists\n"
+                                  b'      path: "..\\n"\n', 5, "that stays inside it"),
     "check-path-absolute": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_contains\n"
                             b"      path: /etc/passwd\n      text: root\n", 5,
                             "that stays inside it"),
 }
 
+
+def _nested(levels: int) -> bytes:
+    """A task whose extra key nests `levels` mappings, one per line (line 3 is the first)."""
+    return (b"- id: a\n  prompt: p\n" + b"".join(b"  " * (level + 1) + b"k:\n"
+                                                    for level in range(levels)) +
+            b"  checks:\n    - type: file_exists\n      path: x\n")
+
+
+# Deeper than any suite needs: a problem at the line where it gets too deep, not a
+# RecursionError from the validator (or, past libyaml's own limit, from strictyaml).
+MALFORMED["too-deep"] = (_nested(150), 102, "nested more than 100 levels deep")
+MALFORMED["far-too-deep"] = (_nested(1200), 1, "nested too deeply to read")
 
 @pytest.mark.parametrize("name", sorted(MALFORMED))
 def test_malformed_suites_exit_2_with_file_and_line(name, tmp_path):

@@ -27,7 +27,7 @@ from evalctl._suite.model import (
 from evalctl._suite.problems import schema_problems
 from evalctl._suite.rules import counts_for_rule_one, rule_problems, tasks_of, tasks_path
 from evalctl._suite.schema import plugin_task_keys, registry_schema, schema_digest
-from evalctl._suite.yamlsource import Located, YamlSyntaxError, parse
+from evalctl._suite.yamlsource import MAX_DEPTH, Located, YamlSyntaxError, parse
 
 
 def load_suite(path: str | Path, registry: Registry | None = None,
@@ -187,6 +187,11 @@ def _parse_and_validate(raw: bytes, label: str, schema: Mapping[str, Any],
         located = parse(text, label)
     except YamlSyntaxError as exc:
         raise SuiteError([Problem(label, exc.line, exc.message)]) from None
+    deep = located.too_deep()
+    if deep is not None:
+        raise SuiteError([Problem(label, located.line_of(deep),
+                                  f"nested more than {MAX_DEPTH} levels deep; a suite needs "
+                                  "only a few")])
 
     problems = list(schema_problems(located, schema, label, registry))
     problems.extend(rule_problems(located, label, registry))

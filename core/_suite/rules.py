@@ -14,6 +14,7 @@ from typing import Any
 from evalctl._errors import Problem
 from evalctl._plugin.registry import Registry
 from evalctl._plugin.tooldefs import TOOL_NAMES
+from evalctl._suite.problems import shown
 from evalctl._suite.yamlsource import Located
 
 _TOOL_IN_PROMPT = re.compile(r"\b(" + "|".join(map(re.escape, TOOL_NAMES)) + r")\b")
@@ -66,20 +67,21 @@ def rule_problems(located: Located, label: str, registry: Registry) -> Iterable[
         if isinstance(files, dict) and isinstance(hidden, dict):
             for shared in sorted(set(files) & set(hidden)):
                 yield Problem(label, located.key_lines.get((*path, "verify_files", shared), line),
-                              f"task '{task_id}': '{shared}' is in both files and "
+                              f"task '{shown(task_id)}': '{shared}' is in both files and "
                               "verify_files; a verify file is written after the agent, so it "
                               "cannot also be seeded")
         yield from _patch_problems(located, label, path, task)
         types = [check["type"] for check in task["checks"]]
         if not any(counts_for_rule_one(registry.graders[t]) for t in types):
             yield Problem(label, line, (
-                f"task '{task_id}': no check ({', '.join(types)}) is a mechanical one the "
+                f"task '{shown(task_id)}': no check ({', '.join(types)}) is a mechanical one the "
                 "agent cannot satisfy by talking; add one that inspects what it left behind, "
                 f"such as {_counting_examples(registry)}"))
         named = sorted(set(_TOOL_IN_PROMPT.findall(task["prompt"])))
         if named:
             yield Problem(label, located.line_of((*path, "prompt")), (
-                f"task '{task_id}': the prompt names the agent's tool(s) {', '.join(named)}; "
+                f"task '{shown(task_id)}': the prompt names the agent's tool(s) "
+                f"{', '.join(named)}; "
                 "state the goal, not the method"), severity="warning")
 
 
@@ -94,11 +96,11 @@ def _patch_problems(located: Located, label: str, path: tuple, task: dict) -> It
         return
     line = located.line_of((*path, "verify_patch"))
     for problem in problems_of(patch):
-        yield Problem(label, line, f"task '{task['id']}': verify_patch: {problem}")
+        yield Problem(label, line, f"task '{shown(task['id'])}': verify_patch: {problem}")
     hidden = task.get("verify_files")
     if isinstance(hidden, dict):
         for shared in sorted(set(patch_paths(patch)) & set(hidden)):
-            yield Problem(label, line, f"task '{task['id']}': '{shared}' is in both "
+            yield Problem(label, line, f"task '{shown(task['id'])}': '{shared}' is in both "
                                        "verify_patch and verify_files; give it in one")
 
 
@@ -111,8 +113,8 @@ def _id_problems(located: Located, label: str) -> Iterable[Problem]:
         task_id = task["id"]
         id_line = located.line_of((*path, "id"))
         if task_id in first_seen:
-            yield Problem(label, id_line, f"duplicate task id '{task_id}' (first used at line "
-                                          f"{first_seen[task_id]})")
+            yield Problem(label, id_line, f"duplicate task id '{shown(task_id)}' (first used "
+                                          f"at line {first_seen[task_id]})")
         else:
             first_seen[task_id] = id_line
         folded = by_folded_case.setdefault(task_id.lower(), task_id)

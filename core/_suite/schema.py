@@ -15,10 +15,16 @@ from typing import Any
 from evalctl._plugin.specs import GraderSpec, ProviderSpec, SandboxSpec
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
-TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
-# Relative, no `..` segment, no backslash or drive letter, not ending in a slash.
-COMMIT_PATTERN = r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$"
-FILE_PATH_PATTERN = r"^(?![/~])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\x00]*[^/\\\x00]$"
+# `(?![\s\S])` is the end of the text in every dialect: `$` is not (Python's re, which
+# jsonschema uses, also matches it before a final newline; an editor's ECMA regex does
+# not), and "t\n" must not pass as a task id anywhere.
+END = r"(?![\s\S])"
+TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}" + END
+COMMIT_PATTERN = r"^(?:[0-9a-f]{40}|[0-9a-f]{64})" + END
+# Relative, no `..` segment, no backslash, drive letter or line break, not ending in a
+# slash.
+FILE_PATH_PATTERN = (r"^(?![/~])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|" + END + r"))"
+                     r"[^\\\x00\n\r]*[^/\\\x00\n\r]" + END)
 
 LIMITS = {
     "type": "object",

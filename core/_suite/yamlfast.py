@@ -5,14 +5,16 @@ strictyaml's parser is pure Python and costs about 1.5 ms of CPU per task; libya
 stream and builds exactly what `yamlsource.parse_document` builds — the same data, the
 same lines — but only for documents it can vouch for: one implicit document of block
 mappings, block sequences and scalars, with no tag, anchor, alias, flow collection,
-document marker, directive, merge key, empty key, duplicate key or tab, no mapping
-values indented unevenly (strictyaml's rule), and only \\n or \\r\\n line breaks.
+document marker, directive, merge key, empty key, duplicate key, tab or byte-order
+mark, no comment right after a block scalar's header, no mapping values indented
+unevenly (strictyaml's rule), and only \\n or \\r\\n line breaks.
 Anything else, and anything libyaml rejects, returns None: the caller then parses with
 strictyaml, which gives its exact error at file:line, or accepts what libyaml does not.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from evalctl._suite.yamlsource import Located, Path_, resolve_plain_scalar
@@ -20,7 +22,14 @@ from evalctl._suite.yamlsource import Located, Path_, resolve_plain_scalar
 # Characters libyaml (YAML 1.1) counts as line breaks and strictyaml (YAML 1.2) does not,
 # so the two would number lines differently; and tabs, which strictyaml refuses in places
 # libyaml takes (inside a plain scalar, after a colon).
-_NOT_COMMON_CHARACTERS = ("\t", "\x85", "\u2028", "\u2029")
+_NOT_COMMON_CHARACTERS = ("\t", "\x85", "\u2028", "\u2029",
+                          # libyaml skips a byte-order mark at the start of any line;
+                          # strictyaml reads it as text (the loader strips a leading one)
+                          "\ufeff")
+# A block scalar's header with a comment right after it ('|#', '>-#note'): libyaml takes
+# the comment, strictyaml refuses the header. Text that merely looks like one (inside a
+# quoted string, say) only costs the fast path.
+_HEADER_THEN_COMMENT = re.compile(r"[|>][-+0-9]*#")
 
 
 def _parser_class() -> Any:
@@ -39,7 +48,7 @@ def parse_common(text: str) -> Located | None:
     """`text` parsed as `yamlsource.parse_document` would, or None (see the module)."""
     parser_class = _parser_class()
     if parser_class is None or any(ch in text for ch in _NOT_COMMON_CHARACTERS) or \
-            text.count("\r") != text.count("\r\n"):
+            text.count("\r") != text.count("\r\n") or _HEADER_THEN_COMMENT.search(text):
         return None
     import yaml
 

@@ -60,6 +60,12 @@ class YamlSyntaxError(Exception):
         return self.message
 
 
+# How deep a suite may nest. Real suites use a handful of levels (a tool call's input is
+# the deepest); past a few hundred, Python's own recursion (the schema validator, JSON)
+# would fail with a traceback instead of a problem at a line.
+MAX_DEPTH = 100
+
+
 @dataclass
 class Located:
     """Plain data plus the 1-based line of every node and mapping key."""
@@ -67,6 +73,19 @@ class Located:
     data: Any
     lines: dict[Path_, int] = field(default_factory=dict)
     key_lines: dict[Path_, int] = field(default_factory=dict)
+
+    def too_deep(self) -> Path_ | None:
+        """The path of the first node nested deeper than MAX_DEPTH, or None."""
+        stack: list[tuple[Path_, Any]] = [((), self.data)]
+        while stack:
+            path, node = stack.pop()
+            if len(path) > MAX_DEPTH:
+                return path
+            if isinstance(node, dict):
+                stack.extend(((*path, key), value) for key, value in node.items())
+            elif isinstance(node, list):
+                stack.extend(((*path, index), value) for index, value in enumerate(node))
+        return None
 
     def line_of(self, path: Path_) -> int:
         """The line of the node at `path`, or of its nearest located ancestor."""
@@ -112,6 +131,9 @@ def parse_document(text: str, label: str) -> Located:
         message = f"{problem} ({context})" if context and context != "While scanning" and \
             context != "While parsing" else str(problem)
         raise YamlSyntaxError(line, f"invalid YAML: {message}") from None
+    except RecursionError:
+        raise YamlSyntaxError(1, f"invalid YAML: nested too deeply to read (a suite needs "
+                                 f"at most {MAX_DEPTH} levels)") from None
     except (NotImplementedError, AssertionError, AttributeError, IndexError,
             TypeError) as exc:
         # ruamel's round-trip parser trips over some comment placements; the file is then

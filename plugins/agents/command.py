@@ -35,7 +35,7 @@ OPTIONS = {
                  "description": "Directories put first on the agent's PATH (where the CLI is "
                                 "installed; under bwrap mount them too: --sandbox-option "
                                 "ro_paths=DIR)."},
-        "final_text": {"type": "string", "pattern": "^(model|stdout|json:.+)$",
+        "final_text": {"type": "string", "pattern": r"^(model|stdout|json:.+)(?![\s\S])",
                        "description": "What the agent said last, for talk-only checks: "
                                       "model (the last model turn's text, the default), "
                                       "stdout, or json:KEY (that key of the JSON it printed)."},

@@ -15,7 +15,11 @@ import evalctl
 # Relative, no `..` segment, no backslash or drive letter, not ending in a slash: a path
 # that leaves the workspace is refused by `evalctl validate` (and in editors), not only
 # when the check is graded. The same rule as the core's for a task's `files:`.
-INSIDE_WORKSPACE = r"^(?![/~])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\x00]*[^/\\\x00]$"
+# Relative, no `..` segment, no backslash, drive letter or line break. `(?![\s\S])` is the
+# end of the text in every regex dialect (Python's `$` also matches before a final
+# newline, an editor's does not).
+INSIDE_WORKSPACE = (r"^(?![/~])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|(?![\s\S])))"
+                    r"[^\\\x00\n\r]*[^/\\\x00\n\r](?![\s\S])")
 SCAN_LIMIT = 5_000_000  # bytes a regex is matched against: graders run in evalctl's process
 CHUNK = 1 << 20  # files are read in chunks of this, never whole
 LINE_LIMIT = 1_000_000  # bytes of one line no_placeholders scans at once
