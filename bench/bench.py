@@ -156,6 +156,7 @@ def floor(threads: int, bwrap: bool = False) -> float:
     _system_links()
     with tempfile.TemporaryDirectory(prefix="evalctl-floor-") as scratch:
         base = Path(scratch)
+        before = os.times()
         started = time.perf_counter()
         if threads == 1:
             for index in range(FLOOR_ITERATIONS):
@@ -164,9 +165,14 @@ def floor(threads: int, bwrap: bool = False) -> float:
             with ThreadPoolExecutor(threads) as pool:
                 list(pool.map(functools.partial(task, base), range(FLOOR_ITERATIONS)))
         seconds = (time.perf_counter() - started) / FLOOR_ITERATIONS
+        after = os.times()
     label = ("bwrap, " if bwrap else "") + ("serially" if threads == 1 else f"on {threads} threads")
+    own = after.user - before.user + after.system - before.system
+    children = (after.children_user - before.children_user + after.children_system
+                - before.children_system)
     print(f"{'  floor: mkdir + bash writes a file + a 2nd spawn, ' + label:<58} "
-          f"{seconds * 1000:9.2f} ms", flush=True)
+          f"{seconds * 1000:9.2f} ms  (CPU a task: {own * 1000 / FLOOR_ITERATIONS:.2f} ms own, "
+          f"{children * 1000 / FLOOR_ITERATIONS:.2f} ms in its commands)", flush=True)
     return seconds
 
 
@@ -257,13 +263,22 @@ options = RunOptions(out_dir=Path(sys.argv[2]), concurrency=int(sys.argv[3]) or 
                      provider_options={"latency": sys.argv[4]}, sandbox=sys.argv[5],
                      executor=executor.get("name"), executor_options=executor.get("options", {}))
 prepared = prepare_run(suite, registry, options)
+import os
+before = os.times()
 started = time.perf_counter()
 result = asyncio.run(execute(prepared))
 elapsed = time.perf_counter() - started
+after = os.times()
 import resource
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(elapsed, result.count("passed"), len(result.tasks), peak)
+print(elapsed, result.count("passed"), len(result.tasks), peak,
+      after.user - before.user + after.system - before.system,
+      after.children_user - before.children_user + after.children_system
+      - before.children_system)
 """
+
+# CPU seconds of the last in-process run: (evalctl's own, its child processes').
+LAST_CPU: dict[str, float] = {}
 
 
 def run_in_process(suite: Path, out: Path, env: dict[str, str], concurrency: int = 0,
@@ -275,7 +290,8 @@ def run_in_process(suite: Path, out: Path, env: dict[str, str], concurrency: int
                            str(concurrency), str(latency), sandbox,
                            json.dumps(executor or {})], env=env, check=True,
                           capture_output=True, text=True)
-    elapsed, passed, total, peak = done.stdout.splitlines()[-1].split()  # after any logs
+    elapsed, passed, total, peak, own, children = done.stdout.splitlines()[-1].split()
+    LAST_CPU.update(own=float(own), children=float(children))
     return float(elapsed), int(passed), int(total), float(peak)
 
 
@@ -357,6 +373,9 @@ def bench_sandbox(work: Path) -> None:
         for sandbox in ("local", "bwrap"):
             elapsed, _ = run_generated(work, "sandbox", task_yaml, 1000, sandbox=sandbox)
             figures.setdefault(sandbox, []).append(elapsed / 1000)
+            print(f"{f'  {sandbox}: CPU a task, evalctl / its commands':<58} "
+                  f"{LAST_CPU['own']:9.2f} ms / {LAST_CPU['children']:.2f} ms",  # s / 1,000
+                  flush=True)
     local, bwrap, floor_two = min(figures["local"]), min(figures["bwrap"]), min(figures["floor"])
     bwrap_floor = min(figures["bwrap floor"])
     print(f"{'  floor, best of two: serially / on two threads':<58} "
