@@ -99,3 +99,20 @@ def test_help_lists_every_command():
     result = CliRunner().invoke(cli, ["--help"])
     for command in ("run", "validate", "schema", "list-plugins"):
         assert command in result.output
+
+
+def test_help_and_list_plugins_import_no_sdk_and_no_event_loop():
+    """`--help` and `list-plugins` stay quick: no model SDK, no Ray, no YAML or schema
+    library, and no asyncio (about 10 ms) is imported to answer them."""
+    import subprocess
+    import sys
+
+    heavy = ["anthropic", "ray", "playwright", "yaml", "strictyaml", "jsonschema",
+             "jsonschema_rs", "asyncio"]
+    probe = ("import sys\nfrom evalctl._cli import main\nsys.argv = ['evalctl', *sys.argv[1:]]\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             f"print([m for m in {heavy!r} if m in sys.modules], file=sys.stderr)\n")
+    for arguments in (["--help"], ["list-plugins"]):
+        done = subprocess.run([sys.executable, "-c", probe, *arguments], capture_output=True,
+                              text=True, timeout=60)
+        assert done.stderr.strip().splitlines()[-1] == "[]", (arguments, done.stderr)

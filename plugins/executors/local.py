@@ -8,7 +8,6 @@ run holds a handful of tasks, not 10,000.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -19,6 +18,8 @@ _DONE = object()
 
 class LocalExecutor:
     async def execute(self, plan: evalctl.ExecutionPlan) -> AsyncIterator[evalctl.TaskResult]:
+        import asyncio  # here, not at the top: `evalctl list-plugins` never needs it
+
         limit = plan.concurrency or plan.default_concurrency
         attempts = iter(plan.attempts)
         finished: asyncio.Queue[Any] = asyncio.Queue()
