@@ -115,3 +115,4 @@ def test_a_seed_of_inline_files_is_hashed_from_its_text_as_a_walk_would_hash_it(
         workspace = create_workspace(new_run_directory(tmp_path), "odd", odd)
         assert workspace.seed == snapshot(workspace.seed_path)
         assert "__pycache__/x.pyc" not in workspace.seed
+

@@ -347,12 +347,18 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
         return TaskResult(task.id, ERROR, exit_status=ExitStatus.SETUP_ERROR, tags=task.tags,
                           attempt=attempt, workspace=str(workspace.root),
                           ledger=str(workspace.ledger_path), error=str(exc))
+    except BaseException:  # cancelled (Ctrl-C): the files opened above are closed too
+        _close(cassette, ledger)
+        raise
     sandbox_request = _sandbox_request(task, workspace, prepared, name, "agent")
     try:
         sandbox = await open_sandbox(prepared.sandbox, sandbox_request)
     except Exception as exc:
         _close(cassette, ledger)
         return _sandbox_failure(task, workspace, attempt, exc)
+    except BaseException:
+        _close(cassette, ledger)
+        raise
     try:
         agent = await run_agent(task, prepared.provider, workspace, sandbox,
                                 agent=prepared.agent.spec.run, options=prepared.agent.options,
