@@ -29,6 +29,12 @@ class ConfinementError(ValueError):
 
 def resolve_inside(root: Path, user_path: str) -> Path:
     """Resolve `user_path` against `root`, following symlinks, and refuse escapes."""
+    return _resolve_inside(root, user_path)[1]
+
+
+def _resolve_inside(root: Path, user_path: str) -> tuple[Path, Path]:
+    """(the root's real path, `user_path` resolved inside it): one lookup of the root
+    for both, so they cannot disagree."""
     if not isinstance(user_path, str) or not user_path.strip():
         raise ConfinementError("path must be a non-empty string")
     if "\x00" in user_path:
@@ -50,7 +56,7 @@ def resolve_inside(root: Path, user_path: str) -> Path:
         raise ConfinementError(
             f"{user_path!r} resolves outside the workspace; use paths inside it"
         )
-    return resolved
+    return root_path, resolved
 
 
 # root as given -> (its real path, device, inode). Resolving a root costs an lstat per
@@ -279,13 +285,8 @@ def open_confined(root: Path, user_path: str, *, write: bool = False) -> int:
     import errno
     import stat
 
-    target = resolve_inside(root, user_path)
-    base = Path(real_directory(os.fspath(root)))
-    try:
-        parts = target.relative_to(base).parts
-    except ValueError:  # the root moved between the two lookups
-        raise ConfinementError(f"{user_path!r}: the workspace moved while it was "
-                               "resolved") from None
+    base, target = _resolve_inside(root, user_path)
+    parts = target.relative_to(base).parts
     if not parts:
         raise NotARegularFile(f"{user_path!r} is the workspace itself")
     directory = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

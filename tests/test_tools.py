@@ -262,7 +262,7 @@ def test_open_confined_never_follows_a_link_swapped_in_after_resolving(workspace
 
     (workspace.root / "dir").mkdir()
     (workspace.root / "dir" / "f.txt").write_text("inside")
-    real_resolve = evalctl._files.resolve_inside
+    real_resolve = evalctl._files._resolve_inside
 
     def swap_then_resolve(root, user_path):
         resolved = real_resolve(root, user_path)
@@ -272,12 +272,12 @@ def test_open_confined_never_follows_a_link_swapped_in_after_resolving(workspace
         (workspace.root / "dir").symlink_to(tmp_path)
         return resolved
 
-    evalctl._files.resolve_inside = swap_then_resolve
+    evalctl._files._resolve_inside = swap_then_resolve
     try:
         with pytest.raises(ConfinementError, match="changed under evalctl"):
             open_confined(workspace.root, "dir/f.txt")
     finally:
-        evalctl._files.resolve_inside = real_resolve
+        evalctl._files._resolve_inside = real_resolve
 
 
 # -- docs/tools.md: generated from the definitions, and its examples are valid --------
