@@ -93,8 +93,8 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
         raise GradingSandboxFailed(str(exc)) from exc
     try:
         checks = list(integrity)
-        graded = [(check, registry.graders[check["type"]]) for check in task.checks
-                  if registry.graders[check["type"]].kind not in skip_kinds]
+        specs = [(check, registry.graders[check["type"]]) for check in task.checks]
+        graded = [(check, spec) for check, spec in specs if spec.kind not in skip_kinds]
         # The bytecode caches are swept again before every check (one that ran the
         # agent's code may have left a forged cache for the next): before the first by
         # _before_grading, after a synchronous grader in its own trip, else before.
