@@ -17,7 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,32 @@ def run(cluster: RayCluster, where: Path, name: str, *args: str) -> dict[str, An
     return json.loads((where / f"{name}.json").read_text())
 
 
+@contextmanager
+def driving(cluster: RayCluster, where: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """`evalctl run ARGS` from `where`, running while the test acts on it (its output
+    together, for the assertion messages); killed if the test leaves it running."""
+    driver = subprocess.Popen([sys.executable, "-m", "evalctl", "run", *args], cwd=where,
+                              env=run_environment(cluster, where), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        yield driver
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=30)
+
+
+def wait_while_running(driver: subprocess.Popen[str], ready: Callable[[], bool], what: str,
+                       pause: float) -> None:
+    """Until `ready()`, checking every `pause` s; the driver must not end first, and
+    `what` is the failure when two minutes pass."""
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert driver.poll() is None, driver.stdout.read() if driver.stdout else ""
+        assert time.monotonic() < deadline, what
+        time.sleep(pause)
+
+
 def comparable(report: dict[str, Any]) -> dict[str, Any]:
     """The report without what differs by where and when it ran: times, hosts, the run
     directory (paths kept relative to it), and the executor's own record."""
@@ -178,24 +205,13 @@ def test_losing_a_worker_node_mid_run_still_gives_a_complete_report(cluster, tmp
     where = tmp_path
     report = where / "ray.json"
     # Each model turn waits, so attempts are still running when the node goes.
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "evalctl", "run", "general", "--executor", "ray",
-         "--executor-option", f"address={cluster.address}", "--provider-option",
-         "latency=0.5", "--out", str(where / "ray-out"), "--report", str(report)],
-        cwd=where, env=run_environment(cluster, where), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not list(scratch.glob("evalctl-attempt-*/run/*")):
-            assert driver.poll() is None, driver.stdout.read() if driver.stdout else ""
-            assert time.monotonic() < deadline, "no attempt reached the doomed node"
-            time.sleep(0.05)
+    with driving(cluster, where, "general", "--executor", "ray", "--executor-option",
+                 f"address={cluster.address}", "--provider-option", "latency=0.5", "--out",
+                 str(where / "ray-out"), "--report", str(report)) as driver:
+        wait_while_running(driver, lambda: bool(list(scratch.glob("evalctl-attempt-*/run/*"))),
+                           "no attempt reached the doomed node", 0.05)
         cluster.cluster.remove_node(doomed, allow_graceful=False)
         output, _ = driver.communicate(timeout=RUN_TIMEOUT)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait(timeout=30)
     assert driver.returncode == 0, output
     remote = json.loads(report.read_text())
     assert comparable(remote) == comparable(local)
@@ -249,26 +265,18 @@ def test_list_plugins_shows_the_executor_without_importing_ray():
 
 def test_ctrl_c_stops_a_ray_run_and_keeps_what_finished(cluster, tmp_path):
     report = tmp_path / "ray.json"
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "evalctl", "run", "general", "--executor", "ray",
-         "--executor-option", f"address={cluster.address}", "--provider-option",
-         "latency=1", "--concurrency", "2", "--out", str(tmp_path / "out"), "--report",
-         str(report)], cwd=tmp_path, env=run_environment(cluster, tmp_path),
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        journals = []
-        while not any('"kind":"attempt"' in j.read_text().replace(" ", "") for j in journals):
-            assert driver.poll() is None, driver.stdout.read() if driver.stdout else ""
-            assert time.monotonic() < deadline, "no attempt finished"
-            time.sleep(0.1)
-            journals = list((tmp_path / "out").glob("workspaces-*/journal.jsonl"))
+
+    def an_attempt_finished() -> bool:
+        return any('"kind":"attempt"' in journal.read_text().replace(" ", "")
+                   for journal in (tmp_path / "out").glob("workspaces-*/journal.jsonl"))
+
+    with driving(cluster, tmp_path, "general", "--executor", "ray", "--executor-option",
+                 f"address={cluster.address}", "--provider-option", "latency=1",
+                 "--concurrency", "2", "--out", str(tmp_path / "out"), "--report",
+                 str(report)) as driver:
+        wait_while_running(driver, an_attempt_finished, "no attempt finished", 0.1)
         driver.send_signal(signal.SIGINT)
         output, _ = driver.communicate(timeout=RUN_TIMEOUT)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait(timeout=30)
     assert driver.returncode == 130, output
     result = json.loads(report.read_text())
     statuses = [task["status"] for task in result["tasks"]]
