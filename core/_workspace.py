@@ -112,8 +112,14 @@ def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str], *,
 
 
 # Parents every attempt of a run shares (.state, .ledgers, .cassettes, .seed), made once
-# per process: an attempt then makes only its own five directories.
+# per run directory and process: an attempt then makes only its own five directories.
 _SHARED_PARENTS: set[str] = set()
+
+
+def _make_shared_parents(base: str) -> None:
+    for shared in (".state", ".ledgers", ".cassettes", ".seed"):
+        os.makedirs(f"{base}/{shared}", exist_ok=True)
+    _SHARED_PARENTS.add(base)
 
 
 def new_workspace(run_dir: Path, task_id: str) -> Workspace:
@@ -126,17 +132,18 @@ def new_workspace(run_dir: Path, task_id: str) -> Workspace:
     root = f"{base}/{task_id}"
     state = f"{base}/.state/{task_id}"
     seed = f"{base}/.seed/{task_id}"
-    for shared in (".state", ".ledgers", ".cassettes", ".seed"):
-        parent = f"{base}/{shared}"
-        if parent not in _SHARED_PARENTS:
-            os.makedirs(parent, exist_ok=True)
-            _SHARED_PARENTS.add(parent)
+    if base not in _SHARED_PARENTS:
+        _make_shared_parents(base)
     for directory in (root, state, f"{state}/home", f"{state}/tmp", seed):
         try:
             os.mkdir(directory)
         except FileExistsError:
             pass
-        except FileNotFoundError:  # a shared parent went away since: make it again
+        except FileNotFoundError:
+            # The run directory was emptied since (removed and made again by a later run
+            # of this process, say): every shared parent, the ledgers' and cassettes' too,
+            # is made again, or this attempt's records would have nowhere to go.
+            _make_shared_parents(base)
             os.makedirs(directory, exist_ok=True)
     run_path = Path(base)
     return Workspace(task_id, Path(root), Path(f"{state}/home"), Path(f"{state}/tmp"),

@@ -116,3 +116,23 @@ def test_a_seed_of_inline_files_is_hashed_from_its_text_as_a_walk_would_hash_it(
         assert workspace.seed == snapshot(workspace.seed_path)
         assert "__pycache__/x.pyc" not in workspace.seed
 
+
+
+def test_a_run_into_a_directory_removed_since_the_last_run_keeps_its_ledgers(tmp_path,
+                                                                             write_suite):
+    """The shared parents (.state, .ledgers, .cassettes, .seed) are made once per run
+    directory and process; when a later run of the same process finds the directory
+    removed and made again, they are made again, the ledgers' and cassettes' too."""
+    import shutil
+
+    registry = get_registry()
+    suite = load_suite(write_suite(SUITE), registry)
+    for _ in range(2):
+        shutil.rmtree(tmp_path / "out", ignore_errors=True)
+        prepared = prepare_run(suite, registry, RunOptions(out_dir=tmp_path / "out",
+                                                           sandbox="local"))
+        (attempt,) = asyncio.run(execute(prepared)).tasks
+        assert attempt.status == "passed", attempt
+        assert Path(attempt.ledger).read_text().count('"event"') >= 3
+        run_dir = Path(attempt.workspace).parent
+        assert (run_dir / ".cassettes" / "seeded.jsonl").is_file()
