@@ -12,7 +12,7 @@ import contextlib
 import functools
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -49,7 +49,8 @@ class CommandResult:
 async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
                       env: Mapping[str, str], timeout: float,
                       stdin: bytes | str | None = None, merge_stderr: bool = False,
-                      output_limit: int | None = None) -> CommandResult:
+                      output_limit: int | None = None, pass_fds: Collection[int] = (),
+                      started: Callable[[int], None] | None = None) -> CommandResult:
     """Run `argv` in a new session with exactly `env`, in `cwd`, and wait for it.
 
     Output is captured head and tail (`output_limit` bytes per stream, 30,000 by
@@ -58,6 +59,12 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
     backgrounded child of the same group cannot linger (one that starts its own session
     can: only a sandbox with a PID namespace stops that). `stdin` is written and closed;
     without it the command reads /dev/null.
+
+    `pass_fds` stay open in the command (every other descriptor is closed there).
+    `started(pid)`, if given, is called as soon as the command runs, in the thread that
+    started it (it may block briefly: a sandbox uses it to put the process into its
+    cgroups). If it raises, the command's process group is killed and reaped and the
+    exception is raised here.
     """
     import asyncio
 
@@ -74,7 +81,7 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
     # (Python drops the GIL around vfork), which the event loop spends on other tasks.
     spawning = loop.run_in_executor(_spawn_pool(), functools.partial(
         _spawn, list(argv), str(cwd), dict(env),
-        stdin_pipe[0] if stdin_pipe else None, out_write, err_write))
+        stdin_pipe[0] if stdin_pipe else None, out_write, err_write, tuple(pass_fds), started))
     try:
         process = await asyncio.shield(spawning)
     except asyncio.CancelledError:
@@ -134,12 +141,22 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
 
 
 def _spawn(argv: list[str], cwd: str, env: dict[str, str], stdin_fd: int | None,
-           out_fd: int, err_fd: int) -> subprocess.Popen[bytes]:
+           out_fd: int, err_fd: int, pass_fds: tuple[int, ...] = (),
+           started: Callable[[int], None] | None = None) -> subprocess.Popen[bytes]:
     import subprocess
 
-    return subprocess.Popen(argv, cwd=cwd, env=env,
-                            stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
-                            stdout=out_fd, stderr=err_fd, start_new_session=True)
+    process = subprocess.Popen(argv, cwd=cwd, env=env,
+                               stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
+                               stdout=out_fd, stderr=err_fd, start_new_session=True,
+                               pass_fds=pass_fds)
+    if started is not None:
+        try:
+            started(process.pid)
+        except BaseException:
+            kill_process_group(process.pid)
+            process.wait()
+            raise
+    return process
 
 
 _pool: concurrent.futures.ThreadPoolExecutor | None = None

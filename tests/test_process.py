@@ -145,3 +145,52 @@ def test_a_command_that_cannot_start_raises_and_leaks_no_descriptor(tmp_path, wa
             run(run_process(["/no/such/program"], cwd=tmp_path, env=ENV, timeout=5))
     if before is not None:
         assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def test_started_sees_the_running_child_and_passed_descriptors_reach_it(tmp_path, watcher):
+    """`started(pid)` is called with the child's pid, off the event loop's thread, while
+    the child runs; descriptors in `pass_fds` stay open in it."""
+    read_end, write_end = os.pipe()
+    seen: list[tuple[int, bool]] = []
+
+    def started(pid: int) -> None:
+        seen.append((pid, threading.current_thread() is threading.main_thread()))
+        assert Path(f"/proc/{pid}").exists()
+        os.close(write_end)  # the child has its own copy
+
+    try:
+        result = run(bash(f"echo $$; echo through >&{write_end}", tmp_path,
+                          pass_fds=(write_end,), started=started))
+        assert result.exit_code == 0, result.stderr
+        assert os.read(read_end, 100) == b"through\n"
+    finally:
+        os.close(read_end)
+        with pytest.raises(OSError):
+            os.close(write_end)  # closed by started()
+    assert seen == [(int(result.stdout), False)]
+    assert_reaped(seen[0][0])
+
+
+def test_a_failing_started_kills_the_command_and_raises(tmp_path, watcher):
+    """If `started` raises, the command's whole group is killed and reaped before the
+    error reaches the caller, and no descriptor is left open."""
+    pids: list[int] = []
+    before = len(os.listdir("/proc/self/fd"))
+
+    def started(pid: int) -> None:
+        pids.append(pid)
+        raise RuntimeError("cannot limit it")
+
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="cannot limit it"):
+            run(bash("sleep 30 & sleep 30; touch ran", tmp_path, started=started))
+    assert len(pids) == 3
+    for pid in pids:
+        assert_reaped(pid)
+        deadline = time.monotonic() + 5  # the group's orphans are reaped by init
+        with pytest.raises(ProcessLookupError):
+            while time.monotonic() < deadline:
+                os.killpg(pid, 0)  # nothing of its group is left
+                time.sleep(0.02)
+    assert not (tmp_path / "ran").exists()
+    assert len(os.listdir("/proc/self/fd")) <= before

@@ -95,12 +95,23 @@ class BwrapSandbox:
                   cwd: str | None = None, merge_stderr: bool = False,
                   output_limit: int | None = None) -> evalctl.CommandResult:
         argv, directory = self.request.command(command, cwd)
-        wrapped = self.jail.wrap(argv, self.request.env if env is None else env, directory)
-        # bwrap starts with an empty environment: nothing of evalctl's own reaches it.
-        return await evalctl.run_process(wrapped, cwd=self.request.workspace, env={},
-                                         timeout=timeout,
-                                         stdin=stdin, merge_stderr=merge_stderr,
-                                         output_limit=output_limit)
+        launch = self.jail.launch(argv, self.request.env if env is None else env, directory)
+        try:
+            # bwrap starts with an empty environment: nothing of evalctl's own reaches it.
+            return await evalctl.run_process(launch.argv, cwd=self.request.workspace, env={},
+                                             timeout=timeout, stdin=stdin,
+                                             merge_stderr=merge_stderr,
+                                             output_limit=output_limit,
+                                             pass_fds=launch.pass_fds,
+                                             started=launch.started)
+        except bwrap_jail.SandboxError as exc:
+            # Failed closed: the command never ran. Reported as the limits' shell did.
+            message = f"evalctl sandbox: {exc}\n"
+            return evalctl.CommandResult(bwrap_jail.WRAPPER_FAILED,
+                                         message if merge_stderr else "",
+                                         "" if merge_stderr else message)
+        finally:
+            launch.close()
 
     async def close(self) -> None:
         import asyncio  # here, not at the top: `evalctl list-plugins` never needs it

@@ -8,11 +8,13 @@ Each command an agent (or a check) runs is wrapped so that it executes:
   the attempt's HOME and TMPDIR (read-write, at /home/agent and /tmp), and read-only: /usr, the
   /bin, /lib* links, an allowlist of /etc, the Python prefixes and the evalctl package sources;
 * with exactly the environment the caller gives: pid 1 inside is our tiny init, not bwrap, and
-  bwrap and the sh wrapper in front of it run with an empty environment, so no
-  /proc/*/environ anywhere (inside, or on the host) holds a secret of the harness;
+  bwrap runs with an empty environment, so no /proc/*/environ anywhere (inside, or on the
+  host) holds a secret of the harness;
 * so that no process outlives the command (PID namespace torn down when the command exits);
 * in the attempt's cgroup(s) (pids and memory; cgroup.kill on v2) when this machine lets us
-  create them, with RLIMIT_FSIZE (and RLIMIT_NPROC/RLIMIT_AS when there is no cgroup).
+  create them, with RLIMIT_FSIZE (and RLIMIT_NPROC/RLIMIT_AS when there is no cgroup): bwrap
+  reports the sandbox's pid and waits (--info-fd, --block-fd) until the harness has put it
+  there (Launch.started), so nothing inside runs uncounted.
 
 Why HOME and TMPDIR are mounted at /home/agent and /tmp rather than at their own host paths:
 programs that hard-code /tmp (or ignore TMPDIR) still land in the attempt's own directory instead
@@ -33,10 +35,12 @@ import contextlib
 import functools
 import importlib.metadata
 import importlib.util
+import json
 import logging
 import os
 import re
-import shlex
+import resource
+import select
 import shutil
 import signal
 import subprocess
@@ -131,11 +135,11 @@ ETC_COPY_MAX_ENTRIES = 1024
 SANDBOX_INIT = '"$@"\nexit $?'
 SANDBOX_INIT_NAME = "evalctl-init"
 
-# Exit status of the sh wrapper when it cannot apply a limit (it fails closed).
+# Exit status of a command whose sandbox could not be given its limits (it fails closed).
 WRAPPER_FAILED = 125
 
-# The descriptor the seccomp filter reaches bwrap on.
-SECCOMP_FD = 3
+# How long bwrap may take to report the sandbox's pid (--info-fd) before it is killed.
+START_SECONDS = 30.0
 
 _BWRAP_CANDIDATES = ("/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap")
 
@@ -174,11 +178,6 @@ def _find_bwrap() -> str | None:
     if found:
         return os.path.realpath(found)
     return next((c for c in _BWRAP_CANDIDATES if os.access(c, os.X_OK)), None)
-
-
-@functools.cache
-def _find_prlimit() -> str | None:
-    return shutil.which("prlimit")
 
 
 @functools.cache
@@ -444,13 +443,11 @@ def _machine_cgroups() -> CgroupSetup:
     return detect_cgroups()
 
 
-def _describe_limits(setup: CgroupSetup, prlimit: str | None) -> dict[str, str]:
+def _describe_limits(setup: CgroupSetup) -> dict[str, str]:
     is_root = os.geteuid() == 0
     limits: dict[str, str] = {}
     if "pids" in setup.controllers:
         limits["processes"] = f"cgroup v{setup.version} pids.max"
-    elif prlimit is None:
-        limits["processes"] = "none: no writable pids cgroup and no prlimit binary"
     elif is_root:
         limits["processes"] = "rlimit RLIMIT_NPROC (not enforced for root)"
     else:
@@ -461,8 +458,6 @@ def _describe_limits(setup: CgroupSetup, prlimit: str | None) -> dict[str, str]:
         limits["memory"] = (
             "cgroup v1 memory.limit_in_bytes" if setup.version == 1 else "cgroup v2 memory.max"
         )
-    elif prlimit is None:
-        limits["memory"] = "none: no writable memory cgroup and no prlimit binary"
     else:
         limits["memory"] = "rlimit RLIMIT_AS (address space per process, not a total)"
     limits["file_size"] = "RLIMIT_FSIZE"
@@ -471,7 +466,7 @@ def _describe_limits(setup: CgroupSetup, prlimit: str | None) -> dict[str, str]:
 
 def enforced_limits() -> dict[str, str]:
     """Which per-task limits this machine enforces, and how (see _describe_limits)."""
-    return _describe_limits(_machine_cgroups(), _find_prlimit())
+    return _describe_limits(_machine_cgroups())
 
 
 # --------------------------------------------------------------------------- what to mount
@@ -811,7 +806,7 @@ def _base_plan(ro_paths: tuple[str, ...], hidden: tuple[Path, ...]) -> _BasePlan
 class BwrapOptions:
     network: bool = False
     ro_paths: tuple[str, ...] = ()  # extra read-only binds, each at its own path
-    max_processes: int = 512  # whole attempt (bwrap and our init take 2 per running command)
+    max_processes: int = 512  # whole attempt (our init takes 1 per running command)
     memory_mb: int = 4096  # whole attempt with a cgroup; per process with RLIMIT_AS
     file_size_mb: int = 1024  # largest single file any process may write
 
@@ -840,10 +835,8 @@ class BwrapJail:
         self.hidden = tuple(Path(os.path.realpath(p)) for p in hidden)
         self._cgroups = _machine_cgroups() if cgroups is None else cgroups
         self._bwrap = _find_bwrap()
-        self._prlimit = _find_prlimit()
         self._cgroup_dirs: dict[str, Path] = {}
         self._static_args: list[str] | None = None
-        self._prefix: list[str] = []
         self._init = SANDBOX_INIT
 
     # -- lifecycle
@@ -858,7 +851,6 @@ class BwrapJail:
         try:
             self._create_cgroups()
             self._static_args = self._build_static_args()
-            self._prefix = self._build_prefix()
             self._init = self._build_init()
         except BaseException:
             self.close()
@@ -899,7 +891,7 @@ class BwrapJail:
     @property
     def limits(self) -> dict[str, str]:
         """enforced_limits() for this jail's cgroup setup."""
-        return _describe_limits(self._cgroups, self._prlimit)
+        return _describe_limits(self._cgroups)
 
     @property
     def cgroup_dirs(self) -> dict[str, Path]:
@@ -908,14 +900,19 @@ class BwrapJail:
 
     # -- the command line
 
-    def wrap(self, argv: list[str], env: Mapping[str, str], cwd: Path) -> list[str]:
-        """The argv that runs `argv` in the sandbox with exactly `env` (plus HOME/TMPDIR), in
-        `cwd` (inside the workspace).  Exec it with env={}: the sandbox's environment is
-        built from nothing either way (--clearenv), and then the host-side processes that
-        start it (sh, bwrap) carry nothing of the harness's either.
+    def launch(self, argv: list[str], env: Mapping[str, str], cwd: Path) -> Launch:
+        """How to run `argv` in the sandbox with exactly `env` (plus HOME/TMPDIR), in `cwd`
+        (inside the workspace): exec `launch.argv` with env={} and `launch.pass_fds` open,
+        call `launch.started(pid)` as soon as it runs, and `launch.close()` at the end.
+
+        bwrap is started directly, with nothing of the harness's environment (the
+        sandbox's is built from nothing by --clearenv). It stops before running anything
+        in the sandbox until started() has put the sandbox into the attempt's cgroups and
+        given it the rlimits no cgroup enforces: no shell on the host does that, and so a
+        command costs one process fewer.
         """
         if self._static_args is None or self._bwrap is None:
-            raise SandboxError("BwrapJail.wrap() before open()")
+            raise SandboxError("BwrapJail.launch() before open()")
         if not argv:
             raise ValueError("empty argv")
         if cwd != self.workspace:  # the common case needs no walk of the path
@@ -930,10 +927,13 @@ class BwrapJail:
             if not name or "=" in name or "\0" in name or "\0" in value:
                 raise ValueError(f"invalid environment variable {name!r}")
             env_args += ["--setenv", name, value]
-        return [
-            *self._prefix,
+        launch = Launch(self)
+        return launch.finish([
             self._bwrap,
             *self._static_args,
+            "--seccomp", str(launch.seccomp_fd),
+            "--info-fd", str(launch.info_write),
+            "--block-fd", str(launch.block_read),
             *env_args,
             "--chdir",
             str(cwd),
@@ -943,7 +943,25 @@ class BwrapJail:
             self._init,
             SANDBOX_INIT_NAME,
             *argv,
-        ]
+        ])
+
+    def _enter(self, pid: int) -> None:
+        """Put the sandbox's first process (`pid`, not yet running anything of the
+        command's) into the attempt's cgroups, and give it the rlimits that stand in for
+        a missing cgroup controller; everything it starts inherits both."""
+        for path in self._cgroup_dirs.values():
+            procs = os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(procs, str(pid).encode())
+            finally:
+                os.close(procs)
+        enforced = self._cgroups.controllers if self._cgroup_dirs else frozenset()
+        if "pids" not in enforced:
+            limit = self.options.max_processes
+            resource.prlimit(pid, resource.RLIMIT_NPROC, (limit, limit))
+        if "memory" not in enforced:
+            limit = self.options.memory_mb * 1024 * 1024
+            resource.prlimit(pid, resource.RLIMIT_AS, (limit, limit))
 
     def _build_static_args(self) -> list[str]:
         assert self._bwrap is not None
@@ -963,7 +981,6 @@ class BwrapJail:
             _Mount("rw", str(self.workspace), self.workspace),
         ]
         args = _namespace_args(self._bwrap, self.options.network)
-        args += ["--seccomp", str(SECCOMP_FD)]  # opened by the host-side sh (_build_prefix)
         args += ["--proc", "/proc", *PROC_COVERS, "--dev", "/dev"]
         for mount in _order_mounts(mounts):
             args += mount.args()
@@ -989,36 +1006,6 @@ class BwrapJail:
             f"ulimit -c 0 && ulimit -f {file_blocks} || exit {WRAPPER_FAILED}",
             SANDBOX_INIT,
         ])
-
-    def _build_prefix(self) -> list[str]:
-        """What starts bwrap on the host: `sh -c SCRIPT` that joins the attempt's cgroups
-        (so bwrap and everything it starts are counted and killed with them) and opens the
-        seccomp filter for bwrap to read, then `prlimit` for what no cgroup controller
-        limits.
-
-        Exec it with env={} (BwrapSandbox.run does): bwrap and this sh then carry nothing
-        of the harness's environment, and --clearenv builds the sandbox's from nothing.
-        """
-        lines = []
-        for path in self._cgroup_dirs.values():
-            procs = shlex.quote(str(path / "cgroup.procs"))
-            lines.append(
-                f"{{ echo $$ > {procs}; }} 2>/dev/null || {{ echo 'evalctl sandbox: cannot "
-                f"join cgroup {path}' >&2; exit {WRAPPER_FAILED}; }}"
-            )
-        lines.append(f'exec "$@" {SECCOMP_FD}< {shlex.quote(str(seccomp_filter()))}')
-        prefix = ["/bin/sh", "-c", "\n".join(lines), "evalctl-sandbox"]
-
-        # Without the cgroup controller, fall back to the per-process rlimit (see limits).
-        enforced = self._cgroups.controllers if self._cgroup_dirs else frozenset()
-        rlimits: list[str] = []
-        if "pids" not in enforced:
-            rlimits.append(f"--nproc={self.options.max_processes}")
-        if "memory" not in enforced:
-            rlimits.append(f"--as={self.options.memory_mb * 1024 * 1024}")
-        if rlimits and self._prlimit:
-            prefix += [self._prlimit, *rlimits, "--"]
-        return prefix
 
     # -- cgroups
 
@@ -1129,6 +1116,103 @@ class BwrapJail:
         finally:
             with contextlib.suppress(OSError):
                 _write(state, thawed)
+
+
+class Launch:
+    """One command's start in a jail (BwrapJail.launch): bwrap's argv, the descriptors it
+    must inherit, and what to do the moment it runs.
+
+    bwrap gets three descriptors: the seccomp filter to load (--seccomp), a pipe on which
+    it reports the sandbox's pid (--info-fd) and a pipe it waits on before it runs the
+    command (--block-fd). started() reads the pid, puts that process into the attempt's
+    cgroups, then lets it go on: nothing in the sandbox runs before it is counted and
+    limited. If that fails, the sandbox is killed while it still waits.
+    """
+
+    def __init__(self, jail: BwrapJail):
+        self.jail = jail
+        self.argv: list[str] = []
+        self.child_pid: int | None = None
+        self._fds: list[int] = []
+        try:
+            # A descriptor of its own per command: bwrap reads the filter from its offset.
+            self.seccomp_fd = self._keep(os.open(seccomp_filter(),
+                                                 os.O_RDONLY | os.O_CLOEXEC))
+            self.info_read, self.info_write = (self._keep(fd) for fd in os.pipe())
+            self.block_read, self.block_write = (self._keep(fd) for fd in os.pipe())
+        except BaseException:
+            self.close()
+            raise
+
+    def _keep(self, fd: int) -> int:
+        self._fds.append(fd)
+        return fd
+
+    def finish(self, argv: list[str]) -> Launch:
+        self.argv = argv
+        return self
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """The descriptors bwrap inherits (all others are closed in it)."""
+        return (self.seccomp_fd, self.info_write, self.block_read)
+
+    def started(self, pid: int) -> None:
+        """bwrap runs as `pid`: wait for it to report the sandbox, put the sandbox into
+        the attempt's cgroups, then let it run the command. Blocking (up to
+        START_SECONDS): call it where a process start may wait. SandboxError if the
+        sandbox cannot be limited; it is then dead. If bwrap ended before making the
+        sandbox, this returns and its exit status and message say why."""
+        for fd in self.pass_fds:  # bwrap has its own copies: ours would hold the pipes open
+            self._close(fd)
+        report = self._read_report()
+        if report is None:
+            return
+        try:
+            self.child_pid = int(json.loads(report)["child-pid"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise SandboxError(f"bubblewrap reported no sandbox pid: {report[:200]!r}") from exc
+        try:
+            self.jail._enter(self.child_pid)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.kill(self.child_pid, signal.SIGKILL)  # it still waits on --block-fd
+            raise SandboxError(f"cannot limit the sandbox (pid {self.child_pid}): "
+                               f"{exc.strerror or exc}") from exc
+        os.write(self.block_write, b"1")
+        self._close(self.block_write)
+
+    def _read_report(self) -> str | None:
+        """What bwrap wrote on --info-fd, up to the end of its JSON object; None if bwrap
+        closed it without a word (it failed before making the sandbox)."""
+        data = b""
+        deadline = time.monotonic() + START_SECONDS
+        while not data.endswith(b"}\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SandboxError(f"bubblewrap did not start a sandbox within "
+                                   f"{START_SECONDS:g} s")
+            readable, _, _ = select.select([self.info_read], [], [], remaining)
+            if not readable:
+                continue
+            chunk = os.read(self.info_read, 4096)
+            if not chunk:
+                break
+            data += chunk
+        return data.decode("utf-8", "replace") if data.strip() else None
+
+    def _close(self, fd: int) -> None:
+        if fd in self._fds:
+            self._fds.remove(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def close(self) -> None:
+        """Close whatever descriptor is still open: call it once the process has been
+        reaped. (A sandbox still waiting would read the end of --block-fd as its go: a
+        failed started() kills it first, and a process is reaped before this.)"""
+        for fd in list(self._fds):
+            self._close(fd)
 
 
 def strip_setid_bits(root: Path) -> None:
