@@ -1,6 +1,6 @@
 """An attempt's file-system work (its directories, seed, ledger, the graders' HOME and
-TMPDIR, the integrity checks' hashing) runs off the event loop, and what it makes is
-exactly what the synchronous path makes."""
+TMPDIR, the integrity checks' hashing) runs on the event loop when it is small and off
+it when it is not, and what it makes is exactly what the synchronous path makes."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import asyncio
 import threading
 from pathlib import Path
 
+from evalctl._files import SMALL_TREE_BYTES, SMALL_TREE_ENTRIES
 from evalctl._plugin.registry import get_registry
 from evalctl._run import grading, runner
 from evalctl._run.runner import RunOptions, execute, prepare_run
 from evalctl._suite.loader import load_suite
-from evalctl._workspace import create_workspace, new_run_directory
+from evalctl._workspace import Workspace, create_workspace, new_run_directory
 
 SUITE = """\
 - id: seeded
@@ -44,10 +45,8 @@ def tree(root: Path) -> dict[str, str | None]:
             for p in sorted(root.rglob("*"))}
 
 
-def test_an_attempts_file_system_work_runs_off_the_event_loop(tmp_path, write_suite,
-                                                              monkeypatch):
-    """Each blocking step of preparing and finishing an attempt is called in a worker
-    thread, never on the thread that runs the event loop."""
+def _where_file_work_ran(tmp_path, write_suite, monkeypatch, suite_text: str):
+    """On which threads each blocking step of an attempt ran: True for the event loop's."""
     where: dict[str, list[bool]] = {}
 
     def recorded(name, function):
@@ -64,14 +63,61 @@ def test_an_attempts_file_system_work_runs_off_the_event_loop(tmp_path, write_su
                                                            grading.grading_state))
     monkeypatch.setattr(runner, "seed_workspace", recorded("seed", runner.seed_workspace))
     monkeypatch.setattr(runner, "Ledger", recorded("ledger", runner.Ledger))
+    monkeypatch.setattr(Workspace, "changed_files",
+                        recorded("changed files", Workspace.changed_files))
     registry = get_registry()
-    suite = load_suite(write_suite(SUITE), registry)
+    suite = load_suite(write_suite(suite_text), registry)
     prepared = prepare_run(suite, registry, RunOptions(out_dir=tmp_path / "out",
                                                        sandbox="local", repeat=3))
     result = asyncio.run(execute(prepared))
     assert [t.status for t in result.tasks] == ["passed"] * 3
-    assert where == {name: [False] * 3 for name in
-                     ("workspace", "seed", "ledger", "before grading", "grading state")}
+    return where
+
+
+STEPS = ("workspace", "seed", "ledger", "changed files", "before grading", "grading state")
+
+
+def test_a_small_attempts_file_work_is_done_by_the_event_loop_itself(
+        tmp_path, write_suite, monkeypatch):
+    """A few directories and small files cost less than a trip to a thread: for a small
+    seed and workspace, the loop makes and walks them itself."""
+    where = _where_file_work_ran(tmp_path, write_suite, monkeypatch, SUITE)
+    assert where == {name: [True] * 3 for name in STEPS}
+
+
+def test_a_large_seed_is_made_and_walked_off_the_event_loop(tmp_path, write_suite,
+                                                             monkeypatch):
+    """A seed past the bounds of small_tree is made in one trip off the loop, and the
+    walks of its workspace too."""
+    many = "".join(f"    f{n}.txt: x\n" for n in range(SMALL_TREE_ENTRIES))
+    where = _where_file_work_ran(tmp_path, write_suite, monkeypatch,
+                                 SUITE.replace("  files:\n", "  files:\n" + many))
+    assert where == {name: [False] * 3 for name in STEPS}
+
+
+def test_a_workspace_the_agent_made_large_is_walked_off_the_event_loop(
+        tmp_path, write_suite, monkeypatch):
+    """A small seed starts on the loop; once the agent has left more than small_tree
+    allows, the walks and hashes between the agent and the graders run off it."""
+    big = SUITE.replace("command: echo done > out.txt",
+                        f"command: echo done > out.txt; head -c {SMALL_TREE_BYTES + 1} "
+                        "/dev/zero > big.bin")
+    where = _where_file_work_ran(tmp_path, write_suite, monkeypatch, big)
+    assert where == {**{name: [True] * 3 for name in ("workspace", "seed", "ledger")},
+                     **{name: [False] * 3 for name in
+                        ("changed files", "before grading", "grading state")}}
+
+
+def test_small_tree_stops_at_either_bound(tmp_path):
+    from evalctl._files import small_tree
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "one").write_bytes(b"x" * 10)
+    assert small_tree(tmp_path, entries=2, size=10)
+    assert not small_tree(tmp_path, entries=1, size=10)  # two entries: a and a/one
+    assert not small_tree(tmp_path, entries=2, size=9)
+    (tmp_path / "a" / "link").symlink_to("/dev/zero")  # not a regular file: no bytes
+    assert small_tree(tmp_path, entries=3, size=10)
 
 
 def test_an_attempt_made_by_the_run_is_the_one_made_synchronously(tmp_path, write_suite):

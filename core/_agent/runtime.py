@@ -24,6 +24,7 @@ from evalctl._agent.loop import SYSTEM_PROMPT, run_loop
 from evalctl._agent.proxy import SOCKET_NAME, ModelProxy, forwarder_source
 from evalctl._agent.throttle import UNTHROTTLED, CallThrottle, ModelCalls, SpendCallback
 from evalctl._blocking import off_loop
+from evalctl._files import small_tree
 from evalctl._plugin.types import (
     AgentContext,
     AgentLimits,
@@ -45,6 +46,12 @@ GRACE_SECONDS = 10.0
 WRAPPER_FAILED = 125
 
 AgentRun = Callable[[AgentContext], Awaitable[AgentOutcome]]
+
+
+def _small_workspace(task: Task, workspace: Workspace) -> bool:
+    """Whether an attempt's walks and hashes are small enough for the event loop: a
+    small seed (its copy is walked too), and a small tree now."""
+    return task.small_seed() and small_tree(workspace.root)
 
 
 def proxy_wrapper(script: str) -> str:
@@ -138,8 +145,10 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
     finally:
         if cassette is not None:
             cassette.close()
-    # Hashing the workspace reads every file the agent left: never on the event loop.
-    files_changed = await off_loop(workspace.changed_files)
+    # Hashing the workspace reads every file the agent left: on the event loop only when
+    # that is a small tree (a trip to a thread would cost more), else off it.
+    files_changed = workspace.changed_files() if _small_workspace(task, workspace) else \
+        await off_loop(workspace.changed_files)
     ledger.append("task_end", status=outcome.exit_status, error=outcome.error,
                   final_text=outcome.final_text, files_changed=files_changed)
     ledger.close()

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from evalctl._blocking import off_loop
 from evalctl._errors import GraderUnavailable, UsageError
-from evalctl._files import snapshot
+from evalctl._files import small_tree, snapshot
 from evalctl._plugin.registry import Registry
 from evalctl._plugin.specs import CheckResult, GraderSpec
 from evalctl._plugin.types import AgentResult, Sandbox
@@ -41,14 +41,19 @@ class GradingSandboxFailed(Exception):
 
 async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
                 result: AgentResult, *, before: Callable[[], object] | None = None,
-                after: Callable[[], object] | None = None) -> CheckOutcome:
+                after: Callable[[], object] | None = None,
+                small: bool = False) -> CheckOutcome:
     """One check; a grader that raises is a failed check with the exception as detail.
     `before` and `after` (blocking file-system work) run first and last, in the same trip
-    off the event loop as a synchronous grader (`after` only with one)."""
+    off the event loop as a synchronous grader (`after` only with one); before an async
+    grader, `before` runs on the loop when the workspace is `small`."""
     try:
         if inspect.iscoroutinefunction(spec.grade):
             if before is not None:
-                await off_loop(before)
+                if small and small_tree(workspace):
+                    before()
+                else:
+                    await off_loop(before)
             answer = await spec.grade(dict(check), workspace, result)
         else:
             # A grader is plugin code of any speed: the default pool, so a slow one
@@ -85,8 +90,11 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     sandbox `open_grading(state)` opens with the graders' own HOME and TMPDIR (made here;
     GradingSandboxFailed when it cannot open). Checks whose grader is of a kind in
     `skip_kinds` are left out (a regrade's judges)."""
-    integrity, before_grading, state = await off_loop(
-        _before_grading, task, workspace, agent, verify)
+    # The walks between the agent and the graders, on the loop for a small workspace
+    # (nothing changes it between them: the agent's sandbox is closed).
+    small = task.small_seed() and small_tree(workspace.root)
+    integrity, before_grading, state = _before_grading(task, workspace, agent, verify) \
+        if small else await off_loop(_before_grading, task, workspace, agent, verify)
     try:
         agent.sandbox = await open_grading(state)
     except Exception as exc:
@@ -104,13 +112,14 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
             then = clean if index + 1 < len(graded) and \
                 not inspect.iscoroutinefunction(spec.grade) else None
             checks.append(await grade(check, spec, workspace.root, agent,
-                                      before=None if cleaned else clean, after=then))
+                                      before=None if cleaned else clean, after=then,
+                                      small=small))
             cleaned = then is not None
     finally:
         await agent.sandbox.close()
     late = protected_changes_during_grading(
-        task, before_grading, await off_loop(snapshot, workspace.root)) \
-        if task.protected else None
+        task, before_grading, snapshot(workspace.root) if small and small_tree(workspace.root)
+        else await off_loop(snapshot, workspace.root)) if task.protected else None
     if late is not None:
         checks.append(late)
     return checks
@@ -119,7 +128,8 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
 def _before_grading(task: Task, workspace: Workspace, agent: AgentResult,
                     verify: Mapping[str, str | None]
                     ) -> tuple[list[CheckOutcome], dict[str, str], tuple[Path, Path]]:
-    """Between the agent and the graders, in one trip off the event loop: evidence of
+    """Between the agent and the graders, in one go (on the loop for a small workspace,
+    else in one trip off it): evidence of
     tampering, the hidden files, the bytecode caches removed before the first check,
     the protected files' hashes before the checks run, and the graders' fresh HOME and
     TMPDIR."""

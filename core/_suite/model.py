@@ -69,6 +69,16 @@ class Task:
     extra: Mapping[str, Any] = field(default_factory=dict)
     line: int = 1
 
+    def small_seed(self) -> bool:
+        """Whether the attempt's workspace starts small: inline files only, within the
+        bounds of work the event loop does itself (evalctl._files.small_tree), and no
+        setup that could add to them."""
+        from evalctl._files import SMALL_TREE_BYTES, SMALL_TREE_ENTRIES
+
+        return (self.source is None and self.setup is None
+                and len(self.files) <= SMALL_TREE_ENTRIES // 2
+                and sum(len(text) for text in self.files.values()) <= SMALL_TREE_BYTES // 4)
+
     def as_request_data(self) -> dict[str, Any]:
         """The task as providers see it in ModelRequest.task: its id, prompt and the
         keys plugins contributed."""

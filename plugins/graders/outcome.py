@@ -16,8 +16,9 @@ FAILURE_PHRASES = re.compile(
 )
 
 
-def grade_succeeded(check: dict[str, Any], workspace: Path,
-                    result: evalctl.AgentResult) -> evalctl.CheckResult:
+async def grade_succeeded(check: dict[str, Any], workspace: Path,
+                          result: evalctl.AgentResult) -> evalctl.CheckResult:
+    # No file is read: on the event loop, with no trip to a thread.
     if not result.completed:
         detail = f"the agent loop ended with {result.exit_status}"
         return evalctl.CheckResult(False, f"{detail}: {result.error}" if result.error else detail)
