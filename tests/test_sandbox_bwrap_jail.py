@@ -1281,3 +1281,58 @@ def test_a_sandbox_that_cannot_join_its_cgroups_never_runs_the_command(
     assert not (layout.workspace / "ran").exists()
     assert run(jail, "touch ran").returncode == 0  # the same jail, limited again, runs it
     assert (layout.workspace / "ran").exists()
+
+
+def test_strip_setid_bits_within_a_budget_stops_and_walking_again_finishes(
+        tmp_path: Path) -> None:
+    for n in range(5):
+        (tmp_path / f"f{n}").write_text("x")
+        (tmp_path / f"f{n}").chmod(0o4755)
+    assert not bs.strip_setid_bits(tmp_path, budget=3)
+    assert bs.strip_setid_bits(tmp_path, budget=5)
+    assert all(path.stat().st_mode & 0o7777 == 0o755 for path in tmp_path.iterdir())
+
+
+@pytest.mark.skipif(not HAS_CGROUPS, reason="no writable cgroup on this machine")
+def test_quick_open_and_close_only_do_bounded_work(layout: Layout) -> None:
+    """open_quickly() opens only with a planned mount set and a pooled cgroup set;
+    close_quickly() closes only with nothing left in the cgroups and small trees. Either
+    refuses without doing anything that open() or close() would not do again."""
+    def jail(**limits: int) -> bs.BwrapJail:
+        return bs.BwrapJail(layout.workspace, layout.home, layout.tmp,
+                            bs.BwrapOptions(**limits))
+
+    bs._CGROUP_POOL.drain()
+    cold = jail(max_processes=77)
+    assert not cold.open_quickly()  # no empty cgroup set with these limits yet
+    assert cold.cgroup_dirs == {}
+    cold.open()
+    assert run(cold, "true").returncode == 0
+    for n in range(bs.QUICK_CLOSE_ENTRIES + 1):
+        (layout.home / f"f{n}").write_text("x")
+    (layout.home / "f0").chmod(0o4755)
+    assert not cold.close_quickly()  # HOME is too big to walk on the loop
+    assert cold.cgroup_dirs  # still its own: close() finishes the work
+    cold.close()
+    assert (layout.home / "f0").stat().st_mode & 0o7777 == 0o755
+    for n in range(bs.QUICK_CLOSE_ENTRIES + 1):
+        (layout.home / f"f{n}").unlink()
+
+    warm = jail(max_processes=77)
+    assert warm.open_quickly()  # the cold jail's cgroups, from the pool
+    busy = start(warm, ["sleep", "30"], BASE_ENV, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not warm._members() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not warm.close_quickly()  # a process still runs: close() kills it
+        assert warm._members()
+    finally:
+        warm.close()
+        busy.wait(timeout=10)
+    again = jail(max_processes=77)
+    assert again.open_quickly()
+    assert again.close_quickly()
+    assert again.cgroup_dirs == {}
+    assert bs._CGROUP_POOL.has(again._pool_key())
+    bs._CGROUP_POOL.drain()

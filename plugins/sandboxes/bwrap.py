@@ -114,6 +114,10 @@ class BwrapSandbox:
             launch.close()
 
     async def close(self) -> None:
+        # Usually nothing is left to kill and a few entries are left to clear: done here,
+        # since a trip to a thread costs more than that. Anything more, off the loop.
+        if self.jail.close_quickly():
+            return
         import asyncio  # here, not at the top: `evalctl list-plugins` never needs it
 
         await asyncio.to_thread(self.jail.close)
@@ -122,8 +126,8 @@ class BwrapSandbox:
 async def create(request: evalctl.SandboxRequest) -> BwrapSandbox:
     options = request.options
 
-    def open_jail() -> bwrap_jail.BwrapJail:
-        jail = bwrap_jail.BwrapJail(
+    def new_jail() -> bwrap_jail.BwrapJail:
+        return bwrap_jail.BwrapJail(
             request.workspace, request.home, request.tmp,
             bwrap_jail.BwrapOptions(
                 network=request.network,
@@ -133,13 +137,23 @@ async def create(request: evalctl.SandboxRequest) -> BwrapSandbox:
                 file_size_mb=int(options.get("file_size_mb", 1024)),
             ),
             hidden=_hidden_paths())
+
+    def open_jail() -> bwrap_jail.BwrapJail:
+        jail = new_jail()
         jail.open()
         return jail
 
+    if _plugin_code_paths.cache_info().currsize and _hidden_paths.cache_info().currsize:
+        # Once this process has opened a jail, the next usually only resolves three paths
+        # and takes a pooled cgroup set: done here, since a trip to a thread costs more.
+        jail = new_jail()
+        if jail.open_quickly():
+            return BwrapSandbox(request, jail)
+
     import asyncio  # here, not at the top: `evalctl list-plugins` never needs it
 
-    # Off the event loop: resolving the attempt's paths and setting up its cgroups are
-    # file-system work that would otherwise hold up every other attempt.
+    # Off the event loop: the first jail of a process probes bubblewrap and builds the
+    # sandbox's /etc, and a jail without a pooled cgroup set creates its cgroups.
     return BwrapSandbox(request, await asyncio.to_thread(open_jail))
 
 

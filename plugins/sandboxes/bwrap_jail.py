@@ -802,6 +802,15 @@ def _base_plan(ro_paths: tuple[str, ...], hidden: tuple[Path, ...]) -> _BasePlan
 # --------------------------------------------------------------------------- the jail
 
 
+# close_quickly() clears setid bits on the event loop in trees of at most this many
+# entries each; a larger one is walked in a thread.
+QUICK_CLOSE_ENTRIES = 256
+
+# Mount sets (read-only paths, hidden paths) a jail of this process has been opened
+# with: their probe, /etc and plan are made, so open_quickly() may open another.
+_PLANNED: set[tuple[tuple[str, ...], tuple[Path, ...]]] = set()
+
+
 @dataclass
 class BwrapOptions:
     network: bool = False
@@ -855,6 +864,7 @@ class BwrapJail:
         except BaseException:
             self.close()
             raise
+        _PLANNED.add((tuple(self.options.ro_paths), self.hidden))
 
     def _strip_setid_bits(self) -> None:
         """No setuid or setgid file the sandbox made stays behind: the attempt's files are
@@ -870,6 +880,12 @@ class BwrapJail:
         stopped by killing the process wrap()'s argv started (bwrap then takes the sandbox
         down with it, --die-with-parent).
         """
+        self._release_cgroups()
+        if self._static_args is not None:
+            self._strip_setid_bits()
+        self._static_args = None
+
+    def _release_cgroups(self) -> None:
         if self._cgroup_dirs:
             if self._kill_cgroup_members() and self._charged_bytes() <= POOL_MAX_CHARGE:
                 _CGROUP_POOL.give(self._pool_key(), self._cgroup_dirs)
@@ -877,9 +893,34 @@ class BwrapJail:
                 for path in self._cgroup_dirs.values():
                     _rmdir_cgroup(path)
             self._cgroup_dirs = {}
-        if self._static_args is not None:
-            self._strip_setid_bits()
+
+    def open_quickly(self) -> bool:
+        """open(), when it is only work of bounded time: this process has opened a jail
+        with the same mounts before (the probe, /etc and the mount plan are made) and an
+        empty cgroup set with these limits waits in the pool. False, and nothing done,
+        otherwise: open() it off the event loop."""
+        key = (tuple(self.options.ro_paths), self.hidden)
+        if key not in _PLANNED or (self._cgroups.version != 0
+                                   and not _CGROUP_POOL.has(self._pool_key())):
+            return False
+        self.open()
+        return True
+
+    def close_quickly(self, entries: int = QUICK_CLOSE_ENTRIES) -> bool:
+        """close(), when it is only work of bounded time: nothing runs in the attempt's
+        cgroups, they are not charged with memory that would keep them from the pool,
+        and the workspace, HOME and TMPDIR hold at most `entries` entries each to clear
+        of setid bits. False otherwise (any bits cleared stay cleared): close() it off
+        the event loop."""
+        if self._cgroup_dirs and (self._members() or self._charged_bytes() > POOL_MAX_CHARGE):
+            return False
+        if self._static_args is not None and not all(
+                strip_setid_bits(top, budget=entries)
+                for top in (self.workspace, self.home, self.tmp)):
+            return False
+        self._release_cgroups()  # empty: nothing to kill or wait for
         self._static_args = None
+        return True
 
     def __enter__(self) -> BwrapJail:
         self.open()
@@ -1215,13 +1256,16 @@ class Launch:
             self._close(fd)
 
 
-def strip_setid_bits(root: Path) -> None:
+def strip_setid_bits(root: Path, *, budget: int | None = None) -> bool:
     """Clear the setuid and setgid bits of every regular file and directory under `root`
     (and of `root`), however deep or long-named its directories: the walk holds one
     directory descriptor at a time, descends by name and climbs back by "..", never by
     path and never recursively. Run it only once nothing can change the tree (the
     attempt's processes are dead). A setgid directory would give everything later made
-    in it the directory's group."""
+    in it the directory's group.
+
+    With a `budget`, it stops after that many entries and returns False (what it
+    cleared stays cleared; walking again finishes the work). True: the whole tree."""
     import stat
 
     setid = stat.S_ISUID | stat.S_ISGID
@@ -1229,7 +1273,8 @@ def strip_setid_bits(root: Path) -> None:
     try:
         current = os.open(root, flags)
     except OSError:
-        return
+        return True
+    left = budget
     with contextlib.suppress(OSError):
         mode = os.fstat(current).st_mode
         if mode & setid:
@@ -1240,6 +1285,10 @@ def strip_setid_bits(root: Path) -> None:
             subdirs: list[str] = []
             with contextlib.suppress(OSError), os.scandir(current) as entries:
                 for entry in entries:
+                    if left is not None:
+                        left -= 1
+                        if left < 0:
+                            return False
                     with contextlib.suppress(OSError):
                         if entry.is_dir(follow_symlinks=False):
                             subdirs.append(entry.name)
@@ -1252,7 +1301,7 @@ def strip_setid_bits(root: Path) -> None:
             while pending and not pending[-1]:
                 pending.pop()
                 if not pending:
-                    return
+                    return True
                 parent = os.open("..", flags, dir_fd=current)
                 os.close(current)
                 current = parent
@@ -1261,6 +1310,7 @@ def strip_setid_bits(root: Path) -> None:
             current = child
     except OSError:
         log.warning("could not finish clearing setuid bits under %s", root)
+        return True  # as far as it can go: walking again would stop at the same place
     finally:
         with contextlib.suppress(OSError):
             os.close(current)
@@ -1294,6 +1344,11 @@ class _CgroupPool:
         self._lock = threading.Lock()
         self._free: dict[tuple[object, ...], list[dict[str, Path]]] = {}
         self._creator = os.getpid()
+
+    def has(self, key: tuple[object, ...]) -> bool:
+        """Whether take(key) would find a set now (another thread may take it first)."""
+        with self._lock:
+            return bool(self._free.get(key)) and os.getpid() == self._creator
 
     def take(self, key: tuple[object, ...]) -> dict[str, Path] | None:
         if os.getpid() != self._creator:  # a forked child shares none of its parent's
