@@ -77,18 +77,35 @@ def _where_file_work_ran(tmp_path, write_suite, monkeypatch, suite_text: str):
 STEPS = ("workspace", "seed", "ledger", "changed files", "before grading", "grading state")
 
 
-def test_a_small_attempts_file_work_is_done_by_the_event_loop_itself(
+STARTING = ("workspace", "seed", "ledger")  # made: creating can wait on the journal
+READING = ("changed files", "before grading", "grading state")
+
+
+def test_a_small_attempts_reads_are_done_by_the_event_loop_itself(
         tmp_path, write_suite, monkeypatch):
-    """A few directories and small files cost less than a trip to a thread: for a small
-    seed and workspace, the loop makes and walks them itself."""
+    """Walking and hashing a few small files costs less than a trip to a thread: for a
+    small seed and workspace, the loop reads them itself. What an attempt creates (its
+    directories, seed, ledger) is always made off the loop: a file system can make a
+    create wait for its journal."""
     where = _where_file_work_ran(tmp_path, write_suite, monkeypatch, SUITE)
-    assert where == {name: [True] * 3 for name in STEPS}
+    assert where == {**{name: [False] * 3 for name in STARTING},
+                     **{name: [True] * 3 for name in READING}}
+
+
+def test_verify_files_are_written_off_the_event_loop(tmp_path, write_suite, monkeypatch):
+    """Grading a task with verify files writes them: off the loop, however small."""
+    where = _where_file_work_ran(
+        tmp_path, write_suite, monkeypatch,
+        SUITE.replace("  protected:\n", "  verify_files:\n    hidden.txt: x\n  protected:\n"))
+    assert where == {**{name: [False] * 3 for name in STARTING},
+                     "changed files": [True] * 3,
+                     "before grading": [False] * 3, "grading state": [False] * 3}
 
 
 def test_a_large_seed_is_made_and_walked_off_the_event_loop(tmp_path, write_suite,
                                                              monkeypatch):
-    """A seed past the bounds of small_tree is made in one trip off the loop, and the
-    walks of its workspace too."""
+    """A seed past the bounds of small_tree: the walks of its workspace run off the
+    loop."""
     many = "".join(f"    f{n}.txt: x\n" for n in range(SMALL_TREE_ENTRIES))
     where = _where_file_work_ran(tmp_path, write_suite, monkeypatch,
                                  SUITE.replace("  files:\n", "  files:\n" + many))
@@ -97,15 +114,13 @@ def test_a_large_seed_is_made_and_walked_off_the_event_loop(tmp_path, write_suit
 
 def test_a_workspace_the_agent_made_large_is_walked_off_the_event_loop(
         tmp_path, write_suite, monkeypatch):
-    """A small seed starts on the loop; once the agent has left more than small_tree
-    allows, the walks and hashes between the agent and the graders run off it."""
+    """Once the agent has left more than small_tree allows, the walks and hashes
+    between the agent and the graders run off the loop, though the seed was small."""
     big = SUITE.replace("command: echo done > out.txt",
                         f"command: echo done > out.txt; head -c {SMALL_TREE_BYTES + 1} "
                         "/dev/zero > big.bin")
     where = _where_file_work_ran(tmp_path, write_suite, monkeypatch, big)
-    assert where == {**{name: [True] * 3 for name in ("workspace", "seed", "ledger")},
-                     **{name: [False] * 3 for name in
-                        ("changed files", "before grading", "grading state")}}
+    assert where == {name: [False] * 3 for name in STEPS}
 
 
 def test_small_tree_stops_at_either_bound(tmp_path):

@@ -90,11 +90,13 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     sandbox `open_grading(state)` opens with the graders' own HOME and TMPDIR (made here;
     GradingSandboxFailed when it cannot open). Checks whose grader is of a kind in
     `skip_kinds` are left out (a regrade's judges)."""
-    # The walks between the agent and the graders, on the loop for a small workspace
-    # (nothing changes it between them: the agent's sandbox is closed).
+    # The walks between the agent and the graders read a small workspace on the loop
+    # (nothing changes it meanwhile: the agent's sandbox is closed). What writes (verify
+    # files, a large tree's sweep) goes off it: making files can wait on the journal.
     small = task.small_seed() and small_tree(workspace.root)
-    integrity, before_grading, state = _before_grading(task, workspace, agent, verify) \
-        if small else await off_loop(_before_grading, task, workspace, agent, verify)
+    integrity, before_grading, state = \
+        _before_grading(task, workspace, agent, verify) if small and not verify \
+        else await off_loop(_before_grading, task, workspace, agent, verify)
     try:
         agent.sandbox = await open_grading(state)
     except Exception as exc:

@@ -60,6 +60,7 @@ from evalctl._version import __version__
 from evalctl._workspace import (
     Workspace,
     cassette_path,
+    grading_state,
     new_run_directory,
     new_workspace,
     retire_attempt,
@@ -336,10 +337,8 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
                    throttle: CallThrottle | None = None,
                    budget: RunBudget | None = None) -> TaskResult:
     name = attempt_name(task, attempt, prepared.options.repeat)
-    # A small seed's directories and files are made by the loop itself (a trip to a
-    # thread would cost more than the work); a larger one's off the loop.
-    workspace, seeded, cassette, ledger = _start_attempt(task, prepared, name, attempt) \
-        if task.small_seed() else await off_loop(_start_attempt, task, prepared, name, attempt)
+    workspace, seeded, cassette, ledger = await off_loop(_start_attempt, task, prepared, name,
+                                                         attempt)
     try:
         verify = await prepare_workspace(task, workspace, seeded=seeded)
         await run_setup(task, workspace, lambda: open_sandbox(
@@ -394,13 +393,16 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
 
 def _start_attempt(task: Task, prepared: PreparedRun, name: str, attempt: int
                    ) -> tuple[Workspace, bool | Exception, CassetteRecorder, Ledger | None]:
-    """An attempt's first file-system work, in one go (on the loop for a small seed, else
-    in one trip off it): its directories, the seed when it is only inline files (a
-    source can take seconds: the default pool, later), its cassette (every model
-    exchange is kept beside the ledger, for `--provider replay`) and, when no setup
-    writes to it first, the agent's ledger. The seed's failure is returned, for
-    prepare_workspace to record."""
+    """An attempt's first file-system work, in one trip off the event loop (creating
+    files and directories can wait on the file system's journal for milliseconds): its
+    directories, the graders' HOME and TMPDIR among them, the seed when it is only
+    inline files (a source can take seconds: the default pool, later), its cassette
+    (every model exchange is kept beside the ledger, for `--provider replay`) and, when
+    no setup writes to it first, the agent's ledger. The seed's failure is returned,
+    for prepare_workspace to record."""
     workspace = new_workspace(prepared.run_dir, name)
+    # Made now, in this trip, so that starting to grade a small workspace makes nothing.
+    grading_state(workspace)
     seeded: bool | Exception = False
     if task.source is None:
         try:
