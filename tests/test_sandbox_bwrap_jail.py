@@ -1336,3 +1336,19 @@ def test_quick_open_and_close_only_do_bounded_work(layout: Layout) -> None:
     assert again.cgroup_dirs == {}
     assert bs._CGROUP_POOL.has(again._pool_key())
     bs._CGROUP_POOL.drain()
+
+
+def test_a_sandbox_that_fails_to_set_up_reports_bubblewraps_own_error(
+    make_jail: Callable[..., bs.BwrapJail], tmp_path: Path
+) -> None:
+    """A mount that fails kills the sandbox before it waits on --block-fd, maybe before
+    evalctl puts it into its cgroups: the command then reports bubblewrap's message and
+    status, not a failure to limit it."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    jail = make_jail(ro_paths=(str(gone),))
+    gone.rmdir()
+    for _ in range(5):  # either order of the race
+        done = run(jail, "true")
+        assert done.returncode == 1, done
+        assert "gone" in done.stderr and "evalctl sandbox" not in done.stderr, done.stderr

@@ -1215,12 +1215,15 @@ class Launch:
             raise SandboxError(f"bubblewrap reported no sandbox pid: {report[:200]!r}") from exc
         try:
             self.jail._enter(self.child_pid)
+        except ProcessLookupError:
+            return  # it died setting up (a mount that failed): bwrap's message says why
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.kill(self.child_pid, signal.SIGKILL)  # it still waits on --block-fd
             raise SandboxError(f"cannot limit the sandbox (pid {self.child_pid}): "
                                f"{exc.strerror or exc}") from exc
-        os.write(self.block_write, b"1")
+        with contextlib.suppress(BrokenPipeError):  # it died since: bwrap says why
+            os.write(self.block_write, b"1")
         self._close(self.block_write)
 
     def _read_report(self) -> str | None:
