@@ -113,3 +113,55 @@ def test_a_relative_root_follows_the_working_directory(tmp_path, monkeypatch):
     os.symlink("evil", tmp_path / "c1")
     assert evalctl.resolve_in_workspace(Path("ws"), "secret") == \
         tmp_path.resolve() / "c2" / "ws" / "secret"
+
+
+def test_resolution_follows_links_as_realpath_does(tmp_path):
+    """_real_path gives os.path.realpath's answer (missing parts kept as written, '..'
+    taken from what is resolved so far), on 5,000 random paths over links, missing
+    names, files and '..'."""
+    import random
+
+    from evalctl._files import _real_path
+
+    (tmp_path / "d" / "e").mkdir(parents=True)
+    (tmp_path / "f").write_text("x")
+    for name, target in (("l1", "d"), ("d/l2", "../d/e"), ("abs", "/nonexistent/x"),
+                         ("chain", "l1/l2"), ("via", "missing/../d"), ("lf", "f"),
+                         ("up", "..")):
+        os.symlink(target, tmp_path / name)
+    names = ["l1", "l2", "chain", "..", ".", "d", "e", "missing", "abs", "via", "f", "lf",
+             "up", ""]
+    chooser = random.Random(7)
+    for _ in range(5000):
+        path = f"{tmp_path}/" + "/".join(chooser.choice(names)
+                                         for _ in range(chooser.randint(1, 6)))
+        assert _real_path(path) == os.path.realpath(path), path
+
+
+def test_a_web_of_links_is_refused_after_the_kernels_limit(tmp_path):
+    """Found by an attacker: Python's realpath follows any number of links, so 16,000
+    links with 4 KB targets held a check for about 50 s. Resolution stops after 40
+    links (the kernel's limit) or 8,192 names, as a refusal."""
+    import time
+
+    from evalctl._files import MAX_LINKS
+
+    workspace = tmp_path / "ws"
+    (workspace / "x").mkdir(parents=True)
+    detour = "/".join(["x/.."] * 800)  # 4 KB of names per link
+    for n in range(200):
+        os.symlink(f"{detour}/l{n + 1}", workspace / f"l{n}")
+    os.symlink(".", workspace / "l200")
+    started = time.monotonic()
+    with pytest.raises(evalctl.ConfinementError, match="cannot be resolved"):
+        evalctl.resolve_in_workspace(workspace, "l0/result.txt")
+    assert time.monotonic() - started < 2
+    chain = tmp_path / "chain"
+    chain.mkdir()
+    for n in range(MAX_LINKS):
+        os.symlink(f"c{n + 1}", chain / f"c{n}")
+    (chain / f"c{MAX_LINKS}").write_text("end")
+    assert evalctl.resolve_in_workspace(chain, "c0") == chain / f"c{MAX_LINKS}"
+    os.symlink("c0", chain / "c-1")  # one link more than the kernel follows
+    with pytest.raises(evalctl.ConfinementError, match="symbolic links"):
+        evalctl.resolve_in_workspace(chain, "c-1")

@@ -687,6 +687,64 @@ def _shared_etc() -> tuple[Path, tuple[_Mount, ...]]:
     return _shared_dir() / "etc", tuple(binds)
 
 
+# bwrap's --dev binds the host's own device nodes. When evalctl runs as root the
+# sandbox's uid is root's on the host, so code inside could chmod them for the whole
+# machine (found by an attacker: `chmod 000 /dev/null` breaks every other user's
+# programs). Nodes of this process's own, owned by an id no sandbox runs as, are bound
+# over them: reading and writing work as before, a chmod inside fails.
+DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "tty")
+DEVICE_OWNER = 65534  # nobody: never the sandbox's host uid when evalctl is root
+
+
+def _device_directory() -> Path:
+    """A new directory for device nodes, on a file system that honours them (not
+    mounted nodev): beside the shared directory if it can, else under /var/tmp, else
+    under /dev (a devtmpfs); removed at exit."""
+    candidates = [_shared_dir(), Path("/var/tmp"), Path("/dev")]
+    for parent in candidates:
+        try:
+            if os.statvfs(parent).f_flag & os.ST_NODEV:
+                continue
+            directory = Path(tempfile.mkdtemp(prefix=".evalctl-dev-", dir=parent))
+        except OSError:
+            continue
+        if parent != candidates[0]:
+            atexit.register(_remove_if_creator, directory, os.getpid())
+        return directory
+    raise SandboxError("no file system here allows device nodes for the sandbox")
+
+
+@_once
+def _private_device_nodes() -> tuple[tuple[str, str], ...]:
+    """(node of ours, /dev path) for each device bwrap's --dev binds from the host, when
+    evalctl runs as root; none otherwise (the sandbox's uid then cannot chmod them)."""
+    import stat
+
+    if os.geteuid() != 0:
+        return ()
+    directory = _device_directory()
+    made = []
+    try:
+        for name in DEVICE_NODES:
+            try:
+                host = os.stat(f"/dev/{name}")
+            except OSError:
+                continue  # bwrap's --dev binds what exists
+            if not stat.S_ISCHR(host.st_mode):
+                continue
+            node = directory / name
+            os.mknod(node, stat.S_IFCHR | 0o666, host.st_rdev)
+            os.chmod(node, 0o666)  # past the umask
+            os.chown(node, DEVICE_OWNER, DEVICE_OWNER)
+            made.append((str(node), f"/dev/{name}"))
+        if made:
+            os.close(os.open(made[0][0], os.O_WRONLY | os.O_CLOEXEC))  # usable, not nodev
+    except OSError as exc:
+        raise SandboxError(f"cannot make the sandbox's device nodes in {directory}: "
+                           f"{exc.strerror or exc}") from exc
+    return tuple(made)
+
+
 # The kernel's keyrings are not namespaced: with the sandbox's uid the harness's own, code
 # inside could add keys to, read from and unlink keys in the harness user's keyrings by
 # serial number (an attacker did: a channel between attempts, and deletion of the host's
@@ -1023,6 +1081,8 @@ class BwrapJail:
         ]
         args = _namespace_args(self._bwrap, self.options.network)
         args += ["--proc", "/proc", *PROC_COVERS, "--dev", "/dev"]
+        for node, dest in _private_device_nodes():  # over the host's (see DEVICE_NODES)
+            args += ["--dev-bind", node, dest]
         for mount in _order_mounts(mounts):
             args += mount.args()
         for path in base.covers:  # an empty tmpfs laid over it, read-only with the root
@@ -1278,6 +1338,9 @@ def strip_setid_bits(root: Path, *, budget: int | None = None) -> bool:
     except OSError:
         return True
     left = budget
+    if budget is not None and _listing_is_large(current):
+        os.close(current)
+        return False
     with contextlib.suppress(OSError):
         mode = os.fstat(current).st_mode
         if mode & setid:
@@ -1311,12 +1374,26 @@ def strip_setid_bits(root: Path, *, budget: int | None = None) -> bool:
             child = os.open(pending[-1].pop(), flags, dir_fd=current)
             os.close(current)
             current = child
+            if budget is not None and _listing_is_large(current):
+                return False
     except OSError:
         log.warning("could not finish clearing setuid bits under %s", root)
         return True  # as far as it can go: walking again would stop at the same place
     finally:
         with contextlib.suppress(OSError):
             os.close(current)
+
+
+# A directory larger than this is not listed within a budget: an emptied one keeps its
+# size on ext4, and listing it reads all of it.
+QUICK_DIRECTORY_BYTES = 64 * 1024
+
+
+def _listing_is_large(directory: int) -> bool:
+    try:
+        return os.fstat(directory).st_size > QUICK_DIRECTORY_BYTES
+    except OSError:
+        return True
 
 
 def _clear_setid(directory: int, name: str, setid: int) -> None:
