@@ -91,6 +91,23 @@ def registry_with(*plugins: tuple[str, Any]) -> Registry:
 
 
 @pytest.fixture
+def emptied_directory(tmp_path) -> Path:
+    """A directory that held 2,000 long names, all removed: on ext4 it keeps its size
+    (over 64 KiB), and every listing of it reads all of it. Skips where the file system
+    shrinks it."""
+    big = tmp_path / "big"
+    big.mkdir()
+    names = [big / (f"{n:05d}" + "x" * 200) for n in range(2000)]
+    for name in names:
+        name.touch()
+    for name in names:
+        name.unlink()
+    if big.stat().st_size <= 64 * 1024:
+        pytest.skip("this file system shrinks emptied directories")
+    return big
+
+
+@pytest.fixture
 def write_suite(tmp_path) -> Callable[[str], Path]:
     def write(text: str, name: str = "suite.yaml") -> Path:
         path = tmp_path / name

@@ -35,12 +35,9 @@ import contextlib
 import functools
 import importlib.metadata
 import importlib.util
-import json
 import logging
 import os
 import re
-import resource
-import select
 import shutil
 import signal
 import subprocess
@@ -1048,6 +1045,8 @@ class BwrapJail:
         """Put the sandbox's first process (`pid`, not yet running anything of the
         command's) into the attempt's cgroups, and give it the rlimits that stand in for
         a missing cgroup controller; everything it starts inherits both."""
+        import resource  # here: `evalctl list-plugins` discovers this module, never runs it
+
         for path in self._cgroup_dirs.values():
             procs = os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
             try:
@@ -1264,6 +1263,8 @@ class Launch:
         START_SECONDS): call it where a process start may wait. SandboxError if the
         sandbox cannot be limited; it is then dead. If bwrap ended before making the
         sandbox, this returns and its exit status and message say why."""
+        import json  # here: `evalctl list-plugins` discovers this module, never runs it
+
         for fd in self.pass_fds:  # bwrap has its own copies: ours would hold the pipes open
             self._close(fd)
         report = self._read_report()
@@ -1289,6 +1290,8 @@ class Launch:
     def _read_report(self) -> str | None:
         """What bwrap wrote on --info-fd, up to the end of its JSON object; None if bwrap
         closed it without a word (it failed before making the sandbox)."""
+        import select
+
         data = b""
         deadline = time.monotonic() + START_SECONDS
         while not data.endswith(b"}\n"):
