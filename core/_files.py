@@ -225,11 +225,13 @@ SMALL_DIRECTORY_BYTES = 64 * 1024
 
 
 def small_tree(root: str | os.PathLike[str], *, entries: int = SMALL_TREE_ENTRIES,
-               size: int = SMALL_TREE_BYTES) -> bool:
+               size: int = SMALL_TREE_BYTES, without: frozenset[str] = frozenset()) -> bool:
     """Whether the tree under `root` has at most `entries` entries (directories and
-    what walk() skips included), `size` bytes of regular files and no directory over
-    SMALL_DIRECTORY_BYTES. Stops at the first entry past a bound, and stats a directory
-    before listing it, so its own cost is bounded too."""
+    what walk() skips included), `size` bytes of regular files, no directory over
+    SMALL_DIRECTORY_BYTES and no directory named in `without` (what a step would have to
+    remove: removing, like creating, is not the loop's to do). Stops at the first entry
+    past a bound, and stats a directory before listing it, so its own cost is bounded
+    too."""
     import stat
 
     pending = [os.fspath(root)]
@@ -249,6 +251,8 @@ def small_tree(root: str | os.PathLike[str], *, entries: int = SMALL_TREE_ENTRIE
                     return False
                 try:
                     if entry.is_dir(follow_symlinks=False):
+                        if entry.name in without:
+                            return False
                         pending.append(entry.path)
                         continue
                     info = entry.stat(follow_symlinks=False)

@@ -207,3 +207,24 @@ def test_a_directory_emptied_of_many_names_is_not_small(emptied_directory):
     assert emptied_directory.stat().st_size > SMALL_DIRECTORY_BYTES
     assert not small_tree(emptied_directory.parent)
     assert not small_tree(emptied_directory)
+
+
+def test_bytecode_caches_to_remove_send_the_sweep_off_the_event_loop(tmp_path, write_suite,
+                                                                      monkeypatch):
+    """Removing, like creating, can wait on the file system's journal: a small workspace
+    with a __pycache__ to sweep is swept off the loop."""
+    with_cache = SUITE.replace("command: echo done > out.txt",
+                               "command: echo done > out.txt; mkdir __pycache__; "
+                               "touch __pycache__/m.cpython-311.pyc")
+    where = _where_file_work_ran(tmp_path, write_suite, monkeypatch, with_cache)
+    assert where == {**{name: [False] * 3 for name in STARTING},
+                     "changed files": [True] * 3,
+                     "before grading": [False] * 3, "grading state": [False] * 3}
+
+
+def test_small_tree_refuses_a_named_directory(tmp_path):
+    from evalctl._files import small_tree
+
+    (tmp_path / "src" / "__pycache__").mkdir(parents=True)
+    assert small_tree(tmp_path)
+    assert not small_tree(tmp_path, without=frozenset({"__pycache__"}))

@@ -33,6 +33,9 @@ from evalctl._workspace import Workspace, grading_state
 
 T = TypeVar("T")
 
+# Directories a sweep before a check removes (remove_bytecode_caches).
+CACHES = frozenset({"__pycache__"})
+
 
 class GradingSandboxFailed(Exception):
     """The grading sandbox could not start (the cause is chained): the attempt is an
@@ -50,8 +53,8 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
     try:
         if inspect.iscoroutinefunction(spec.grade):
             if before is not None:
-                if small and small_tree(workspace):
-                    before()
+                if small and small_tree(workspace, without=CACHES):
+                    before()  # nothing to remove: only the walk, on the loop
                 else:
                     await off_loop(before)
             answer = await spec.grade(dict(check), workspace, result)
@@ -92,8 +95,9 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     `skip_kinds` are left out (a regrade's judges)."""
     # The walks between the agent and the graders read a small workspace on the loop
     # (nothing changes it meanwhile: the agent's sandbox is closed). What writes (verify
-    # files, a large tree's sweep) goes off it: making files can wait on the journal.
-    small = task.small_seed() and small_tree(workspace.root)
+    # files, bytecode caches to remove) goes off it: on ext4 a create or a removal can
+    # wait for the journal to commit.
+    small = task.small_seed() and small_tree(workspace.root, without=CACHES)
     integrity, before_grading, state = \
         _before_grading(task, workspace, agent, verify) if small and not verify \
         else await off_loop(_before_grading, task, workspace, agent, verify)
@@ -130,11 +134,10 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
 def _before_grading(task: Task, workspace: Workspace, agent: AgentResult,
                     verify: Mapping[str, str | None]
                     ) -> tuple[list[CheckOutcome], dict[str, str], tuple[Path, Path]]:
-    """Between the agent and the graders, in one go (on the loop for a small workspace,
-    else in one trip off it): evidence of
-    tampering, the hidden files, the bytecode caches removed before the first check,
-    the protected files' hashes before the checks run, and the graders' fresh HOME and
-    TMPDIR."""
+    """Between the agent and the graders, in one go (on the loop for a small workspace
+    with nothing to write or remove, else in one trip off it): evidence of tampering,
+    the hidden files, the bytecode caches removed before the first check, the protected
+    files' hashes before the checks run, and the graders' HOME and TMPDIR."""
     integrity = [outcome for outcome in (
         protected_changes(task, agent.files_changed), restore_seed(task, workspace),
         write_verify_files(verify, workspace)) if outcome is not None]
