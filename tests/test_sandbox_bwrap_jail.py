@@ -1284,14 +1284,22 @@ def test_a_sandbox_that_cannot_join_its_cgroups_never_runs_the_command(
     assert (layout.workspace / "ran").exists()
 
 
-def test_strip_setid_bits_within_a_budget_stops_and_walking_again_finishes(
-        tmp_path: Path) -> None:
+def test_strip_setid_bits_within_a_budget_only_looks(tmp_path: Path) -> None:
+    """With a budget (on the event loop) it changes nothing: a bit to clear, or more
+    entries than the budget, and it says so; the walk without one clears."""
     for n in range(5):
         (tmp_path / f"f{n}").write_text("x")
-        (tmp_path / f"f{n}").chmod(0o4755)
-    assert not bs.strip_setid_bits(tmp_path, budget=3)
     assert bs.strip_setid_bits(tmp_path, budget=5)
-    assert all(path.stat().st_mode & 0o7777 == 0o755 for path in tmp_path.iterdir())
+    assert not bs.strip_setid_bits(tmp_path, budget=4)
+    (tmp_path / "f3").chmod(0o4755)
+    assert not bs.strip_setid_bits(tmp_path, budget=5)
+    assert (tmp_path / "f3").stat().st_mode & 0o7777 == 0o4755
+    assert bs.strip_setid_bits(tmp_path)
+    assert (tmp_path / "f3").stat().st_mode & 0o7777 == 0o755
+    tmp_path.chmod(0o2755)  # the root itself
+    assert not bs.strip_setid_bits(tmp_path, budget=5)
+    assert bs.strip_setid_bits(tmp_path)
+    assert not tmp_path.stat().st_mode & 0o6000
 
 
 @pytest.mark.skipif(not HAS_CGROUPS, reason="no writable cgroup on this machine")
@@ -1333,6 +1341,11 @@ def test_quick_open_and_close_only_do_bounded_work(layout: Layout) -> None:
         busy.wait(timeout=10)
     again = jail(max_processes=77)
     assert again.open_quickly()
+    (layout.workspace / "s").write_text("x")
+    (layout.workspace / "s").chmod(0o4755)
+    assert not again.close_quickly()  # a bit to clear: changing a mode is not the loop's
+    assert (layout.workspace / "s").stat().st_mode & 0o7777 == 0o4755
+    (layout.workspace / "s").unlink()
     assert again.close_quickly()
     assert again.cgroup_dirs == {}
     assert bs._CGROUP_POOL.has(again._pool_key())

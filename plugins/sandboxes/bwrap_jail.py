@@ -962,11 +962,11 @@ class BwrapJail:
         return True
 
     def close_quickly(self, entries: int = QUICK_CLOSE_ENTRIES) -> bool:
-        """close(), when it is only work of bounded time: nothing runs in the attempt's
+        """close(), when it is only reads of bounded time: nothing runs in the attempt's
         cgroups, they are not charged with memory that would keep them from the pool,
-        and the workspace, HOME and TMPDIR hold at most `entries` entries each to clear
-        of setid bits. False otherwise (any bits cleared stay cleared): close() it off
-        the event loop."""
+        and the workspace, HOME and TMPDIR hold at most `entries` entries each and no
+        setid bit to clear. False otherwise, with nothing changed: close() it off the
+        event loop."""
         if self._cgroup_dirs and (self._members() or self._charged_bytes() > POOL_MAX_CHARGE):
             return False
         if self._static_args is not None and not all(
@@ -1330,8 +1330,10 @@ def strip_setid_bits(root: Path, *, budget: int | None = None) -> bool:
     attempt's processes are dead). A setgid directory would give everything later made
     in it the directory's group.
 
-    With a `budget`, it stops after that many entries and returns False (what it
-    cleared stays cleared; walking again finishes the work). True: the whole tree."""
+    With a `budget` it only looks, and returns False (having changed nothing) at the
+    first bit to clear, past that many entries or at a directory too large to list
+    quickly: changing a mode can wait on the file system's journal, which the event
+    loop must not. True: the whole tree was seen (and cleared, without a budget)."""
     import stat
 
     setid = stat.S_ISUID | stat.S_ISGID
@@ -1347,6 +1349,9 @@ def strip_setid_bits(root: Path, *, budget: int | None = None) -> bool:
     with contextlib.suppress(OSError):
         mode = os.fstat(current).st_mode
         if mode & setid:
+            if budget is not None:
+                os.close(current)
+                return False
             os.fchmod(current, mode & 0o7777 & ~setid)
     pending: list[list[str]] = []  # per level, the subdirectories still to visit
     try:
@@ -1359,12 +1364,13 @@ def strip_setid_bits(root: Path, *, budget: int | None = None) -> bool:
                         if left < 0:
                             return False
                     with contextlib.suppress(OSError):
-                        if entry.is_dir(follow_symlinks=False):
+                        is_dir = entry.is_dir(follow_symlinks=False)
+                        if is_dir:
                             subdirs.append(entry.name)
-                            if entry.stat(follow_symlinks=False).st_mode & setid:
-                                _clear_setid(current, entry.name, setid)
-                        elif entry.is_file(follow_symlinks=False) and \
+                        if (is_dir or entry.is_file(follow_symlinks=False)) and \
                                 entry.stat(follow_symlinks=False).st_mode & setid:
+                            if budget is not None:
+                                return False
                             _clear_setid(current, entry.name, setid)
             pending.append(subdirs)
             while pending and not pending[-1]:
