@@ -1404,3 +1404,22 @@ def test_the_hosts_device_nodes_cannot_be_changed_from_inside(
         now = os.stat(f"/dev/{name}")
         assert (now.st_mode, now.st_uid, now.st_ctime_ns) == \
             (info.st_mode, info.st_uid, info.st_ctime_ns), name
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as another user the sandbox owns no node")
+def test_without_its_own_device_nodes_the_sandbox_is_refused(monkeypatch) -> None:
+    """Where evalctl owns /dev's nodes but cannot make its own (no CAP_MKNOD), running
+    the sandbox would put the machine's devices at its mercy: bwrap is reported
+    unavailable, with why, instead."""
+    def no_mknod(*args: Any, **kwargs: Any) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    bs._private_device_nodes.cache_clear()
+    monkeypatch.setattr(os, "mknod", no_mknod)
+    try:
+        reason = bs._probe_with(bs._find_bwrap())
+        assert reason is not None and "device nodes" in reason and "/dev/" in reason
+    finally:
+        monkeypatch.undo()
+        bs._private_device_nodes.cache_clear()
+    assert bs._probe_with(bs._find_bwrap()) is None

@@ -232,6 +232,7 @@ def _probe_with(bwrap: str | None) -> str | None:
         return "bwrap not found; install the bubblewrap package (apt-get install bubblewrap)"
     try:
         seccomp_filter()
+        _private_device_nodes()
     except SandboxError as exc:
         return str(exc)
     true = shutil.which("true", path="/usr/bin:/bin") or "/usr/bin/true"
@@ -714,10 +715,15 @@ def _device_directory() -> Path:
 @_once
 def _private_device_nodes() -> tuple[tuple[str, str], ...]:
     """(node of ours, /dev path) for each device bwrap's --dev binds from the host, when
-    evalctl runs as root; none otherwise (the sandbox's uid then cannot chmod them)."""
+    the sandbox's host uid (this process's) owns any of them, as root does; none
+    otherwise (a chmod inside then fails on the host's own). SandboxError when they are
+    needed and cannot be made (no CAP_MKNOD): the sandbox is then refused, not run
+    with the machine's devices at its mercy."""
     import stat
 
-    if os.geteuid() != 0:
+    owned = [name for name in DEVICE_NODES
+             if os.path.exists(f"/dev/{name}") and os.stat(f"/dev/{name}").st_uid == os.geteuid()]
+    if not owned:
         return ()
     directory = _device_directory()
     made = []
@@ -737,8 +743,11 @@ def _private_device_nodes() -> tuple[tuple[str, str], ...]:
         if made:
             os.close(os.open(made[0][0], os.O_WRONLY | os.O_CLOEXEC))  # usable, not nodev
     except OSError as exc:
-        raise SandboxError(f"cannot make the sandbox's device nodes in {directory}: "
-                           f"{exc.strerror or exc}") from exc
+        raise SandboxError(
+            f"cannot make the sandbox's own device nodes in {directory} "
+            f"({exc.strerror or exc}): this process owns /dev/{owned[0]}, which the "
+            "sandbox could otherwise chmod for the whole machine; run evalctl as an "
+            "ordinary user, or where it may create device nodes") from exc
     return tuple(made)
 
 
