@@ -42,10 +42,9 @@ def _resolve_inside(root: Path, user_path: str) -> tuple[Path, Path]:
     candidate = Path(user_path)
     try:
         real_root = real_directory(os.fspath(root))
-        resolved = None if candidate.is_absolute() else _plainly_below(real_root, user_path)
-        if resolved is None:
-            resolved = Path(_real_path(user_path if candidate.is_absolute()
-                                       else f"{real_root}/{user_path}"))
+        # A relative name starts from the root's real path: only its own parts are
+        # looked at, not every component of the root again.
+        resolved = Path(_real_path(user_path, "" if candidate.is_absolute() else real_root))
     except (RuntimeError, OSError) as exc:
         # A symlink loop, too many links or a path too long to resolve: the agent built
         # it, so it is a refusal, not a crash.
@@ -65,16 +64,18 @@ MAX_LINKS = 40
 MAX_NAMES = 8192
 
 
-def _real_path(path: str) -> str:
-    """os.path.realpath(path) for an absolute path (a missing part and what follows it
-    kept as written, '..' taken from what is resolved so far), following at most
-    MAX_LINKS links and looking at most at MAX_NAMES names. Python's realpath follows
-    any number: 16,000 links of 4 KB targets each took it about 50 s, the kernel 11 ms."""
+def _real_path(path: str, start: str = "") -> str:
+    """os.path.realpath(start + "/" + path), where `start` is a real path with no link
+    in it ("" is the root, and an absolute `path` starts there): a missing part and what
+    follows it are kept as written, '..' is taken from what is resolved so far, at most
+    MAX_LINKS links are followed and at most MAX_NAMES names looked at. Python's realpath
+    follows any number: 16,000 links of 4 KB targets each took it about 50 s, the kernel
+    11 ms."""
     import errno
     import stat
 
     pending = list(reversed(path.split("/")))
-    resolved = ""  # "" is the root
+    resolved = "" if start == "/" else start  # "" is the root
     links = names = 0
     while pending:
         name = pending.pop()
@@ -154,31 +155,6 @@ def _below_known(path: str) -> str | None:
     except OSError:
         return None
     return os.path.join(known[0], tail)
-
-
-def _plainly_below(real_root: str, user_path: str) -> Path | None:
-    """`user_path` resolved under `real_root` when it is plain names with no link on the
-    way (what Path.resolve gives then, at an lstat per component instead of one per
-    component of the whole path); None when it needs the full resolution ('.', '..',
-    a link)."""
-    import stat
-
-    parts = user_path.split("/")
-    if any(part in ("", ".", "..") for part in parts):
-        return None
-    current = real_root
-    for index, part in enumerate(parts):
-        current = f"{current}/{part}" if current != "/" else f"/{part}"
-        try:
-            mode = os.lstat(current).st_mode
-        except OSError:
-            # Missing (or not a directory): nothing below can be a link, and
-            # Path.resolve keeps the rest as written.
-            rest = parts[index + 1:]
-            return Path(current, *rest)
-        if stat.S_ISLNK(mode):
-            return None
-    return Path(current)
 
 
 # Files bigger than this are fingerprinted by size and time instead of hashed: a seed

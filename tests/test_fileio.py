@@ -132,10 +132,12 @@ def test_resolution_follows_links_as_realpath_does(tmp_path):
     names = ["l1", "l2", "chain", "..", ".", "d", "e", "missing", "abs", "via", "f", "lf",
              "up", ""]
     chooser = random.Random(7)
+    real = os.path.realpath(tmp_path)  # the start: a real path with no link in it
     for _ in range(5000):
-        path = f"{tmp_path}/" + "/".join(chooser.choice(names)
-                                         for _ in range(chooser.randint(1, 6)))
+        relative = "/".join(chooser.choice(names) for _ in range(chooser.randint(1, 6)))
+        path = f"{tmp_path}/{relative}"
         assert _real_path(path) == os.path.realpath(path), path
+        assert _real_path(relative, real) == os.path.realpath(path), relative
 
 
 def test_a_web_of_links_is_refused_after_the_kernels_limit(tmp_path):
