@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalctl._files import real_directory, resolve_inside, snapshot
+from evalctl._files import IGNORED_DIRS, real_directory, resolve_inside, snapshot
 from evalctl._sources.model import Source
 
 
@@ -167,8 +167,6 @@ def _hashes_of(files: Mapping[str, str]) -> dict[str, str] | None:
     instead of reading the copy back; None unless every path is plainly named (no '.',
     '..' or empty part, no directory snapshot passes over) so the two cannot differ."""
     import hashlib
-
-    from evalctl._files import IGNORED_DIRS
 
     hashes = {}
     for relative, content in files.items():
