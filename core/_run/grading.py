@@ -44,19 +44,14 @@ class GradingSandboxFailed(Exception):
 
 async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
                 result: AgentResult, *, before: Callable[[], object] | None = None,
-                after: Callable[[], object] | None = None,
-                small: bool = False) -> CheckOutcome:
+                after: Callable[[], object] | None = None) -> CheckOutcome:
     """One check; a grader that raises is a failed check with the exception as detail.
     `before` and `after` (blocking file-system work) run first and last, in the same trip
-    off the event loop as a synchronous grader (`after` only with one); before an async
-    grader, `before` runs on the loop when the workspace is `small`."""
+    off the event loop as a synchronous grader (`after` only with one)."""
     try:
         if inspect.iscoroutinefunction(spec.grade):
             if before is not None:
-                if small and small_tree(workspace, without=CACHES):
-                    before()  # nothing to remove: only the walk, on the loop
-                else:
-                    await off_loop(before)
+                await off_loop(before)
             answer = await spec.grade(dict(check), workspace, result)
         else:
             # A grader is plugin code of any speed: the default pool, so a slow one
@@ -117,9 +112,10 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
         for index, (check, spec) in enumerate(graded):
             then = clean if index + 1 < len(graded) and \
                 not inspect.iscoroutinefunction(spec.grade) else None
+            # A small workspace with no cache to remove needs no sweep (nor a trip).
+            swept = cleaned or (small and small_tree(workspace.root, without=CACHES))
             checks.append(await grade(check, spec, workspace.root, agent,
-                                      before=None if cleaned else clean, after=then,
-                                      small=small))
+                                      before=None if swept else clean, after=then))
             cleaned = then is not None
     finally:
         await agent.sandbox.close()
