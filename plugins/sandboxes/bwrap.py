@@ -114,8 +114,8 @@ class BwrapSandbox:
             launch.close()
 
     async def close(self) -> None:
-        # Usually nothing is left to kill and a few entries are left to clear: done here,
-        # since a trip to a thread costs more than that. Anything more, off the loop.
+        # Usually nothing is left to kill and a few entries are left to look at: done
+        # here, since a trip to a thread costs more than that. Anything more, off the loop.
         if self.jail.close_quickly():
             return
         import asyncio  # here, not at the top: `evalctl list-plugins` never needs it
@@ -138,17 +138,18 @@ async def create(request: evalctl.SandboxRequest) -> BwrapSandbox:
             ),
             hidden=_hidden_paths())
 
-    def open_jail() -> bwrap_jail.BwrapJail:
-        jail = new_jail()
-        jail.open()
-        return jail
-
+    made: bwrap_jail.BwrapJail | None = None
     if _plugin_code_paths.cache_info().currsize and _hidden_paths.cache_info().currsize:
         # Once this process has opened a jail, the next usually only resolves three paths
         # and takes a pooled cgroup set: done here, since a trip to a thread costs more.
-        jail = new_jail()
-        if jail.open_quickly():
-            return BwrapSandbox(request, jail)
+        made = new_jail()
+        if made.open_quickly():
+            return BwrapSandbox(request, made)
+
+    def open_jail() -> bwrap_jail.BwrapJail:
+        jail = made or new_jail()
+        jail.open()
+        return jail
 
     import asyncio  # here, not at the top: `evalctl list-plugins` never needs it
 

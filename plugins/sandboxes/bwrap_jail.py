@@ -1033,7 +1033,7 @@ class BwrapJail:
                 raise ValueError(f"invalid environment variable {name!r}")
             env_args += ["--setenv", name, value]
         launch = Launch(self)
-        return launch.finish([
+        launch.argv = [
             self._bwrap,
             *self._static_args,
             "--seccomp", str(launch.seccomp_fd),
@@ -1048,7 +1048,8 @@ class BwrapJail:
             self._init,
             SANDBOX_INIT_NAME,
             *argv,
-        ])
+        ]
+        return launch
 
     def _enter(self, pid: int) -> None:
         """Put the sandbox's first process (`pid`, not yet running anything of the
@@ -1240,7 +1241,7 @@ class Launch:
 
     def __init__(self, jail: BwrapJail):
         self.jail = jail
-        self.argv: list[str] = []
+        self.argv: list[str] = []  # set by BwrapJail.launch(), which names the descriptors
         self.child_pid: int | None = None
         self._fds: list[int] = []
         try:
@@ -1256,10 +1257,6 @@ class Launch:
     def _keep(self, fd: int) -> int:
         self._fds.append(fd)
         return fd
-
-    def finish(self, argv: list[str]) -> Launch:
-        self.argv = argv
-        return self
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
