@@ -94,7 +94,7 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     # wait for the journal to commit.
     small = task.small_seed() and small_tree(workspace.root, without=CACHES)
     integrity, before_grading, state = \
-        _before_grading(task, workspace, agent, verify) if small and not verify \
+        _before_grading(task, workspace, agent, verify, sweep=False) if small and not verify \
         else await off_loop(_before_grading, task, workspace, agent, verify)
     try:
         agent.sandbox = await open_grading(state)
@@ -128,16 +128,18 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
 
 
 def _before_grading(task: Task, workspace: Workspace, agent: AgentResult,
-                    verify: Mapping[str, str | None]
+                    verify: Mapping[str, str | None], *, sweep: bool = True
                     ) -> tuple[list[CheckOutcome], dict[str, str], tuple[Path, Path]]:
     """Between the agent and the graders, in one go (on the loop for a small workspace
     with nothing to write or remove, else in one trip off it): evidence of tampering,
     the hidden files, the bytecode caches removed before the first check, the protected
-    files' hashes before the checks run, and the graders' HOME and TMPDIR."""
+    files' hashes before the checks run, and the graders' HOME and TMPDIR. `sweep`
+    False: the caller has seen that there is no cache to remove."""
     integrity = [outcome for outcome in (
         protected_changes(task, agent.files_changed), restore_seed(task, workspace),
         write_verify_files(verify, workspace)) if outcome is not None]
-    remove_bytecode_caches(workspace.root)
+    if sweep:
+        remove_bytecode_caches(workspace.root)
     return (integrity, snapshot(workspace.root) if task.protected else {},
             grading_state(workspace))
 
