@@ -1,35 +1,141 @@
-"""Short blocking work (a file made, a tree hashed) off the event loop, on a pool of
-threads sized to the machine.
+"""Blocking work (a file made, a tree hashed, a child started, an fsync, a synchronous
+grader) off the event loop, on one pool of threads sized to the machine.
 
-asyncio's default pool has cores + 4 threads; on a small machine they mostly wait for
-the GIL, and every hand-over is a futex call in the kernel (on two cores, a
-1,000-task run spent a third of its kernel time there). A thread per core keeps the
-loop free at a lower cost. Long work that waits on something else (a git clone, an
-fsync) stays on the default pool, so it never holds these threads.
+Each thread that waits for the GIL makes every hand-over of it a futex call in the
+kernel; on two cores a run spent a third of its own CPU there when it had three pools
+(files, spawns and asyncio's default, up to twelve threads). One pool of a thread per
+core, shared by all of evalctl's blocking work, costs a quarter less CPU a task.
+
+The price of one small pool is that slow work (a grader's plugin code, a git clone, an
+fsync on a busy disk) could hold every thread while quick work waits. So the pool grows:
+when work has waited `patience` with no thread taking any, one more thread starts (up to
+`most`), and each such extra thread leaves after a second with nothing to do.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import itertools
 import os
+import queue
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-_pool: ThreadPoolExecutor | None = None
+# How long queued work may wait with no thread taking any before the pool grows, and how
+# long an extra thread stays with nothing to do.
+PATIENCE_SECONDS = 0.05
+EXTRA_IDLE_SECONDS = 1.0
+
+
+class WorkPool(Executor):
+    """`threads` threads, started as work first comes, and more when work waits (above)."""
+
+    def __init__(self, threads: int, *, most: int = 64, patience: float = PATIENCE_SECONDS,
+                 name: str = "evalctl-work"):
+        self.threads, self.most, self.patience, self.name = threads, most, patience, name
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads: set[threading.Thread] = set()  # alive, the watchdog apart
+        self._taken = 0  # the count of the last item taken: only ever compared, never summed
+        self._counter = itertools.count(1)  # next() is atomic under the GIL; += is not
+        self._closed = False
+        self._watchdog: threading.Thread | None = None
+
+    @property
+    def size(self) -> int:
+        """Threads alive now (the watchdog apart)."""
+        return len(self._threads)
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        if self._closed:
+            raise RuntimeError("cannot schedule new work after shutdown")
+        future: Future[T] = Future()
+        self._queue.put((future, fn, args, kwargs))
+        if len(self._threads) < self.threads:
+            self._start(extra=False)
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._closed = True
+            threads = list(self._threads)
+        if cancel_futures:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is not None:
+                    item[0].cancel()
+        for _ in threads:
+            self._queue.put(None)
+        if wait:
+            for thread in threads:
+                thread.join()
+
+    def _start(self, *, extra: bool) -> None:
+        with self._lock:
+            if self._closed or len(self._threads) >= (self.most if extra else self.threads):
+                return
+            thread = threading.Thread(target=self._work, args=(extra,), daemon=True,
+                                      name=f"{self.name}-{len(self._threads) + 1}")
+            self._threads.add(thread)
+            if self._watchdog is None:
+                self._watchdog = threading.Thread(target=self._watch, daemon=True,
+                                                  name=f"{self.name}-watchdog")
+                self._watchdog.start()
+            thread.start()
+
+    def _work(self, extra: bool) -> None:
+        while True:
+            try:
+                item = self._queue.get(timeout=EXTRA_IDLE_SECONDS if extra else None)
+            except queue.Empty:
+                item = None  # an extra thread with nothing to do leaves
+            if item is None:  # or the pool was shut down
+                with self._lock:
+                    self._threads.discard(threading.current_thread())
+                return
+            self._taken = next(self._counter)
+            future, fn, args, kwargs = item
+            del item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            del future, fn, args, kwargs  # no reference kept while waiting for the next
+
+    def _watch(self) -> None:
+        """Add a thread whenever work has waited a whole `patience` and none was taken."""
+        last = -1
+        while not self._closed:
+            time.sleep(self.patience)
+            taken = self._taken
+            if taken == last and not self._queue.empty():
+                self._start(extra=True)
+            last = taken
+
+
+_pool: WorkPool | None = None
 _lock = threading.Lock()
 
 
-def _blocking_pool() -> ThreadPoolExecutor:
+def work_pool() -> WorkPool:
+    """The process's pool, made when first used; it lives as long as the process."""
     global _pool
     with _lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1),
-                                       thread_name_prefix="evalctl-files")
+            _pool = WorkPool(max(2, os.cpu_count() or 1))
         return _pool
 
 
@@ -40,4 +146,4 @@ async def off_loop(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
 
     loop = asyncio.get_running_loop()
     call = functools.partial(contextvars.copy_context().run, func, *args, **kwargs)
-    return await loop.run_in_executor(_blocking_pool(), call)
+    return await loop.run_in_executor(work_pool(), call)

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # imported where a process runs: `import evalctl` stays quick
     import asyncio
-    import concurrent.futures
     import subprocess
 
 OUTPUT_LIMIT = 30_000
@@ -68,6 +67,8 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
     """
     import asyncio
 
+    from evalctl._blocking import work_pool  # here: `import evalctl` stays quick
+
     loop = asyncio.get_running_loop()
     # The output pipes are ours, not a transport's: waiting for the process must not
     # also wait for every holder of a pipe, and a backgrounded child holds it.
@@ -77,9 +78,9 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
     data = stdin.encode() if isinstance(stdin, str) else stdin
     stdin_pipe = os.pipe() if data is not None else None
     child_ends = [write_fd for _, write_fd in pipes] + ([stdin_pipe[0]] if stdin_pipe else [])
-    # Spawned in a small pool of threads: exec() takes about a millisecond of kernel time
-    # (Python drops the GIL around vfork), which the event loop spends on other tasks.
-    spawning = loop.run_in_executor(_spawn_pool(), functools.partial(
+    # Spawned on the pool of blocking work: exec() takes about a millisecond of kernel
+    # time (Python drops the GIL around vfork), which the event loop spends on other tasks.
+    spawning = loop.run_in_executor(work_pool(), functools.partial(
         _spawn, list(argv), str(cwd), dict(env),
         stdin_pipe[0] if stdin_pipe else None, out_write, err_write, tuple(pass_fds), started))
     try:
@@ -157,20 +158,6 @@ def _spawn(argv: list[str], cwd: str, env: dict[str, str], stdin_fd: int | None,
             process.wait()
             raise
     return process
-
-
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
-
-
-def _spawn_pool() -> concurrent.futures.ThreadPoolExecutor:
-    """The threads that start child processes: a few per core, created when first used."""
-    global _pool
-    if _pool is None:
-        import concurrent.futures
-
-        _pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=2 * (os.cpu_count() or 1), thread_name_prefix="evalctl-spawn")
-    return _pool
 
 
 async def _exited(process: subprocess.Popen[bytes]) -> int:

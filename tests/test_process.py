@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from evalctl import run_process
-from evalctl._process import _spawn_pool
+from evalctl._blocking import work_pool
 
 ENV = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"}
 
@@ -64,7 +64,8 @@ def test_a_child_killed_by_a_signal_reports_the_signal(tmp_path, watcher):
 
 def test_no_thread_is_started_per_child(tmp_path):
     """With pidfds, sixty children at once cost no thread each: the only threads are
-    the few that start processes (the spawn pool, sized to the machine)."""
+    the few that start processes (the pool of blocking work, a thread per core, and its
+    watchdog)."""
     if not hasattr(os, "pidfd_open"):
         pytest.skip("this platform has no pidfds")
     before = threading.active_count()
@@ -86,7 +87,7 @@ def test_no_thread_is_started_per_child(tmp_path):
 
     results = run(main())
     assert all(r.exit_code == 0 for r in results)
-    assert most - before <= _spawn_pool()._max_workers, (before, most)
+    assert most - before <= work_pool().threads + 1, (before, most)
 
 
 def test_a_timeout_kills_the_group_and_reaps_the_child(tmp_path, watcher):

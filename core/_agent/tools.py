@@ -13,7 +13,6 @@ not even the task's time limit could fire).
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import functools
 import io
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evalctl._blocking import off_loop
 from evalctl._files import ConfinementError, open_confined, walk
 from evalctl._plugin.tooldefs import (
     BASH_DEFAULT_TIMEOUT,
@@ -195,7 +195,7 @@ class Toolbox:
             if name == "bash":
                 outcome = await self.bash(**arguments)
             else:
-                outcome = await asyncio.to_thread(getattr(self, name), **arguments)
+                outcome = await off_loop(getattr(self, name), **arguments)
         except ConfinementError as exc:
             outcome = _error(f"{name}: {exc}")
         except OSError as exc:

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from evalctl._blocking import off_loop
 from evalctl._errors import UsageError
 from evalctl._report.results import ERROR, NOT_RUN, RunResult, TaskResult
 from evalctl._text import json_line
@@ -292,7 +293,7 @@ class Journal:
                 return  # an fsync that started after this line was written covered it
             upto = self._written
             try:
-                await asyncio.to_thread(os.fsync, self._handle.fileno())
+                await off_loop(os.fsync, self._handle.fileno())
             except OSError as exc:
                 self._failed(exc)
             self._synced = max(self._synced, upto)

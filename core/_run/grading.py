@@ -6,7 +6,6 @@ regrade means what the run's grading meant.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -54,10 +53,10 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
                 await off_loop(before)
             answer = await spec.grade(dict(check), workspace, result)
         else:
-            # A grader is plugin code of any speed: the default pool, so a slow one
-            # never holds the small pool other attempts' file work and starts wait on.
-            answer = await asyncio.to_thread(_around, before, after, spec.grade,
-                                             dict(check), workspace, result)
+            # A grader is plugin code of any speed: a slow one makes the pool grow, so
+            # it never holds other attempts' file work and starts for long.
+            answer = await off_loop(_around, before, after, spec.grade,
+                                    dict(check), workspace, result)
         if not isinstance(answer, CheckResult):
             raise TypeError(f"grade() returned {type(answer).__name__}, expected "
                             "evalctl.CheckResult")

@@ -1,0 +1,109 @@
+"""The one pool of blocking work: a thread per core, and more only when work waits."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+
+import pytest
+
+import evalctl._blocking as blocking
+from evalctl._blocking import WorkPool, off_loop
+
+
+def wait_until(condition, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
+
+
+@pytest.fixture
+def pool():
+    made = WorkPool(1, most=3, patience=0.05, name="test-pool")
+    yield made
+    made.shutdown(wait=True, cancel_futures=True)
+
+
+def test_results_and_exceptions_come_back(pool):
+    assert pool.submit(lambda a, b: a + b, 2, b=3).result(5) == 5
+    with pytest.raises(ZeroDivisionError):
+        pool.submit(lambda: 1 / 0).result(5)
+
+
+def test_quick_work_never_grows_the_pool(pool):
+    futures = [pool.submit(sum, range(100)) for _ in range(500)]
+    assert [f.result(5) for f in futures] == [4950] * 500
+    time.sleep(0.2)  # four watchdog rounds
+    assert pool.size == 1
+
+
+def test_work_that_waits_behind_slow_work_gets_a_thread_of_its_own(pool):
+    release = threading.Event()
+    slow = pool.submit(release.wait, 30)
+    quick = pool.submit(lambda: "done")
+    # The one thread is held: only the pool's growth can run the quick work.
+    assert quick.result(5) == "done"
+    assert not slow.done() and pool.size == 2
+    release.set()
+    assert slow.result(5) is True
+
+
+def test_work_waiting_on_work_of_the_same_pool_does_not_deadlock(pool):
+    # A synchronous grader that runs a coroutine of its own, say, whose blocking work
+    # comes back to this pool while the grader holds its only thread.
+    def outer() -> str:
+        return pool.submit(lambda: "inner").result(10)
+
+    assert pool.submit(outer).result(10) == "inner"
+
+
+def test_the_pool_grows_no_further_than_most(pool):
+    release = threading.Event()
+    held = [pool.submit(release.wait, 30) for _ in range(5)]
+    assert wait_until(lambda: pool.size == 3)
+    time.sleep(0.3)  # six more rounds: still at the bound
+    assert pool.size == 3
+    release.set()
+    assert all(f.result(5) for f in held)
+
+
+def test_an_extra_thread_leaves_when_idle(pool, monkeypatch):
+    monkeypatch.setattr(blocking, "EXTRA_IDLE_SECONDS", 0.1)
+    release = threading.Event()
+    slow = pool.submit(release.wait, 30)
+    assert pool.submit(lambda: 1).result(5) == 1
+    assert pool.size == 2
+    release.set()
+    slow.result(5)
+    assert wait_until(lambda: pool.size == 1)
+
+
+def test_shutdown_cancels_what_waits_and_refuses_more():
+    pool = WorkPool(1, most=1, patience=0.05, name="test-shutdown")
+    release = threading.Event()
+    running = pool.submit(release.wait, 30)
+    queued = pool.submit(lambda: "never")
+    assert wait_until(running.running)
+    pool.shutdown(wait=False, cancel_futures=True)
+    assert queued.cancelled()
+    release.set()
+    assert running.result(5) is True  # what had started is finished
+    assert wait_until(lambda: pool.size == 0)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(lambda: 1)
+
+
+def test_off_loop_runs_in_the_callers_context():
+    which = contextvars.ContextVar("which", default="unset")
+
+    async def main() -> tuple[str, bool]:
+        which.set("the caller's")
+        return await off_loop(lambda: (which.get(),
+                                       threading.current_thread() is threading.main_thread()))
+
+    assert asyncio.run(main()) == ("the caller's", False)
