@@ -12,6 +12,7 @@ import contextlib
 import functools
 import os
 import signal
+import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -141,13 +142,26 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
                          "" if merge_stderr else texts[1], timed_out)
 
 
+_DEVNULL: list[int] = []
+_DEVNULL_LOCK = threading.Lock()
+
+
+def _devnull() -> int:
+    """/dev/null for reading, opened once: Popen's DEVNULL opens and closes it again for
+    every child, two system calls more in the thread that starts it."""
+    with _DEVNULL_LOCK:
+        if not _DEVNULL:
+            _DEVNULL.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        return _DEVNULL[0]
+
+
 def _spawn(argv: list[str], cwd: str, env: dict[str, str], stdin_fd: int | None,
            out_fd: int, err_fd: int, pass_fds: tuple[int, ...] = (),
            started: Callable[[int], None] | None = None) -> subprocess.Popen[bytes]:
     import subprocess
 
     process = subprocess.Popen(argv, cwd=cwd, env=env,
-                               stdin=subprocess.DEVNULL if stdin_fd is None else stdin_fd,
+                               stdin=_devnull() if stdin_fd is None else stdin_fd,
                                stdout=out_fd, stderr=err_fd, start_new_session=True,
                                pass_fds=pass_fds)
     if started is not None:
@@ -194,7 +208,6 @@ async def _exited(process: subprocess.Popen[bytes]) -> int:
 
 async def _exited_in_thread(process: subprocess.Popen[bytes]) -> int:
     import asyncio
-    import threading
 
     loop = asyncio.get_running_loop()
     done: asyncio.Future[int] = loop.create_future()

@@ -228,3 +228,49 @@ def test_small_tree_refuses_a_named_directory(tmp_path):
     (tmp_path / "src" / "__pycache__").mkdir(parents=True)
     assert small_tree(tmp_path)
     assert not small_tree(tmp_path, without=frozenset({"__pycache__"}))
+
+
+def test_a_seed_is_written_whole_over_what_is_there_with_its_parents_made(tmp_path):
+    from evalctl._workspace import write_seed
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "old.txt").write_text("a much longer text than the seed's\n")
+    write_seed(root, {"old.txt": "short\n", "a/b/c.txt": "deep\n", "é.txt": "ü\n"}, None)
+    assert (root / "old.txt").read_text() == "short\n"  # truncated, not overlaid
+    assert (root / "a" / "b" / "c.txt").read_text() == "deep\n"
+    assert (root / "é.txt").read_text(encoding="utf-8") == "ü\n"
+
+
+def test_a_seeded_file_replaces_a_link_it_would_be_written_through(tmp_path, monkeypatch):
+    import evalctl._workspace as workspace_module
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    outside = tmp_path / "outside.txt"
+    outside.write_text("untouched\n")
+    (root / "link.txt").symlink_to(outside)
+    # Resolution already follows links that stay inside; this is the write itself meeting
+    # a link (one planted after the path was resolved): it is replaced, never followed.
+    workspace_module._write_seeded(str(root / "link.txt"), "seeded\n")
+    assert not (root / "link.txt").is_symlink()
+    assert (root / "link.txt").read_text() == "seeded\n"
+    assert outside.read_text() == "untouched\n"
+
+
+def test_a_ledger_numbers_on_when_opened_again_and_says_why_it_cannot_open(tmp_path):
+    from evalctl._agent.ledger import Ledger, read_events
+
+    path = tmp_path / "l.jsonl"
+    first = Ledger(path)
+    first.append("one", text="x")
+    first.append("two")
+    first.close()
+    again = Ledger(path)
+    again.append("three", text="lone \udc80 surrogate")
+    again.close()
+    events = read_events(path)
+    assert [(e["seq"], e["event"]) for e in events] == [(1, "one"), (2, "two"), (3, "three")]
+    missing = Ledger(tmp_path / "no-such-dir" / "l.jsonl")
+    missing.append("lost")
+    assert missing.failure and "cannot open" in missing.failure

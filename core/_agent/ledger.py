@@ -10,6 +10,7 @@ surrogates included (as JSON escapes).
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -23,36 +24,48 @@ LEDGER_TEXT_LIMIT = 8_000
 class Ledger:
     def __init__(self, path: Path):
         self.path = path
-        # A ledger opened again (the agent's, after the setup's events) numbers on.
-        self._seq = _count_lines(path)
         self.failure: str | None = None  # why the ledger stopped being written, if it did
+        self._fd: int | None = None
+        self._seq = 0
         try:
-            self._handle: Any = open(path, "a", encoding="utf-8")  # noqa: SIM115 - close()
+            # A new ledger (the usual case) is one system call; one opened again (the
+            # agent's, after the setup's events) numbers on from its last line.
+            try:
+                self._fd = os.open(path, _NEW, 0o666)
+            except FileExistsError:
+                self._seq = _count_lines(path)
+                self._fd = os.open(path, _AGAIN)
         except OSError as exc:
-            self._handle = None
+            self._fd = None
             self.failure = f"cannot open {path}: {exc.strerror or exc}"
         self._start = time.monotonic()
 
     def append(self, event: str, **fields: Any) -> None:
         self._seq += 1
-        if self._handle is None:
+        if self._fd is None:
             return
         record = {"seq": self._seq, "t": round(time.monotonic() - self._start, 4),
                   "event": event, **fields}
         try:
-            self._handle.write(json_line(record) + "\n")
-            self._handle.flush()
+            # Unbuffered: each event is on its way to the disk before the next happens.
+            data = (json_line(record) + "\n").encode("utf-8")
+            while data:
+                data = data[os.write(self._fd, data):]
         except (OSError, ValueError) as exc:  # a full disk must not cost the task its result
             self.failure = f"cannot write {self.path}: {exc}"
             self.close()
 
     def close(self) -> None:
-        if self._handle is not None and not self._handle.closed:
+        fd, self._fd = self._fd, None
+        if fd is not None:
             try:
-                self._handle.close()
+                os.close(fd)
             except OSError as exc:
                 self.failure = self.failure or f"cannot write {self.path}: {exc}"
-        self._handle = None
+
+
+_NEW = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+_AGAIN = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
 
 
 def _count_lines(path: Path) -> int:
