@@ -130,6 +130,15 @@ _pool: WorkPool | None = None
 _lock = threading.Lock()
 
 
+def _forget_after_fork() -> None:
+    # A forked child has none of its parent's threads: the pool would queue for ever.
+    global _pool, _lock
+    _pool, _lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def work_pool() -> WorkPool:
     """The process's pool, made when first used; it lives as long as the process."""
     global _pool

@@ -107,3 +107,27 @@ def test_off_loop_runs_in_the_callers_context():
                                        threading.current_thread() is threading.main_thread()))
 
     assert asyncio.run(main()) == ("the caller's", False)
+
+
+def test_a_forked_child_gets_a_pool_of_its_own():
+    import os
+
+    parent = blocking.work_pool()
+    futures = [parent.submit(lambda: 1) for _ in range(parent.threads)]
+    assert [f.result(5) for f in futures] == [1] * parent.threads
+    assert parent.size == parent.threads  # every thread the pool will have is running
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its parent's threads are not here
+        try:
+            answer = blocking.work_pool().submit(lambda: b"ran").result(5)
+        except BaseException:
+            answer = b"hung"
+        os.write(write, answer)
+        os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 16) == b"ran"
+    finally:
+        os.close(read)
+        os.waitpid(pid, 0)
