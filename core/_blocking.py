@@ -8,8 +8,9 @@ core, shared by all of evalctl's blocking work, costs a quarter less CPU a task.
 
 The price of one small pool is that slow work (a grader's plugin code, a git clone, an
 fsync on a busy disk) could hold every thread while quick work waits. So the pool grows:
-when work has waited `patience` with no thread taking any, one more thread starts (up to
-`most`), and each such extra thread leaves after a second with nothing to do.
+when work has waited `patience` behind threads busy with slow work, one more thread
+starts (up to `most`), and each such extra thread leaves after a second with nothing to
+do.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ T = TypeVar("T")
 # long an extra thread stays with nothing to do.
 PATIENCE_SECONDS = 0.05
 EXTRA_IDLE_SECONDS = 1.0
+# Items a thread takes in one `patience` when its work is quick (at most 12.5 ms each).
+SLOW_TAKES = 4
 
 
 class WorkPool(Executor):
@@ -42,8 +45,11 @@ class WorkPool(Executor):
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads: set[threading.Thread] = set()  # alive, the watchdog apart
-        self._taken = 0  # the count of the last item taken: only ever compared, never summed
-        self._counter = itertools.count(1)  # next() is atomic under the GIL; += is not
+        # Items submitted and taken, numbered in order (next() is atomic under the GIL;
+        # += is not): only ever compared, so a store racing another is off by one for a
+        # moment, never wrong for long.
+        self._submitted = self._taken = 0
+        self._submit_numbers, self._take_numbers = itertools.count(1), itertools.count(1)
         self._closed = False
         self._watchdog: threading.Thread | None = None
 
@@ -57,6 +63,7 @@ class WorkPool(Executor):
             raise RuntimeError("cannot schedule new work after shutdown")
         future: Future[T] = Future()
         self._queue.put((future, fn, args, kwargs))
+        self._submitted = next(self._submit_numbers)
         if len(self._threads) < self.threads:
             self._start(extra=False)
         return future
@@ -102,7 +109,7 @@ class WorkPool(Executor):
                 with self._lock:
                     self._threads.discard(threading.current_thread())
                 return
-            self._taken = next(self._counter)
+            self._taken = next(self._take_numbers)
             future, fn, args, kwargs = item
             del item
             if not future.set_running_or_notify_cancel():
@@ -116,14 +123,18 @@ class WorkPool(Executor):
             del future, fn, args, kwargs  # no reference kept while waiting for the next
 
     def _watch(self) -> None:
-        """Add a thread whenever work has waited a whole `patience` and none was taken."""
-        last = -1
+        """Add a thread whenever work submitted before the last look is still waiting
+        (it has waited at least `patience`) and the threads took few items meanwhile
+        (fewer than SLOW_TAKES each: their work is slow). A backlog of quick work, a
+        burst of attempts starting together, is taken fast and grows nothing: more
+        threads would only wait for the GIL."""
+        mark = taken_then = 0
         while not self._closed:
             time.sleep(self.patience)
             taken = self._taken
-            if taken == last and not self._queue.empty():
+            if taken < mark and taken - taken_then < SLOW_TAKES * len(self._threads):
                 self._start(extra=True)
-            last = taken
+            mark, taken_then = self._submitted, taken
 
 
 _pool: WorkPool | None = None

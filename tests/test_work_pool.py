@@ -35,11 +35,17 @@ def test_results_and_exceptions_come_back(pool):
         pool.submit(lambda: 1 / 0).result(5)
 
 
-def test_quick_work_never_grows_the_pool(pool):
-    futures = [pool.submit(sum, range(100)) for _ in range(500)]
-    assert [f.result(5) for f in futures] == [4950] * 500
-    time.sleep(0.2)  # four watchdog rounds
-    assert pool.size == 1
+def test_a_backlog_of_quick_work_never_grows_the_pool(pool):
+    # Many times the pool's patience of work, each item quick (a burst of attempts
+    # starting together): more threads would only wait for the GIL.
+    started = time.monotonic()
+    futures = [pool.submit(sum, range(300)) for _ in range(30_000)]
+    sizes = {pool.size}
+    for future in futures:
+        assert future.result(10) == 44850
+    assert time.monotonic() - started > 3 * pool.patience  # it did outlast the patience
+    sizes.add(pool.size)  # an extra thread would still be here: they stay idle 1 s
+    assert sizes == {1}
 
 
 def test_work_that_waits_behind_slow_work_gets_a_thread_of_its_own(pool):
@@ -51,6 +57,17 @@ def test_work_that_waits_behind_slow_work_gets_a_thread_of_its_own(pool):
     assert not slow.done() and pool.size == 2
     release.set()
     assert slow.result(5) is True
+
+
+def test_a_queue_of_slow_work_grows_the_pool_though_some_finishes(pool):
+    # One thread taking a 30 ms item at a time keeps finishing work, but what waits
+    # behind it waits longer than the pool's patience: that is what grows it.
+    def slow() -> int:
+        time.sleep(0.03)
+        return pool.size
+
+    sizes = [f.result(10) for f in [pool.submit(slow) for _ in range(12)]]
+    assert max(sizes) > 1, sizes
 
 
 def test_work_waiting_on_work_of_the_same_pool_does_not_deadlock(pool):
