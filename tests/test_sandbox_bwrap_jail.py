@@ -397,6 +397,39 @@ def test_mount_order_and_pruning() -> None:
     ]
 
 
+def test_an_attempts_own_mounts_join_the_base_order_exactly_as_ordering_all_would(
+        monkeypatch) -> None:
+    """The base plan's share of the order is worked out once; joining an attempt's own
+    read-write binds to it must give what ordering everything anew gives, whatever the
+    trees (random ones, places shared and nested every way)."""
+    import random
+
+    chooser = random.Random(22)
+    names = ["a", "b", "c"]
+
+    def place() -> str:
+        return "/" + "/".join(chooser.choice(names) for _ in range(chooser.randint(1, 3)))
+
+    def mount(kinds: list[str]) -> bs._Mount:
+        kind, dest = chooser.choice(kinds), place()
+        source = dest if kind == "ro" and chooser.random() < 0.7 else "/host" + place()
+        return bs._Mount(kind, source, Path(dest))
+
+    anew = []  # the fallback: everything ordered again
+    order_mounts = bs._order_mounts
+    monkeypatch.setattr(bs, "_order_mounts", lambda mounts: anew.append(1) or order_mounts(mounts))
+    for _ in range(3000):
+        system = tuple(mount(["ro", "ro", "symlink", "rw"]) for _ in range(chooser.randint(0, 5)))
+        code = tuple(mount(["ro"]) for _ in range(chooser.randint(0, 3)))
+        both = [*system, *code]
+        base = bs._BasePlan(system, code, (), kept=tuple(bs._kept_mounts(both)),
+                            places=frozenset(str(m.dest) for m in both),
+                            identity_ro=tuple(str(m.dest) for m in both if bs._identity_ro(m)))
+        own = [mount(["rw"]) for _ in range(chooser.randint(1, 3))]
+        assert bs._order_with_base(base, own) == order_mounts([*both, *own])
+    assert 500 < 3000 - len(anew) < 2900  # both ways taken, often
+
+
 # --------------------------------------------------------------------------- argv shape
 
 

@@ -324,10 +324,22 @@ def locate_cgroup_dirs(mountinfo: str, proc_cgroup: str) -> tuple[dict[str, Path
 
 
 def _read(path: str | Path) -> str:
+    """The text of a small kernel file (cgroup, proc), "" when it cannot be read. Raw
+    calls: a buffered text file object costs three more system calls, and every attempt
+    reads a few of these on the event loop."""
     try:
-        return Path(path).read_text()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def _write(path: Path, value: str) -> None:
@@ -801,22 +813,24 @@ def _depth(path: str) -> int:
     return 0 if path == "/" else path.rstrip("/").count("/")
 
 
-def _order_mounts(mounts: list[_Mount]) -> list[_Mount]:
-    """Parents before children, dropping read-only binds already covered by a read-only parent.
+def _identity_ro(mount: _Mount) -> bool:
+    return mount.kind == "ro" and mount.source == str(mount.dest)
+
+
+def _kept_mounts(mounts: list[_Mount]) -> list[_Mount]:
+    """`mounts` in their order, without read-only binds already covered by a read-only
+    parent, and without a second mount on the same place.
 
     A read-only bind of a path inside another read-only bind of the same host tree adds
     nothing, unless a read-write bind sits between the two (then it re-protects a subtree).
     """
-    def identity(mount: _Mount) -> bool:
-        return mount.kind == "ro" and mount.source == str(mount.dest)
-
-    identity_ro = [str(m.dest) for m in mounts if identity(m)]
-    others = [str(m.dest) for m in mounts if not identity(m)]
+    identity_ro = [str(m.dest) for m in mounts if _identity_ro(m)]
+    others = [str(m.dest) for m in mounts if not _identity_ro(m)]
     kept: list[_Mount] = []
     seen: set[str] = set()
     for mount in mounts:
         dest = str(mount.dest)
-        if identity(mount) and any(
+        if _identity_ro(mount) and any(
             parent != dest and _within(dest, parent)
             and not any(o != parent and _within(o, parent) and _within(dest, o)
                         for o in others)
@@ -826,7 +840,30 @@ def _order_mounts(mounts: list[_Mount]) -> list[_Mount]:
         if dest not in seen:
             seen.add(dest)
             kept.append(mount)
-    return sorted(kept, key=lambda m: _depth(str(m.dest)))  # stable: siblings keep order
+    return kept
+
+
+def _by_depth(mounts: list[_Mount]) -> list[_Mount]:
+    return sorted(mounts, key=lambda m: _depth(str(m.dest)))  # stable: siblings keep order
+
+
+def _order_mounts(mounts: list[_Mount]) -> list[_Mount]:
+    """Parents before children, dropping read-only binds already covered by a read-only
+    parent (see _kept_mounts)."""
+    return _by_depth(_kept_mounts(mounts))
+
+
+def _order_with_base(base: _BasePlan, own: list[_Mount]) -> list[_Mount]:
+    """_order_mounts([*base.system, *base.code, *own]), with the base's share worked out
+    once per plan: an attempt's own read-write binds only join the order when none of
+    them is a place the base mounts, or lies above a read-only bind of the base (then
+    it could change what the base keeps, and everything is ordered anew)."""
+    dests = [str(m.dest) for m in own]
+    if any(m.kind != "rw" for m in own) or len(set(dests)) != len(dests) or any(
+            dest in base.places or any(_within(ro, dest) for ro in base.identity_ro)
+            for dest in dests):
+        return _order_mounts([*base.system, *base.code, *own])
+    return _by_depth([*base.kept, *own])
 
 
 @dataclass(frozen=True)
@@ -838,6 +875,9 @@ class _BasePlan:
     system: tuple[_Mount, ...]
     code: tuple[_Mount, ...]
     covers: tuple[str, ...]
+    kept: tuple[_Mount, ...] = ()  # _kept_mounts of system and code
+    places: frozenset[str] = frozenset()  # where system and code mount something
+    identity_ro: tuple[str, ...] = ()  # where they bind a host path read-only on itself
 
 
 @_once
@@ -860,7 +900,10 @@ def _base_plan(ro_paths: tuple[str, ...], hidden: tuple[Path, ...]) -> _BasePlan
     read_only = [str(m.dest) for m in (*system, *code) if m.kind == "ro"]
     covers = tuple(str(path) for path in hidden
                    if path.is_dir() and any(_within(str(path), ro) for ro in read_only))
-    return _BasePlan(tuple(system), tuple(code), covers)
+    both = [*system, *code]
+    return _BasePlan(tuple(system), tuple(code), covers, kept=tuple(_kept_mounts(both)),
+                     places=frozenset(str(m.dest) for m in both),
+                     identity_ro=tuple(str(m.dest) for m in both if _identity_ro(m)))
 
 
 # --------------------------------------------------------------------------- the jail
@@ -982,7 +1025,9 @@ class BwrapJail:
                 strip_setid_bits(top, budget=entries)
                 for top in (self.workspace, self.home, self.tmp)):
             return False
-        self._release_cgroups()  # empty: nothing to kill or wait for
+        if self._cgroup_dirs:  # seen empty and not over-charged above: back to the pool
+            _CGROUP_POOL.give(self._pool_key(), self._cgroup_dirs)
+            self._cgroup_dirs = {}
         self._static_args = None
         return True
 
@@ -1081,9 +1126,7 @@ class BwrapJail:
                     f"refusing to mount {mount.source} read-only: it contains {run_dir}, "
                     "so every workspace, ledger and seed of the run would be visible"
                 )
-        mounts = [
-            *base.system,
-            *base.code,
+        own = [
             _Mount("rw", str(self.tmp), SANDBOX_TMP),
             _Mount("rw", str(self.home), SANDBOX_HOME),
             _Mount("rw", str(self.workspace), self.workspace),
@@ -1092,7 +1135,7 @@ class BwrapJail:
         args += ["--proc", "/proc", *PROC_COVERS, "--dev", "/dev"]
         for node, dest in _private_device_nodes():  # over the host's (see DEVICE_NODES)
             args += ["--dev-bind", node, dest]
-        for mount in _order_mounts(mounts):
+        for mount in _order_with_base(base, own):
             args += mount.args()
         for path in base.covers:  # an empty tmpfs laid over it, read-only with the root
             args += ["--tmpfs", path, "--remount-ro", path]
@@ -1164,17 +1207,26 @@ class BwrapJail:
         for controller, name in (("memory", "memory.usage_in_bytes"),
                                  ("unified", "memory.current")):
             path = self._cgroup_dirs.get(controller)
-            if path is not None and (path / name).exists():
-                try:
-                    return int(_read(path / name))
-                except (OSError, ValueError):
-                    return POOL_MAX_CHARGE + 1  # unknown: not reused
+            if path is None:
+                continue
+            try:
+                fd = os.open(f"{path}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # no memory controller here
+            except OSError:
+                return POOL_MAX_CHARGE + 1  # unknown: not reused
+            try:
+                return int(os.read(fd, 64))
+            except (OSError, ValueError):
+                return POOL_MAX_CHARGE + 1
+            finally:
+                os.close(fd)
         return 0
 
     def _members(self) -> set[int]:
         pids: set[int] = set()
         for path in self._cgroup_dirs.values():
-            pids.update(int(p) for p in _read(path / "cgroup.procs").split())
+            pids.update(int(p) for p in _read(f"{path}/cgroup.procs").split())
         return pids
 
     def _kill_cgroup_members(self, timeout: float = 5.0) -> bool:
