@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# How long queued work may wait with no thread taking any before the pool grows, and how
-# long an extra thread stays with nothing to do.
+# How long work may wait behind busy threads before the pool grows, and how long an extra
+# thread (and the watchdog) stays with nothing to do.
 PATIENCE_SECONDS = 0.05
 EXTRA_IDLE_SECONDS = 1.0
 # Items a thread takes in one `patience` when its work is quick (at most 12.5 ms each).
@@ -66,6 +66,8 @@ class WorkPool(Executor):
         self._submitted = next(self._submit_numbers)
         if len(self._threads) < self.threads:
             self._start(extra=False)
+        if self._watchdog is None:  # it leaves when idle: back with the next work
+            self._start_watchdog()
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -93,11 +95,15 @@ class WorkPool(Executor):
             thread = threading.Thread(target=self._work, args=(extra,), daemon=True,
                                       name=f"{self.name}-{len(self._threads) + 1}")
             self._threads.add(thread)
-            if self._watchdog is None:
-                self._watchdog = threading.Thread(target=self._watch, daemon=True,
-                                                  name=f"{self.name}-watchdog")
-                self._watchdog.start()
             thread.start()
+
+    def _start_watchdog(self) -> None:
+        with self._lock:
+            if self._closed or self._watchdog is not None:
+                return
+            self._watchdog = threading.Thread(target=self._watch, daemon=True,
+                                              name=f"{self.name}-watchdog")
+            self._watchdog.start()
 
     def _work(self, extra: bool) -> None:
         while True:
@@ -129,12 +135,21 @@ class WorkPool(Executor):
         burst of attempts starting together, is taken fast and grows nothing: more
         threads would only wait for the GIL."""
         mark = taken_then = 0
+        idle = 0
         while not self._closed:
             time.sleep(self.patience)
             taken = self._taken
             if taken < mark and taken - taken_then < SLOW_TAKES * len(self._threads):
                 self._start(extra=True)
+            idle = idle + 1 if self._submitted == mark and self._queue.empty() else 0
+            if idle * self.patience >= EXTRA_IDLE_SECONDS:
+                with self._lock:  # submit() puts its work in the queue before it looks
+                    if self._queue.empty():
+                        self._watchdog = None
+                        return
             mark, taken_then = self._submitted, taken
+        with self._lock:
+            self._watchdog = None
 
 
 _pool: WorkPool | None = None

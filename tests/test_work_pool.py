@@ -148,3 +148,15 @@ def test_a_forked_child_gets_a_pool_of_its_own():
     finally:
         os.close(read)
         os.waitpid(pid, 0)
+
+
+def test_the_watchdog_leaves_when_idle_and_comes_back_with_work(pool, monkeypatch):
+    monkeypatch.setattr(blocking, "EXTRA_IDLE_SECONDS", 0.1)
+    assert pool.submit(lambda: 1).result(5) == 1
+    assert wait_until(lambda: pool._watchdog is None)  # no thread waking an idle process
+    release = threading.Event()
+    slow = pool.submit(release.wait, 30)
+    # Back with the work: what waits behind the slow item still gets a thread.
+    assert pool.submit(lambda: "quick").result(5) == "quick"
+    release.set()
+    assert slow.result(5) is True
