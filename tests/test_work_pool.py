@@ -35,17 +35,22 @@ def test_results_and_exceptions_come_back(pool):
         pool.submit(lambda: 1 / 0).result(5)
 
 
-def test_a_backlog_of_quick_work_never_grows_the_pool(pool):
+def test_a_backlog_of_quick_work_never_grows_the_pool():
     # Many times the pool's patience of work, each item quick (a burst of attempts
-    # starting together): more threads would only wait for the GIL.
-    started = time.monotonic()
-    futures = [pool.submit(sum, range(300)) for _ in range(30_000)]
-    sizes = {pool.size}
-    for future in futures:
-        assert future.result(10) == 44850
-    assert time.monotonic() - started > 3 * pool.patience  # it did outlast the patience
-    sizes.add(pool.size)  # an extra thread would still be here: they stay idle 1 s
-    assert sizes == {1}
+    # starting together): more threads would only wait for the GIL. A patience of
+    # 200 ms, so that a busy machine's scheduling cannot pass for slow work.
+    pool = WorkPool(1, most=3, patience=0.2, name="test-backlog")
+    try:
+        started = time.monotonic()
+        futures = [pool.submit(sum, range(300)) for _ in range(80_000)]
+        sizes = {pool.size}
+        for future in futures:
+            assert future.result(30) == 44850
+        assert time.monotonic() - started > 3 * pool.patience  # it outlasted the patience
+        sizes.add(pool.size)  # an extra thread would still be here: they stay idle 1 s
+        assert sizes == {1}
+    finally:
+        pool.shutdown(wait=True)
 
 
 def test_work_that_waits_behind_slow_work_gets_a_thread_of_its_own(pool):
