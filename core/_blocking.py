@@ -9,8 +9,10 @@ core, shared by all of evalctl's blocking work, costs a quarter less CPU a task.
 The price of one small pool is that slow work (a grader's plugin code, a git clone, an
 fsync on a busy disk) could hold every thread while quick work waits. So the pool grows:
 when work has waited `patience` behind threads busy with slow work, one more thread
-starts (up to `most`), and each such extra thread leaves after a second with nothing to
-do.
+starts (up to `most`). Threads stay until the pool is shut down, idle or not: a child
+process may be bound to the thread that started it (bwrap's --die-with-parent is
+PR_SET_PDEATHSIG, which follows the thread, not the process), so a thread that left
+would kill the sandboxes it started.
 """
 
 from __future__ import annotations
@@ -28,10 +30,10 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-# How long work may wait behind busy threads before the pool grows, and how long an extra
-# thread (and the watchdog) stays with nothing to do.
+# How long work may wait behind busy threads before the pool grows, and how long the
+# watchdog stays with nothing to watch.
 PATIENCE_SECONDS = 0.05
-EXTRA_IDLE_SECONDS = 1.0
+WATCHDOG_IDLE_SECONDS = 1.0
 # Items a thread takes in one `patience` when its work is quick (at most 12.5 ms each).
 SLOW_TAKES = 4
 
@@ -92,7 +94,7 @@ class WorkPool(Executor):
         with self._lock:
             if self._closed or len(self._threads) >= (self.most if extra else self.threads):
                 return
-            thread = threading.Thread(target=self._work, args=(extra,), daemon=True,
+            thread = threading.Thread(target=self._work, daemon=True,
                                       name=f"{self.name}-{len(self._threads) + 1}")
             self._threads.add(thread)
             thread.start()
@@ -105,13 +107,10 @@ class WorkPool(Executor):
                                               name=f"{self.name}-watchdog")
             self._watchdog.start()
 
-    def _work(self, extra: bool) -> None:
+    def _work(self) -> None:
         while True:
-            try:
-                item = self._queue.get(timeout=EXTRA_IDLE_SECONDS if extra else None)
-            except queue.Empty:
-                item = None  # an extra thread with nothing to do leaves
-            if item is None:  # or the pool was shut down
+            item = self._queue.get()
+            if item is None:  # the pool was shut down
                 with self._lock:
                     self._threads.discard(threading.current_thread())
                 return
@@ -142,7 +141,7 @@ class WorkPool(Executor):
             if taken < mark and taken - taken_then < SLOW_TAKES * len(self._threads):
                 self._start(extra=True)
             idle = idle + 1 if self._submitted == mark and self._queue.empty() else 0
-            if idle * self.patience >= EXTRA_IDLE_SECONDS:
+            if idle * self.patience >= WATCHDOG_IDLE_SECONDS:
                 with self._lock:  # submit() puts its work in the queue before it looks
                     if self._queue.empty():
                         self._watchdog = None

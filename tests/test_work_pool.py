@@ -47,7 +47,7 @@ def test_a_backlog_of_quick_work_never_grows_the_pool():
         for future in futures:
             assert future.result(30) == 44850
         assert time.monotonic() - started > 3 * pool.patience  # it outlasted the patience
-        sizes.add(pool.size)  # an extra thread would still be here: they stay idle 1 s
+        sizes.add(pool.size)  # an extra thread would still be here: they never leave
         assert sizes == {1}
     finally:
         pool.shutdown(wait=True)
@@ -94,15 +94,35 @@ def test_the_pool_grows_no_further_than_most(pool):
     assert all(f.result(5) for f in held)
 
 
-def test_an_extra_thread_leaves_when_idle(pool, monkeypatch):
-    monkeypatch.setattr(blocking, "EXTRA_IDLE_SECONDS", 0.1)
+def test_a_child_started_by_an_extra_thread_outlives_the_idle_time(pool):
+    """A child bound to the thread that started it (bwrap's --die-with-parent is
+    PR_SET_PDEATHSIG, which follows the thread) must live as long as it runs: pool
+    threads, extra ones too, never leave while the pool lives."""
+    import subprocess
+    import sys
+
     release = threading.Event()
-    slow = pool.submit(release.wait, 30)
-    assert pool.submit(lambda: 1).result(5) == 1
-    assert pool.size == 2
-    release.set()
-    slow.result(5)
-    assert wait_until(lambda: pool.size == 1)
+    slow = pool.submit(release.wait, 30)  # holds the one thread: the next runs on an extra
+
+    def start_bound_child() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c",
+                                 "import ctypes, signal, time\n"
+                                 "ctypes.CDLL(None).prctl(1, signal.SIGKILL)\n"  # PR_SET_PDEATHSIG
+                                 "print('bound', flush=True)\n"
+                                 "time.sleep(30)"], stdout=subprocess.PIPE)
+
+    child = pool.submit(start_bound_child).result(10)
+    try:
+        assert pool.size == 2
+        assert child.stdout.readline() == b"bound\n"  # its death signal is set
+        release.set()
+        assert slow.result(5) is True
+        time.sleep(1.5)  # idle, every thread; the third round's pool let extras go after 1 s
+        assert child.poll() is None, "the child was killed with the thread that started it"
+        assert pool.size == 2
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_shutdown_cancels_what_waits_and_refuses_more():
@@ -156,7 +176,7 @@ def test_a_forked_child_gets_a_pool_of_its_own():
 
 
 def test_the_watchdog_leaves_when_idle_and_comes_back_with_work(pool, monkeypatch):
-    monkeypatch.setattr(blocking, "EXTRA_IDLE_SECONDS", 0.1)
+    monkeypatch.setattr(blocking, "WATCHDOG_IDLE_SECONDS", 0.1)
     assert pool.submit(lambda: 1).result(5) == 1
     assert wait_until(lambda: pool._watchdog is None)  # no thread waking an idle process
     release = threading.Event()
