@@ -17,6 +17,7 @@ would kill the sandboxes it started.
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import functools
 import itertools
@@ -162,6 +163,18 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def _finish_at_exit() -> None:
+    """Let what the pool runs finish before the interpreter goes, as ThreadPoolExecutor's
+    threads do: a daemon thread still inside C or C++ code (RE2 matching a grep) when
+    Python finalizes aborts the process ("terminate called without an active exception").
+    The tools' work is bounded, so this wait is too."""
+    if _pool is not None:
+        _pool.shutdown(wait=True)
+
+
+atexit.register(_finish_at_exit)
 
 
 def work_pool() -> WorkPool:

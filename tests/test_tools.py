@@ -324,3 +324,97 @@ def test_each_documented_example_runs_as_the_docs_say(workspace):
         outcome = use(tools, name, **TOOL_REFERENCE[name].example)
         assert not outcome.is_error, (name, outcome.content)
     assert (workspace.root / "config.ini").read_text() == "port = 9090\n"
+
+
+# -- bounded work: a tool call runs in evalctl's shared pool, so none may run for ever ---
+
+
+def test_runs_of_double_stars_are_one_and_a_glob_of_too_many_parts_is_refused(workspace):
+    from evalctl._agent.tools import glob_parts
+    from evalctl._plugin.tooldefs import GLOB_MAX_PARTS
+
+    assert glob_parts("**/" * 4000 + "zz") == ["**", "zz"]
+    assert glob_parts("./a//**/**/b/**") == ["a", "**", "b", "**"]
+    deep = workspace.root / "/".join(["d"] * 40)
+    deep.mkdir(parents=True)
+    (deep / "zz").write_text("found\n")
+    box = toolbox(workspace)
+    # 12 KB of `**/`: one part for the matcher, not four thousand.
+    assert use(box, "glob", pattern="**/" * 4000 + "zz").content == "/".join(["d"] * 40) + "/zz"
+    many = "/".join(f"p{n}" for n in range(GLOB_MAX_PARTS + 1))
+    for out in (use(box, "glob", pattern=many), use(box, "grep", pattern="x", glob=many)):
+        assert out.is_error and f"more than {GLOB_MAX_PARTS} parts" in out.content
+
+
+def test_a_glob_stops_at_its_budget_of_matching_work(workspace, monkeypatch):
+    import evalctl._agent.tools as tools
+
+    deep = workspace.root / "/".join(["d"] * 60)
+    deep.mkdir(parents=True)
+    for n in range(20):
+        (deep / f"f{n}.txt").write_text("x\n")
+    monkeypatch.setattr(tools, "GLOB_MAX_STEPS", 2_000)  # parts x names, summed over paths
+    box = toolbox(workspace)
+    for out in (use(box, "glob", pattern="**/*/f*.txt"),
+                use(box, "grep", pattern="x", glob="**/*/f*.txt")):
+        assert "[stopped after looking at part of the workspace" in out.content, out.content
+    monkeypatch.setattr(tools, "GLOB_MAX_STEPS", 10_000_000)
+    assert "stopped" not in use(box, "glob", pattern="**/*/f*.txt").content
+
+
+def test_read_file_stops_at_its_byte_budget_in_a_terabyte_sparse_file(workspace, monkeypatch):
+    import evalctl._agent.tools as tools
+
+    path = workspace.root / "sparse.txt"
+    with open(path, "wb") as handle:
+        handle.write(b"text\n" + b"a" * 20_000)  # text up front, then one endless line
+        handle.truncate(1 << 40)  # a terabyte, most of it a hole
+    monkeypatch.setattr(tools, "READ_MAX_BYTES", 1_000_000)
+    out = use(toolbox(workspace), "read_file", path="sparse.txt")
+    assert out.content.startswith("     1\ttext\n     2\taaaa")
+    assert out.content.endswith("[stopped after reading 1 MB of the file; the rest is not read]")
+    past = use(toolbox(workspace), "read_file", path="sparse.txt", offset=5)
+    assert "fewer than 5 lines" in past.content and "stopped after reading" in past.content
+
+
+def test_an_attempts_file_tool_calls_take_one_pool_thread_at_a_time(workspace, monkeypatch):
+    import threading
+
+    box = toolbox(workspace)
+    running, most = 0, 0
+    lock = threading.Lock()
+    read_file = Toolbox.read_file
+
+    def slow_read(self, **arguments):
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.05)
+        with lock:
+            running -= 1
+        return read_file(self, **arguments)
+
+    monkeypatch.setattr(Toolbox, "read_file", slow_read)
+
+    async def turn():  # a turn of six calls, gathered as the loop gathers them
+        return await asyncio.gather(*(box.call("read_file", {"path": "notes.txt"})
+                                      for _ in range(6)))
+
+    outcomes = asyncio.run(turn())
+    assert all(o.content.startswith("     1\talpha") for o in outcomes)
+    assert most == 1
+
+
+def test_grep_stops_at_its_budget_of_lines(workspace, monkeypatch):
+    import evalctl._agent.tools as tools
+
+    (workspace.root / "many.txt").write_text("a\n" * 249 + "needle\n" + "a\n" * 50)
+    (workspace.root / "later.txt").write_text("needle\n")
+    monkeypatch.setattr(tools, "SEARCH_MAX_LINES", 100)
+    out = use(toolbox(workspace), "grep", pattern="needle", path="many.txt")
+    assert out.content.startswith("no matches for needle")
+    assert "[stopped in many.txt after 100 lines searched in all" in out.content
+    monkeypatch.setattr(tools, "SEARCH_MAX_LINES", 1_000)
+    found = use(toolbox(workspace), "grep", pattern="needle", path="many.txt")
+    assert found.content == "many.txt:250:needle"

@@ -185,3 +185,21 @@ def test_the_watchdog_leaves_when_idle_and_comes_back_with_work(pool, monkeypatc
     assert pool.submit(lambda: "quick").result(5) == "quick"
     release.set()
     assert slow.result(5) is True
+
+
+def test_work_still_running_when_the_interpreter_exits_is_finished_first(tmp_path):
+    """As with ThreadPoolExecutor: no pool thread is cut off mid-call by the interpreter's
+    exit (one inside C++ code, RE2's, would abort the whole process)."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "finished"
+    code = ("import time, evalctl._blocking as b\n"
+            "def work():\n"
+            "    time.sleep(0.5)\n"
+            f"    open({str(marker)!r}, 'w').write('yes')\n"
+            "b.work_pool().submit(work)\n")  # and the script ends at once
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert marker.read_text() == "yes"

@@ -13,6 +13,7 @@ not even the task's time limit could fire).
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import functools
 import io
@@ -28,12 +29,16 @@ from evalctl._files import ConfinementError, open_confined, walk
 from evalctl._plugin.tooldefs import (
     BASH_DEFAULT_TIMEOUT,
     EDIT_MAX_FILE_BYTES,
+    GLOB_MAX_PARTS,
     GLOB_MAX_RESULTS,
+    GLOB_MAX_STEPS,
     GREP_LINE_LIMIT,
     GREP_MAX_MATCHES,
     LINE_LIMIT,
     READ_DEFAULT_LINES,
+    READ_MAX_BYTES,
     SEARCH_MAX_FILE_BYTES,
+    SEARCH_MAX_LINES,
     SEARCH_MAX_TOTAL_BYTES,
     TOOL_DEFINITIONS,
     WALK_MAX_ENTRIES,
@@ -73,7 +78,7 @@ class _Walk:
     cut_short: bool = False
 
     def __iter__(self) -> Iterator[Path]:
-        parts = [p for p in (self.pattern or "**").split("/") if p not in ("", ".")]
+        parts = glob_parts(self.pattern or "**")
         # Literal leading parts name a directory: start there instead of walking it all.
         fixed = 0
         while fixed < len(parts) - 1 and not _WILDCARDS & set(parts[fixed]) and \
@@ -85,12 +90,34 @@ class _Walk:
         rest = parts[fixed:]
         depth = None if "**" in rest else len(rest)
         matches = _glob_matcher(rest)
+        steps = 0
         for seen, (relative, entry) in enumerate(walk(start, max_depth=depth), start=1):
-            if seen > WALK_MAX_ENTRIES:
+            names = relative.split("/")
+            # The matcher's work is the pattern's parts times the path's names: a deep
+            # tree can make that large where the count of paths is not.
+            steps += len(rest) * (len(names) + 1)
+            if seen > WALK_MAX_ENTRIES or steps > GLOB_MAX_STEPS:
                 self.cut_short = True
                 return
-            if matches(relative.split("/")):
+            if matches(names):
                 yield Path(entry.path)
+
+
+def glob_parts(pattern: str) -> list[str]:
+    """A glob's parts, without empty and '.' parts, a run of `**` as one (`**/**` means
+    what `**` means, and each more would multiply the matcher's work)."""
+    parts: list[str] = []
+    for part in pattern.split("/"):
+        if part in ("", ".") or (part == "**" and parts and parts[-1] == "**"):
+            continue
+        parts.append(part)
+    return parts
+
+
+def _glob_refused(tool: str, pattern: str) -> ToolOutcome | None:
+    if len(glob_parts(pattern)) > GLOB_MAX_PARTS:
+        return _error(f"{tool}: the glob has more than {GLOB_MAX_PARTS} parts; shorten it")
+    return None
 
 
 def _glob_matcher(parts: list[str]) -> Callable[[list[str]], bool]:
@@ -137,21 +164,33 @@ def _compile_search(pattern: str) -> Any:
                 "matches in linear time: no lookaround and no backreferences)")
 
 
-def _bounded_lines(handle: Any) -> Any:
+# What _bounded_lines yields last when it stopped at its budget, not at the end.
+READ_CUT = object()
+
+
+def _bounded_lines(handle: Any, budget: int | None = None) -> Any:
     """The file's lines without their endings, each cut at LINE_LIMIT characters, reading
-    at most that much at a time: a file that is one enormous line cannot flood memory."""
+    at most that much at a time: a file that is one enormous line cannot flood memory.
+    At most `budget` characters are read (READ_MAX_BYTES unless given; a sparse file of
+    a terabyte is a terabyte to read): past it, READ_CUT is yielded and no more."""
+    left = READ_MAX_BYTES if budget is None else budget
     while True:
         piece = handle.readline(LINE_LIMIT + 1)
         if not piece:
             return
+        left -= len(piece)
         if piece.endswith("\n") or len(piece) <= LINE_LIMIT:
             yield piece.rstrip("\n")
-            continue
-        while True:  # skip the rest of an over-long line
-            rest = handle.readline(1 << 16)
-            if not rest or rest.endswith("\n"):
-                break
-        yield piece[:LINE_LIMIT] + f" [... line cut at {LINE_LIMIT} characters]"
+        else:
+            while left > 0:  # skip the rest of an over-long line
+                rest = handle.readline(1 << 16)
+                left -= len(rest)
+                if not rest or rest.endswith("\n"):
+                    break
+            yield piece[:LINE_LIMIT] + f" [... line cut at {LINE_LIMIT} characters]"
+        if left <= 0:
+            yield READ_CUT
+            return
 
 
 def _looks_binary(handle: Any) -> bool:
@@ -177,6 +216,9 @@ class Toolbox:
         self.sandbox = sandbox
         self.permissions = permissions
         self._validators = tool_validators()
+        # The file tools run in evalctl's pool of blocking work, one call at a time for
+        # an attempt: a turn of many calls cannot take many threads from other attempts.
+        self._in_pool: asyncio.Lock | None = None
 
     async def call(self, name: str, arguments: Any) -> ToolOutcome:
         validator = self._validators.get(name)
@@ -195,7 +237,10 @@ class Toolbox:
             if name == "bash":
                 outcome = await self.bash(**arguments)
             else:
-                outcome = await off_loop(getattr(self, name), **arguments)
+                if self._in_pool is None:
+                    self._in_pool = asyncio.Lock()
+                async with self._in_pool:
+                    outcome = await off_loop(getattr(self, name), **arguments)
         except ConfinementError as exc:
             outcome = _error(f"{name}: {exc}")
         except OSError as exc:
@@ -228,19 +273,26 @@ class Toolbox:
             if _looks_binary(raw):
                 return _error(f"read_file: {path} is a binary file ({size} bytes); not shown")
             handle = io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
+            cut = False
             for number, line in enumerate(_bounded_lines(handle), start=1):
+                if line is READ_CUT:
+                    cut = True
+                    break
                 if number < offset:
                     continue
                 if len(lines) >= limit:
                     more = True
                     break
                 lines.append(f"{number:>6}\t{line}")
+        stopped = (f"\n[stopped after reading {READ_MAX_BYTES / 1_000_000:g} MB of the "
+                   "file; the rest is not read]") if cut else ""
         if not lines:
-            return ToolOutcome(f"{path} is empty" if size == 0 else
-                               f"{path} has fewer than {offset} lines")
+            return ToolOutcome((f"{path} is empty" if size == 0 else
+                                f"{path} has fewer than {offset} lines") + stopped)
         text = "\n".join(lines)
         if more:
             text += f"\n[more lines follow; continue with offset={offset + len(lines)}]"
+        text += stopped
         return ToolOutcome(truncate(text, OUTPUT_LIMIT))
 
     def write_file(self, path: str, content: str) -> ToolOutcome:
@@ -281,6 +333,9 @@ class Toolbox:
     def glob(self, pattern: str) -> ToolOutcome:
         if pattern.startswith("/") or ".." in Path(pattern).parts:
             return _error("glob: the pattern must be relative to the workspace, without '..'")
+        refused = _glob_refused("glob", pattern)
+        if refused is not None:
+            return refused
         root = self.workspace.root
         found = _Walk(root, pattern)
         matches = []
@@ -293,8 +348,9 @@ class Toolbox:
                 continue
             matches.append(_shown(path.relative_to(root).as_posix()))
         matches.sort()
-        cut = (f"\n[stopped after looking at {WALK_MAX_ENTRIES} paths; narrow the pattern]"
-               if found.cut_short else "")
+        cut = ("\n[stopped after looking at part of the workspace (at most "
+               f"{WALK_MAX_ENTRIES} paths, and no deeper than the pattern can be matched "
+               "quickly); narrow the pattern]" if found.cut_short else "")
         if not matches:
             return ToolOutcome(f"no files match {pattern}{cut}")
         shown = matches[:GLOB_MAX_RESULTS]
@@ -313,6 +369,9 @@ class Toolbox:
         if glob is not None:
             if glob.startswith("/") or ".." in Path(glob).parts:
                 return _error("grep: the glob must be relative to the workspace, without '..'")
+            refused = _glob_refused("grep", glob)
+            if refused is not None:
+                return refused
             walked = _Walk(self.workspace.resolve(path) if path else root, glob)
             candidates = walked
         elif path:
@@ -327,6 +386,8 @@ class Toolbox:
         matches: list[str] = []
         total = 0
         read = 0
+        lines_left = SEARCH_MAX_LINES  # 200 MB of two-byte lines is 100 million Python steps
+        cut_lines: str | None = None
         skipped: list[str] = []
         unread: list[str] = []
         real_root = root.resolve()
@@ -348,12 +409,16 @@ class Toolbox:
                 if size > SEARCH_MAX_FILE_BYTES or _looks_binary(raw):
                     skipped.append(_shown(relative))
                     continue
-                if read + size > SEARCH_MAX_TOTAL_BYTES:
+                if read + size > SEARCH_MAX_TOTAL_BYTES or lines_left <= 0:
                     unread.append(_shown(relative))
                     continue
                 read += size
                 handle = io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
                 for number, line in enumerate(handle, start=1):
+                    lines_left -= 1
+                    if lines_left < 0:
+                        cut_lines = _shown(relative)
+                        break
                     line = line.rstrip("\r\n")  # RE2's $ is the end of the text alone
                     if regex.search(line):
                         total += 1
@@ -363,11 +428,17 @@ class Toolbox:
         note = (f"\n[not searched, binary or over {SEARCH_MAX_FILE_BYTES // 1_000_000} MB: "
                 f"{', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}]"
                 if skipped else "")
+        if cut_lines is not None:
+            note += (f"\n[stopped in {cut_lines} after {SEARCH_MAX_LINES:,} lines searched in "
+                     "all; narrow the search with path or glob]")
         if unread:
-            note += (f"\n[not searched, over {SEARCH_MAX_TOTAL_BYTES // 1_000_000} MB read in "
-                     f"all: {len(unread)} file(s); narrow the search with path or glob]")
+            note += (f"\n[not searched, over {SEARCH_MAX_TOTAL_BYTES // 1_000_000} MB or "
+                     f"{SEARCH_MAX_LINES:,} lines read in all: {len(unread)} file(s); narrow "
+                     "the search with path or glob]")
         if walked is not None and walked.cut_short:
-            note += f"\n[stopped after looking at {WALK_MAX_ENTRIES} paths; narrow the search]"
+            note += ("\n[stopped after looking at part of the workspace (at most "
+                     f"{WALK_MAX_ENTRIES} paths, and no deeper than the glob can be matched "
+                     "quickly); narrow the search]")
         if not matches:
             return ToolOutcome(f"no matches for {pattern}{note}")
         text = "\n".join(matches)

@@ -23,7 +23,11 @@ GREP_LINE_LIMIT = 500
 GLOB_MAX_RESULTS = 500
 SEARCH_MAX_FILE_BYTES = 5_000_000
 SEARCH_MAX_TOTAL_BYTES = 200_000_000  # one grep reads at most this much in all
+SEARCH_MAX_LINES = 2_000_000  # and matches at most this many lines (each a Python step)
 WALK_MAX_ENTRIES = 200_000  # one glob or grep looks at most at this many paths
+GLOB_MAX_PARTS = 64  # a glob pattern's parts ('a/**/*.py' has three), runs of ** as one
+GLOB_MAX_STEPS = 5_000_000  # matching work one glob or grep may do: parts x names
+READ_MAX_BYTES = 100_000_000  # one read_file reads at most this much of a file
 EDIT_MAX_FILE_BYTES = 10_000_000
 BASH_DEFAULT_TIMEOUT = 60.0
 BASH_MAX_TIMEOUT = 600
@@ -158,7 +162,9 @@ TOOL_REFERENCE: dict[str, ToolReference] = {
         {"path": "config.ini"},
         (f"shows at most `limit` lines (default {READ_DEFAULT_LINES:,}) from line `offset`, "
          "numbered, and says where to continue",
-         f"a line over {LINE_LIMIT:,} characters is cut, with a note", _SHOWN),
+         f"a line over {LINE_LIMIT:,} characters is cut, with a note",
+         f"reads at most {READ_MAX_BYTES // _MB} MB of the file, and says when it stopped",
+         _SHOWN),
         ("the path does not exist", "the path is a directory (use glob to list it)",
          "a binary file is not shown (its size is)", _OUTSIDE, _NOT_REGULAR)),
     "write_file": ToolReference(
@@ -189,8 +195,11 @@ TOOL_REFERENCE: dict[str, ToolReference] = {
         (f"lists at most {GLOB_MAX_RESULTS} files, sorted, and how many more matched",
          "files only; " + ", ".join(f"`{d}`" for d in sorted(IGNORED_DIRS)) + " are skipped",
          f"looks at most at {WALK_MAX_ENTRIES:,} paths (any depth; linked directories are "
-         "not entered), and says when it stopped"),
+         "not entered), and no more than the pattern can be matched against quickly "
+         f"({GLOB_MAX_STEPS:,} steps, a step a pattern part and path name), and says when "
+         "it stopped"),
         ("a pattern that is absolute or contains `..`",
+         f"a pattern of more than {GLOB_MAX_PARTS} parts (a run of `**` counts as one)",
          "no match is not an error: the result says so")),
     "grep": ToolReference(
         {"pattern": "def slugify", "glob": "**/*.py"},
@@ -199,11 +208,14 @@ TOOL_REFERENCE: dict[str, ToolReference] = {
          f"a matching line is cut at {GREP_LINE_LIMIT} characters",
          f"binary files and files over {SEARCH_MAX_FILE_BYTES // _MB} MB are not searched, "
          "and are named",
-         f"reads at most {SEARCH_MAX_TOTAL_BYTES // _MB} MB in all and looks at most at "
-         f"{WALK_MAX_ENTRIES:,} paths, and says what it left out",
+         f"reads at most {SEARCH_MAX_TOTAL_BYTES // _MB} MB and {SEARCH_MAX_LINES:,} lines in "
+         "all, and looks at most at "
+         f"{WALK_MAX_ENTRIES:,} paths (fewer for a costly `glob`, as glob does), and says "
+         "what it left out",
          "the pattern is matched by RE2, in time linear in the text: no pattern can make "
          "it hang"),
         ("an invalid regular expression (RE2 syntax, as Python's `re` without lookaround "
          "or backreferences)", "`path` does not exist",
-         "a `glob` that is absolute or contains `..`", _OUTSIDE)),
+         "a `glob` that is absolute or contains `..`, or of more than "
+         f"{GLOB_MAX_PARTS} parts", _OUTSIDE)),
 }
