@@ -157,7 +157,7 @@ def test_a_forked_child_gets_a_pool_of_its_own():
     parent = blocking.work_pool()
     futures = [parent.submit(lambda: 1) for _ in range(parent.threads)]
     assert [f.result(5) for f in futures] == [1] * parent.threads
-    assert parent.size == parent.threads  # every thread the pool will have is running
+    assert parent.size >= parent.threads  # no thread would be started for more work
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its parent's threads are not here
