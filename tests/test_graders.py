@@ -438,3 +438,52 @@ def test_a_line_too_long_to_scan_fails_no_placeholders(registry, workspace):
     assert not outcome.passed and not outcome.error
     assert "line(s) over 1 MB could not be scanned" in outcome.detail
     assert "min.js:2" in outcome.detail
+
+
+def _finishes_within(work, seconds: float) -> bool:
+    """Whether `work`, run in a thread, ends within `seconds`: the inputs below take
+    Python's backtracking re minutes (and hold a pool thread, and the GIL half the time,
+    all along); matched in linear time they take milliseconds."""
+    import threading
+
+    thread = threading.Thread(target=work, daemon=True)
+    started = time.monotonic()
+    thread.start()
+    thread.join(seconds)  # late, when the work holds the GIL: hence the clock
+    return not thread.is_alive() and time.monotonic() - started < seconds
+
+
+def test_an_agents_text_cannot_freeze_the_loop_through_a_graders_regex(registry, workspace):
+    """Python's re backtracks: `<insert ` 60,000 times with no `>`, or 60,000 digits
+    against `\\d+ passed`, took it minutes, every attempt slowed. Graders match with RE2."""
+    (workspace.root / "made.md").write_text("<insert " * 60_000 + "\n" + "1" * 60_000 + "\n")
+    result = agent_result(workspace)
+    outcomes = []
+
+    def grade_both() -> None:
+        outcomes.append(check(registry, workspace, {"type": "no_placeholders"}, result))
+        outcomes.append(check(registry, workspace, {"type": "file_contains", "path": "made.md",
+                                                    "regex": r"\d+ passed"}, result))
+
+    assert _finishes_within(grade_both, 10)
+    assert outcomes[0].passed  # no placeholder: `<insert ` never closes
+    assert not outcomes[1].passed and "does not contain regex" in outcomes[1].detail
+
+
+def test_a_regex_that_needs_backtracking_is_a_configuration_error(registry, workspace):
+    outcome = check(registry, workspace, {"type": "file_contains", "path": "notes.md",
+                                          "regex": r"port(?= = 8080)"})
+    assert outcome.error and not outcome.passed
+    assert "cannot be matched in linear time" in outcome.detail
+    plain = check(registry, workspace, {"type": "file_contains", "path": "notes.md",
+                                        "regex": r"^port = \d+$"})
+    assert plain.passed  # multiline: ^ and $ at every line
+
+
+def test_a_token_of_the_final_text_cannot_make_grounding_backtrack():
+    # `1.1`, 29 letters and `_`: about 20 s of backtracking before the pattern was made
+    # possessive (27 letters took 5 s, each letter more doubles it).
+    text = "I edited 1.1" + "a" * 29 + "_ and 1.2.3-rc.1, v2.0a1 and src/app.py"
+    found: list[list[str]] = []
+    assert _finishes_within(lambda: found.append(extract_paths(text)), 10)
+    assert found == [["src/app.py"]]  # the versions are still not taken for paths

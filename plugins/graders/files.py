@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import codecs
+import functools
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,7 +92,14 @@ def grade_file_contains(check: dict[str, Any], workspace: Path,
                 data = handle.read(SCAN_LIMIT + 1)
                 partial = len(data) > SCAN_LIMIT
                 content = data[:SCAN_LIMIT].decode("utf-8", errors="replace")
-                found = bool(re.search(check["regex"], content, re.MULTILINE))
+                try:  # ^ and $ at every line, as Python's re.MULTILINE
+                    regex = _linear("(?m)" + check["regex"])
+                except ValueError as exc:
+                    raise evalctl.UsageError(
+                        f"regex {check['regex']!r} cannot be matched in linear time: {exc} "
+                        "(file_contains matches with RE2: Python's syntax without "
+                        "lookaround or backreferences)") from None
+                found = regex.search(content) is not None
                 read, start = min(len(data), SCAN_LIMIT), content[:200]
                 what = f"regex {check['regex']!r}"
             else:
@@ -126,32 +133,60 @@ def grade_file_contains(check: dict[str, Any], workspace: Path,
 # (pattern, label, clues): every match of the pattern holds one of its clues once
 # case-folded, so a block of lines holding none of them is passed over unsearched (a
 # substring test is about ten times faster than the regexes over the same text).
-PLACEHOLDERS = [
-    (re.compile(r"\b(?:TODO|FIXME|XXX)\b"), "a TODO/FIXME/XXX marker",
-     ("todo", "fixme", "xxx")),
-    (re.compile(r"\bNotImplementedError\b"), "a NotImplementedError stub",
-     ("notimplementederror",)),
-    (re.compile(r"your (?:code|implementation|answer|text) (?:goes )?here", re.IGNORECASE),
+# Matched with RE2, like every regex a grader runs over what the agent wrote: Python's
+# `re` backtracks (`<insert ` a hundred thousand times, with no `>`, is quadratic) and
+# holds the GIL while it does, which froze the event loop and every attempt for minutes.
+_PLACEHOLDER_PATTERNS = [
+    (r"\b(?:TODO|FIXME|XXX)\b", "a TODO/FIXME/XXX marker", ("todo", "fixme", "xxx")),
+    (r"\bNotImplementedError\b", "a NotImplementedError stub", ("notimplementederror",)),
+    (r"(?i)your (?:code|implementation|answer|text) (?:goes )?here",
      "a 'your code here' placeholder", ("your ",)),
-    (re.compile(r"\b(?:implement (?:me|this)|fill (?:this|me) in)\b", re.IGNORECASE),
+    (r"(?i)\b(?:implement (?:me|this)|fill (?:this|me) in)\b",
      "an 'implement me' placeholder", ("implement ", "fill ")),
-    (re.compile(r"\blorem ipsum\b", re.IGNORECASE), "lorem ipsum filler", ("lorem ipsum",)),
-    (re.compile(r"<(?:placeholder|insert [^>]*)>", re.IGNORECASE), "a <placeholder>",
-     ("<placeholder>", "<insert ")),
+    (r"(?i)\blorem ipsum\b", "lorem ipsum filler", ("lorem ipsum",)),
+    (r"(?i)<(?:placeholder|insert [^>]*)>", "a <placeholder>", ("<placeholder>", "<insert ")),
 ]
 CODE_SUFFIXES = {".py", ".js", ".ts", ".jsx", ".tsx", ".go", ".rs", ".java", ".rb",
                  ".c", ".h", ".cpp", ".sh"}
 # An ellipsis standing in for a body (`pass  # TODO` is caught by the TODO marker).
-CODE_PLACEHOLDERS = [
-    (re.compile(r"^\s*\.\.\.\s*(?:#.*)?$"), "a '...' body", ("...",)),
-    (re.compile(r":\s*\.\.\.\s*(?:#.*)?$"), "a '...' body", ("...",)),
+_CODE_PLACEHOLDER_PATTERNS = [
+    (r"^\s*\.\.\.\s*(?:#.*)?$", "a '...' body", ("...",)),
+    (r":\s*\.\.\.\s*(?:#.*)?$", "a '...' body", ("...",)),
 ]
+
+
+def _linear(pattern: str) -> Any:
+    """`pattern` compiled by RE2 (matching in time linear in the text, the GIL released);
+    ValueError with RE2's reason when it cannot be (lookaround, backreferences)."""
+    import re2  # google-re2, imported when a check first needs it
+
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print its parse errors to evalctl's stderr
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        raise ValueError(str(exc)) from None
+
+
+@functools.cache
+def _placeholders(code: bool) -> list[tuple[Any, str, tuple[str, ...]]]:
+    return [(_linear(pattern), label, clues) for pattern, label, clues in
+            _PLACEHOLDER_PATTERNS + (_CODE_PLACEHOLDER_PATTERNS if code else [])]
 
 
 def _folded(text: str) -> str:
     """`text` case-folded as the clues are matched: IGNORECASE also matches the dotless
     ı to i, which casefold() keeps."""
     return text.casefold().replace("\u0131", "i")
+
+
+def _dotted(line: str) -> str:
+    """`line` with the Turkish dotless ı and dotted İ as i and I: Python's IGNORECASE
+    matched them so (an agent's `ımplement this` is still a placeholder), and RE2's case
+    folding, Unicode's simple one, does not. One character for one: positions hold."""
+    if "\u0131" in line or "\u0130" in line:
+        return line.replace("\u0131", "i").replace("\u0130", "I")
+    return line
 
 
 def _line_blocks(handle: BinaryIO) -> Iterator[tuple[int, str, list[str | None]]]:
@@ -225,7 +260,7 @@ def _scan(relative: str, handle: BinaryIO, seeded: set[str], found: _Findings) -
     `found`. The whole file is read, a block of lines at a time, so padding cannot push
     a placeholder out of sight, and memory stays bounded."""
     is_code = Path(relative).suffix in CODE_SUFFIXES
-    patterns = PLACEHOLDERS + (CODE_PLACEHOLDERS if is_code else [])
+    patterns = _placeholders(is_code)
     clues = [clue for _, _, some in patterns for clue in some]
     for first, text, lines in _line_blocks(handle):
         if None not in lines:
@@ -241,8 +276,9 @@ def _scan(relative: str, handle: BinaryIO, seeded: set[str], found: _Findings) -
             line = line.rstrip("\r")
             if line in seeded:
                 continue  # the agent did not write this line
+            probe = _dotted(line)
             for pattern, label, _ in patterns:
-                if pattern.search(line):
+                if pattern.search(probe):
                     found.hit_count += 1
                     if len(found.hits) < SHOWN:
                         found.hits.append(f"{relative}:{number}: {label}: {line.strip()[:80]}")
@@ -310,7 +346,9 @@ def evalctl_register_graders(register):
                          "description": "Exact text, searched for in the whole file (read "
                                         "in chunks, any size)."},
                 "regex": {"type": "string", "minLength": 1,
-                          "description": "A Python regular expression (multiline), matched "
+                          "description": "A regular expression in Python's syntax without "
+                                         "lookaround or backreferences (matched by RE2, in "
+                                         "linear time; multiline: ^ and $ at every line), "
                                          "within the file's first 5 MB: a bigger file that "
                                          "does not match there fails, negated or not."},
                 "negate": {"type": "boolean", "description": "Pass when it is NOT there."},

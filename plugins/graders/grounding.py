@@ -33,7 +33,9 @@ WRAPPERS = "`'\"()[]{}<>*“”‘’"
 TRAILING = ".,;:!?…"
 URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://|^www\.|^mailto:", re.IGNORECASE)
 LINE_SUFFIX = re.compile(r"(?::\d+){1,2}$|#L\d+(?:-L?\d+)?$")
-VERSION = re.compile(r"^v?\d+(?:\.\d+)+(?:[-+.]?[a-z0-9]+)*$", re.IGNORECASE)
+# Possessive: the tokens are the agent's, and `(?:[-+.]?[a-z0-9]+)*` let Python's re
+# split a run of letters every way before failing (`1.1` and 40 letters and `_`: hours).
+VERSION = re.compile(r"^v?\d++(?:\.\d++)++(?:[-+.]?[a-z0-9]++)*+$", re.IGNORECASE)
 ABBREVIATION = re.compile(r"^(?:[a-zA-Z]\.){2,}$|^(?:etc|vs|approx|incl|cf|no)\.$",
                           re.IGNORECASE)
 SEGMENT = re.compile(r"^[A-Za-z0-9_.@+~-]+$")
