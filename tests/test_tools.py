@@ -418,3 +418,24 @@ def test_grep_stops_at_its_budget_of_lines(workspace, monkeypatch):
     monkeypatch.setattr(tools, "SEARCH_MAX_LINES", 1_000)
     found = use(toolbox(workspace), "grep", pattern="needle", path="many.txt")
     assert found.content == "many.txt:250:needle"
+
+
+def test_a_glob_or_grep_stops_at_its_clock_and_a_huge_pattern_is_refused(workspace, monkeypatch):
+    import evalctl._agent.tools as tools
+
+    (workspace.root / "many").mkdir()
+    for n in range(300):
+        (workspace.root / "many" / f"f{n}.txt").write_text("x\n")
+    (workspace.root / "long.txt").write_text("a\n" * 3000)
+    box = toolbox(workspace)
+    monkeypatch.setattr(tools, "SEARCH_MAX_SECONDS", 0)  # out of time at the first look
+    assert "[stopped after looking at part of the workspace" in \
+        use(box, "glob", pattern="many/*.txt").content
+    out = use(box, "grep", pattern="zzz", path="long.txt")
+    assert "[stopped at long.txt:1024 after 0 s of searching" in out.content
+    monkeypatch.setattr(tools, "SEARCH_MAX_SECONDS", 20)
+    assert "stopped" not in use(box, "grep", pattern="zzz", path="long.txt").content
+    # 40 x .{1000}: a program of some 40,000 instructions, about 17 µs a byte of text once
+    # RE2's DFA gives up on it (a 5 MB line: minutes). Over the program budget: refused.
+    huge = use(box, "grep", pattern="a" + ".{1000}" * 40 + "c", path="long.txt")
+    assert huge.is_error and "invalid regular expression" in huge.content

@@ -19,6 +19,7 @@ import functools
 import io
 import os
 import stat
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,9 @@ from evalctl._plugin.tooldefs import (
     READ_MAX_BYTES,
     SEARCH_MAX_FILE_BYTES,
     SEARCH_MAX_LINES,
+    SEARCH_MAX_SECONDS,
     SEARCH_MAX_TOTAL_BYTES,
+    SEARCH_PROGRAM_BYTES,
     TOOL_DEFINITIONS,
     WALK_MAX_ENTRIES,
     WRITING_TOOLS,
@@ -91,7 +94,11 @@ class _Walk:
         depth = None if "**" in rest else len(rest)
         matches = _glob_matcher(rest)
         steps = 0
+        deadline = time.monotonic() + SEARCH_MAX_SECONDS
         for seen, (relative, entry) in enumerate(walk(start, max_depth=depth), start=1):
+            if seen % 256 == 0 and time.monotonic() > deadline:  # costly parts, fnmatch's
+                self.cut_short = True
+                return
             names = relative.split("/")
             # The matcher's work is the pattern's parts times the path's names: a deep
             # tree can make that large where the count of paths is not.
@@ -154,6 +161,10 @@ def _compile_search(pattern: str) -> Any:
 
     options = re2.Options()
     options.log_errors = False  # RE2 would print parse errors to evalctl's stderr
+    # RE2 is linear in the text, times the size of the pattern's program when its DFA
+    # gives up: `a(.{1000}){4}c` is about 17 µs a byte. A small budget keeps that factor
+    # small; the search's clock (SEARCH_MAX_SECONDS) bounds the rest.
+    options.max_mem = SEARCH_PROGRAM_BYTES
     try:
         return re2.compile(pattern, options)
     except re2.error as exc:
@@ -388,6 +399,8 @@ class Toolbox:
         read = 0
         lines_left = SEARCH_MAX_LINES  # 200 MB of two-byte lines is 100 million Python steps
         cut_lines: str | None = None
+        deadline = time.monotonic() + SEARCH_MAX_SECONDS
+        out_of_time: str | None = None
         skipped: list[str] = []
         unread: list[str] = []
         real_root = root.resolve()
@@ -409,7 +422,7 @@ class Toolbox:
                 if size > SEARCH_MAX_FILE_BYTES or _looks_binary(raw):
                     skipped.append(_shown(relative))
                     continue
-                if read + size > SEARCH_MAX_TOTAL_BYTES or lines_left <= 0:
+                if read + size > SEARCH_MAX_TOTAL_BYTES or lines_left <= 0 or out_of_time:
                     unread.append(_shown(relative))
                     continue
                 read += size
@@ -418,6 +431,9 @@ class Toolbox:
                     lines_left -= 1
                     if lines_left < 0:
                         cut_lines = _shown(relative)
+                        break
+                    if number % 1024 == 0 and time.monotonic() > deadline:
+                        out_of_time = f"{_shown(relative)}:{number}"
                         break
                     line = line.rstrip("\r\n")  # RE2's $ is the end of the text alone
                     if regex.search(line):
@@ -428,6 +444,9 @@ class Toolbox:
         note = (f"\n[not searched, binary or over {SEARCH_MAX_FILE_BYTES // 1_000_000} MB: "
                 f"{', '.join(skipped[:10])}{' ...' if len(skipped) > 10 else ''}]"
                 if skipped else "")
+        if out_of_time is not None:
+            note += (f"\n[stopped at {out_of_time} after {SEARCH_MAX_SECONDS} s of searching; "
+                     "narrow the search or simplify the pattern]")
         if cut_lines is not None:
             note += (f"\n[stopped in {cut_lines} after {SEARCH_MAX_LINES:,} lines searched in "
                      "all; narrow the search with path or glob]")

@@ -28,6 +28,8 @@ WALK_MAX_ENTRIES = 200_000  # one glob or grep looks at most at this many paths
 GLOB_MAX_PARTS = 64  # a glob pattern's parts ('a/**/*.py' has three), runs of ** as one
 GLOB_MAX_STEPS = 5_000_000  # matching work one glob or grep may do: parts x names
 READ_MAX_BYTES = 100_000_000  # one read_file reads at most this much of a file
+SEARCH_MAX_SECONDS = 20  # a glob or grep stops after this long (costly patterns)
+SEARCH_PROGRAM_BYTES = 512 * 1024  # RE2's memory for one grep pattern: its size
 EDIT_MAX_FILE_BYTES = 10_000_000
 BASH_DEFAULT_TIMEOUT = 60.0
 BASH_MAX_TIMEOUT = 600
@@ -196,8 +198,8 @@ TOOL_REFERENCE: dict[str, ToolReference] = {
          "files only; " + ", ".join(f"`{d}`" for d in sorted(IGNORED_DIRS)) + " are skipped",
          f"looks at most at {WALK_MAX_ENTRIES:,} paths (any depth; linked directories are "
          "not entered), and no more than the pattern can be matched against quickly "
-         f"({GLOB_MAX_STEPS:,} steps, a step a pattern part and path name), and says when "
-         "it stopped"),
+         f"({GLOB_MAX_STEPS:,} steps, a step a pattern part and path name, and "
+         f"{SEARCH_MAX_SECONDS} s), and says when it stopped"),
         ("a pattern that is absolute or contains `..`",
          f"a pattern of more than {GLOB_MAX_PARTS} parts (a run of `**` counts as one)",
          "no match is not an error: the result says so")),
@@ -213,7 +215,8 @@ TOOL_REFERENCE: dict[str, ToolReference] = {
          f"{WALK_MAX_ENTRIES:,} paths (fewer for a costly `glob`, as glob does), and says "
          "what it left out",
          "the pattern is matched by RE2, in time linear in the text: no pattern can make "
-         "it hang"),
+         f"it hang; a pattern too big for RE2's {SEARCH_PROGRAM_BYTES // 1024} KB program "
+         f"budget is refused, and a search stops after {SEARCH_MAX_SECONDS} s, saying so"),
         ("an invalid regular expression (RE2 syntax, as Python's `re` without lookaround "
          "or backreferences)", "`path` does not exist",
          "a `glob` that is absolute or contains `..`, or of more than "
