@@ -321,6 +321,12 @@ def snapshot(root: Path) -> dict[str, str]:
     return found
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to `fd` with raw calls (os.write may write less than asked)."""
+    while data:
+        data = data[os.write(fd, data):]
+
+
 def _umask() -> int:
     current = os.umask(0)
     os.umask(current)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalctl._files import IGNORED_DIRS, real_directory, resolve_inside, snapshot
+from evalctl._files import IGNORED_DIRS, real_directory, resolve_inside, snapshot, write_all
 from evalctl._sources.model import Source
 
 
@@ -209,8 +209,7 @@ def _write_seeded(path: str, content: str) -> None:
         os.unlink(path)
         fd = os.open(path, _SEEDED, 0o666)
     try:
-        while data:
-            data = data[os.write(fd, data):]
+        write_all(fd, data)
     finally:
         os.close(fd)
 

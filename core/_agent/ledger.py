@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evalctl._files import write_all
 from evalctl._plugin.types import TokenUsage
 from evalctl._text import json_line
 
@@ -48,9 +49,7 @@ class Ledger:
                   "event": event, **fields}
         try:
             # Unbuffered: each event is on its way to the disk before the next happens.
-            data = (json_line(record) + "\n").encode("utf-8")
-            while data:
-                data = data[os.write(self._fd, data):]
+            write_all(self._fd, (json_line(record) + "\n").encode("utf-8"))
         except (OSError, ValueError) as exc:  # a full disk must not cost the task its result
             self.failure = f"cannot write {self.path}: {exc}"
             self.close()

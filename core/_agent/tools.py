@@ -96,14 +96,13 @@ class _Walk:
         steps = 0
         deadline = time.monotonic() + SEARCH_MAX_SECONDS
         for seen, (relative, entry) in enumerate(walk(start, max_depth=depth), start=1):
-            if seen % 256 == 0 and time.monotonic() > deadline:  # costly parts, fnmatch's
-                self.cut_short = True
-                return
             names = relative.split("/")
             # The matcher's work is the pattern's parts times the path's names: a deep
-            # tree can make that large where the count of paths is not.
+            # tree can make that large where the count of paths is not; and a part can
+            # be costly to match (fnmatch's), which the clock bounds.
             steps += len(rest) * (len(names) + 1)
-            if seen > WALK_MAX_ENTRIES or steps > GLOB_MAX_STEPS:
+            if seen > WALK_MAX_ENTRIES or steps > GLOB_MAX_STEPS or (
+                    seen % 256 == 0 and time.monotonic() > deadline):
                 self.cut_short = True
                 return
             if matches(names):
@@ -179,12 +178,12 @@ def _compile_search(pattern: str) -> Any:
 READ_CUT = object()
 
 
-def _bounded_lines(handle: Any, budget: int | None = None) -> Any:
+def _bounded_lines(handle: Any) -> Any:
     """The file's lines without their endings, each cut at LINE_LIMIT characters, reading
     at most that much at a time: a file that is one enormous line cannot flood memory.
-    At most `budget` characters are read (READ_MAX_BYTES unless given; a sparse file of
-    a terabyte is a terabyte to read): past it, READ_CUT is yielded and no more."""
-    left = READ_MAX_BYTES if budget is None else budget
+    At most READ_MAX_BYTES characters are read (a sparse file of a terabyte is a terabyte
+    to read): past it, READ_CUT is yielded and no more."""
+    left = READ_MAX_BYTES
     while True:
         piece = handle.readline(LINE_LIMIT + 1)
         if not piece:
@@ -229,7 +228,7 @@ class Toolbox:
         self._validators = tool_validators()
         # The file tools run in evalctl's pool of blocking work, one call at a time for
         # an attempt: a turn of many calls cannot take many threads from other attempts.
-        self._in_pool: asyncio.Lock | None = None
+        self._in_pool = asyncio.Lock()
 
     async def call(self, name: str, arguments: Any) -> ToolOutcome:
         validator = self._validators.get(name)
@@ -248,8 +247,6 @@ class Toolbox:
             if name == "bash":
                 outcome = await self.bash(**arguments)
             else:
-                if self._in_pool is None:
-                    self._in_pool = asyncio.Lock()
                 async with self._in_pool:
                     outcome = await off_loop(getattr(self, name), **arguments)
         except ConfinementError as exc:
