@@ -148,24 +148,28 @@ def _bwrap_floor_task(base: Path, index: int) -> None:
                    stdin=subprocess.DEVNULL)
 
 
-def floor(threads: int, bwrap: bool = False) -> float:
+def floor(work: Path, threads: int, bwrap: bool = False) -> float:
     """Seconds per task of the floor, serially (1 thread) or on `threads` threads, with
     plain spawns or bubblewrap ones. The machine is shared: each figure measures it
-    right beside itself, and both take the best of the same number of tries."""
+    right beside itself, and both take the best of the same number of tries.
+
+    Its directories stay in `work` until the bench ends, as evalctl's run directories
+    do: ext4 without a journal passes over inodes freed in the last minutes when it
+    allocates one (`recently_deleted`), so removing a thousand directories here made
+    every file the next measurement created cost up to twice as much."""
     task = _bwrap_floor_task if bwrap else _floor_task
     _system_links()
-    with tempfile.TemporaryDirectory(prefix="evalctl-floor-") as scratch:
-        base = Path(scratch)
-        before = os.times()
-        started = time.perf_counter()
-        if threads == 1:
-            for index in range(FLOOR_ITERATIONS):
-                task(base, index)
-        else:
-            with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(functools.partial(task, base), range(FLOOR_ITERATIONS)))
-        seconds = (time.perf_counter() - started) / FLOOR_ITERATIONS
-        after = os.times()
+    base = Path(tempfile.mkdtemp(prefix="floor-", dir=work))
+    before = os.times()
+    started = time.perf_counter()
+    if threads == 1:
+        for index in range(FLOOR_ITERATIONS):
+            task(base, index)
+    else:
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(functools.partial(task, base), range(FLOOR_ITERATIONS)))
+    seconds = (time.perf_counter() - started) / FLOOR_ITERATIONS
+    after = os.times()
     label = ("bwrap, " if bwrap else "") + ("serially" if threads == 1 else f"on {threads} threads")
     own = after.user - before.user + after.system - before.system
     children = (after.children_user - before.children_user + after.children_system
@@ -350,7 +354,7 @@ def run_generated(work: Path, name: str, make_task, count: int, concurrency: int
 def bench_overhead(work: Path) -> None:
     floors, runs = [], []
     for _ in range(2):
-        floors.append(floor(2))
+        floors.append(floor(work, 2))
         runs.append(run_generated(work, "overhead", task_yaml, 1000)[0] / 1000)
     report("per-task overhead, 1,000 tasks (bash + file_exists + command)", min(runs),
            0.015, "ms")
@@ -367,9 +371,9 @@ def bench_sandbox(work: Path) -> None:
     plain for `local`, each in a minimal bubblewrap sandbox for `bwrap`."""
     figures: dict[str, list[float]] = {}
     for _ in range(2):
-        figures.setdefault("serial", []).append(floor(1))
-        figures.setdefault("floor", []).append(floor(2))
-        figures.setdefault("bwrap floor", []).append(floor(2, bwrap=True))
+        figures.setdefault("serial", []).append(floor(work, 1))
+        figures.setdefault("floor", []).append(floor(work, 2))
+        figures.setdefault("bwrap floor", []).append(floor(work, 2, bwrap=True))
         for sandbox in ("local", "bwrap"):
             elapsed, _ = run_generated(work, "sandbox", task_yaml, 1000, sandbox=sandbox)
             figures.setdefault(sandbox, []).append(elapsed / 1000)

@@ -450,6 +450,46 @@ print(",".join(heavy))
     assert done.stdout.strip() == ""
 
 
+def test_a_valid_run_never_imports_the_python_schema_validator(tmp_path):
+    """Suites, tool calls and plugin options are all answered "valid" by the compiled
+    validator; Python's jsonschema (about 40 ms to import) is only for explaining."""
+    suite = tmp_path / "s.yaml"
+    suite.write_text("""\
+- id: write
+  prompt: Write a.txt.
+  checks:
+    - type: file_contains
+      path: a.txt
+      text: done
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: a.txt
+            content: done
+        - tool: read_file
+          input:
+            path: a.txt
+            offset: 1
+            limit: 5
+    - text: Done.
+""")
+    probe = f"""
+import sys
+from click.testing import CliRunner
+from evalctl._cli import cli
+done = CliRunner().invoke(cli, ["run", {str(suite)!r}, "--sandbox", "local",
+                                "--out", {str(tmp_path / "out")!r}])
+assert done.exit_code == 0, done.output
+print("jsonschema" in sys.modules, "jsonschema_rs" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env={**environment_without_evalctl_settings(),
+                               "EVALCTL_CACHE_DIR": str(tmp_path / "cache")}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+
+
 def test_a_broken_provider_plugin_is_an_error_and_the_reports_are_written(tmp_path):
     class Broken:
         async def complete(self, request):

@@ -215,6 +215,28 @@ def test_unknown_tools_and_bad_arguments_are_tool_errors(workspace):
     assert wrong.is_error
 
 
+def test_valid_arguments_never_reach_the_python_validator(workspace, monkeypatch):
+    """The compiled validator answers "valid"; Python's jsonschema only explains."""
+    import jsonschema
+
+    box = toolbox(workspace)
+    calls = []
+    real = jsonschema.Draft202012Validator
+
+    def counting(schema):
+        calls.append(schema)
+        return real(schema)
+
+    monkeypatch.setattr(jsonschema, "Draft202012Validator", counting)
+    assert not use(box, "write_file", path="x.txt", content="y").is_error
+    assert not use(box, "read_file", path="x.txt", offset=1, limit=2).is_error
+    assert not use(box, "read_file", path="x.txt", offset=1.0).is_error  # as Python's says
+    assert calls == []
+    assert "0 is less than the minimum of 1" in use(box, "read_file", path="x.txt",
+                                                     offset=0).content
+    assert len(calls) == 1
+
+
 def test_changed_files_compares_against_the_seed(workspace):
     (workspace.root / "notes.txt").write_text("changed")
     (workspace.root / "new.txt").write_text("new")

@@ -182,13 +182,13 @@ def test_an_invalid_suite_is_explained_by_the_python_validator(write_suite, monk
     import jsonschema_rs
 
     calls = []
-    real = jsonschema_rs.validator_for
+    real = jsonschema_rs.Draft202012Validator
 
     def counting(schema):
         calls.append(schema)
         return real(schema)
 
-    monkeypatch.setattr(jsonschema_rs, "validator_for", counting)
+    monkeypatch.setattr(jsonschema_rs, "Draft202012Validator", counting)
     problems = validate_suite(write_suite(MINIMAL.replace("path: a.txt", "path: 3")))
     assert calls and [(p.line, "expected text, got the number 3" in p.message)
                       for p in problems] == [(5, True)]
@@ -227,12 +227,12 @@ def test_the_compiled_validator_reads_a_third_party_pattern_as_python_does(patte
     is never more lenient than the validator that explains problems."""
     import re
 
-    from evalctl._suite.problems import _surely_valid
+    from evalctl._schema_check import surely_valid
 
     values = {"type": "object", "properties": {"v": {"type": "string", "pattern": pattern}}}
     keys = {"type": "object", "patternProperties": {pattern: {"type": "integer"}}}
     for text in ["abc", "abc\n", "a$b", "a$b\n", "$x", "$x\n", "]$", "]$\n", "b", "b\n",
                  "x\\", "x\\\n", "abc\nd", "a..", "a..\n", ""]:
         python_valid = re.search(pattern, text) is not None
-        assert _surely_valid({"v": text}, values) == python_valid, text
-        assert _surely_valid({text: "not an integer"}, keys) == (not python_valid), text
+        assert surely_valid({"v": text}, values) == python_valid, text
+        assert surely_valid({text: "not an integer"}, keys) == (not python_valid), text

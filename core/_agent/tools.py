@@ -49,6 +49,7 @@ from evalctl._plugin.tooldefs import (
 )
 from evalctl._plugin.types import Sandbox
 from evalctl._process import OUTPUT_LIMIT
+from evalctl._schema_check import SchemaCheck
 from evalctl._text import BINARY_SAMPLE_BYTES, escape_surrogates, looks_binary, truncate
 from evalctl._workspace import Workspace
 
@@ -211,11 +212,9 @@ def _looks_binary(handle: Any) -> bool:
 
 
 @functools.cache
-def tool_validators() -> dict[str, Any]:
-    """A JSON Schema validator per tool, built once per process."""
-    from jsonschema import Draft202012Validator
-
-    return {t.name: Draft202012Validator(t.input_schema) for t in TOOL_DEFINITIONS}
+def tool_validators() -> dict[str, SchemaCheck]:
+    """A JSON Schema check per tool, compiled once per process."""
+    return {t.name: SchemaCheck(t.input_schema) for t in TOOL_DEFINITIONS}
 
 
 class Toolbox:
@@ -236,7 +235,7 @@ class Toolbox:
             return _error(f"unknown tool {name!r}; available: {', '.join(self._validators)}")
         if not isinstance(arguments, Mapping):
             return _error(f"{name}: arguments must be an object")
-        problems = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.path))
+        problems = validator.errors(dict(arguments))
         if problems:
             return _error(f"{name}: invalid arguments: " + "; ".join(e.message for e in problems))
         if self.permissions == "read-only" and name in WRITING_TOOLS:

@@ -10,6 +10,7 @@ from typing import Any
 
 from evalctl._errors import UsageError
 from evalctl._plugin.specs import ProviderSpec
+from evalctl._schema_check import SchemaCheck
 
 _TYPE_WORDS = {"integer": "a whole number", "number": "a number", "boolean": "true or false",
                "string": "text", "array": "a list", "object": "a mapping"}
@@ -37,10 +38,8 @@ def typed_options(kind: str, name: str, options_schema: Mapping[str, Any],
             raise UsageError(f"{kind} '{name}' has no option '{key}'{hint}; its "
                              f"options: {', '.join(known) or 'none'}")
         typed[key] = _typed(f"{kind} '{name}'", key, value, properties[key])
-    from jsonschema import Draft202012Validator
-
     schema = {"additionalProperties": False, **dict(options_schema)}
-    for error in sorted(Draft202012Validator(schema).iter_errors(typed), key=lambda e: e.path):
+    for error in SchemaCheck(schema).errors(typed):
         where = f" '{error.path[0]}'" if error.path else "s"
         raise UsageError(f"{kind} '{name}' option{where}: {error.message}")
     return typed

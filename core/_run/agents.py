@@ -18,6 +18,7 @@ from typing import Any
 from evalctl._errors import UsageError
 from evalctl._plugin.registry import Registry
 from evalctl._plugin.specs import AgentSpec
+from evalctl._schema_check import SchemaCheck
 
 DEFAULT_AGENT = "evalctl"
 VERSION_OPTION = "version"
@@ -129,11 +130,8 @@ def coerce_agent_options(spec: AgentSpec, pairs: Mapping[str, Any]) -> dict[str,
 
 
 def validate_agent_options(spec: AgentSpec, name: str, options: Mapping[str, Any]) -> None:
-    from jsonschema import Draft202012Validator
-
     schema = {"additionalProperties": False, **dict(spec.options_schema)}
-    problems = sorted(Draft202012Validator(schema).iter_errors(dict(options)),
-                      key=lambda e: list(e.path))
+    problems = SchemaCheck(schema).errors(dict(options))
     if problems:
         known = ", ".join([*spec.options_schema.get("properties", {}), VERSION_OPTION])
         via = f" (a preset of '{spec.name}')" if name != spec.name else ""

@@ -8,6 +8,7 @@ from typing import Any
 
 from evalctl._errors import Problem
 from evalctl._plugin.registry import Registry
+from evalctl._schema_check import surely_valid
 from evalctl._suite.yamlsource import Located
 
 
@@ -73,73 +74,9 @@ def _where(located: Located, path: tuple[Any, ...]) -> str:
     return ", ".join(parts) or "the suite"
 
 
-def _surely_valid(data: Any, schema: Mapping[str, Any]) -> bool:
-    """Whether jsonschema-rs (compiled, about a hundred times faster than the Python
-    validator) finds `data` valid. Only its "valid" is trusted: anything else — an error,
-    a value it cannot convert, a schema it refuses — sends the document to the Python
-    validator, whose errors are the ones explained to the user. Its patterns are read as
-    Python's re reads them (see _as_python_reads), so it is never the more lenient."""
-    try:
-        import jsonschema_rs
-
-        return bool(jsonschema_rs.validator_for(_python_patterns(schema)).is_valid(data))
-    except Exception:  # any doubt means "validate it the slow way"
-        return False
-
-
-def _python_patterns(node: Any) -> Any:
-    """A copy of a schema with every `pattern` (and `patternProperties` key) as Python's
-    re would match it."""
-    if isinstance(node, Mapping):
-        out = {}
-        for key, value in node.items():
-            if key == "pattern" and isinstance(value, str):
-                out[key] = _as_python_reads(value)
-            elif key == "patternProperties" and isinstance(value, Mapping):
-                out[key] = {_as_python_reads(k): _python_patterns(v) for k, v in value.items()}
-            else:
-                out[key] = _python_patterns(value)
-        return out
-    if isinstance(node, list):
-        return [_python_patterns(item) for item in node]
-    return node
-
-
-def _as_python_reads(pattern: str) -> str:
-    """`pattern` for a Rust regex, matching what Python's re.search matches: an unescaped
-    `$` outside a character class also matches before a final newline there (a
-    third-party grader's `^[a-z]+$` takes "abc\n" in Python, which decides)."""
-    out: list[str] = []
-    index, in_class = 0, False
-    while index < len(pattern):
-        char = pattern[index]
-        if char == "\\":
-            out.append(pattern[index:index + 2])
-            index += 2
-            continue
-        if in_class:
-            in_class = char != "]"
-        elif char == "[":
-            in_class = True
-            out.append(char)
-            index += 1
-            for literal in ("^", "]"):  # '[^]...]' and '[]...]': that ']' is literal
-                if pattern.startswith(literal, index):
-                    out.append(literal)
-                    index += 1
-            continue
-        elif char == "$":
-            out.append(r"(?=\n?\z)")
-            index += 1
-            continue
-        out.append(char)
-        index += 1
-    return "".join(out)
-
-
 def schema_problems(located: Located, schema: Mapping[str, Any], label: str,
                      registry: Registry) -> Iterable[Problem]:
-    if _surely_valid(located.data, schema):
+    if surely_valid(located.data, schema):
         return
     from jsonschema import Draft202012Validator
 
