@@ -1456,3 +1456,23 @@ def test_without_its_own_device_nodes_the_sandbox_is_refused(monkeypatch) -> Non
         monkeypatch.undo()
         bs._private_device_nodes.cache_clear()
     assert bs._probe_with(bs._find_bwrap()) is None
+
+
+def test_the_shared_directory_is_in_memory_when_it_can_be(tmp_path: Path) -> None:
+    """The /etc copy (some 700 files, removed at exit) goes to /dev/shm: on ext4 without
+    a journal, removing it from /tmp made the next run's copy fifteen times slower. Where
+    /dev/shm cannot be written, the system's temporary directory is used."""
+    probe = ("import sys\nfrom pathlib import Path\n"
+             "from evalctl.plugins.sandboxes import bwrap_jail as bs\n"
+             "if len(sys.argv) > 1:\n    bs.MEMORY_SCRATCH = Path(sys.argv[1])\n"
+             "etc, _ = bs._shared_etc()\n"
+             "print(etc.parent.parent, (etc / 'passwd').is_file())\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    for arguments, parent in (([], "/dev/shm"),
+                              ([str(tmp_path / "no-such-directory")], str(scratch))):
+        done = subprocess.run([sys.executable, "-c", probe, *arguments], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, "TMPDIR": str(scratch)})
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == [parent, "True"], done.stdout
+    assert list(scratch.iterdir()) == []  # removed at exit

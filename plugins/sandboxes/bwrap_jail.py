@@ -680,11 +680,23 @@ def _remove_if_creator(directory: Path, creator: int) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+# Where the shared directory goes when it can: a memory file system. It holds some 700
+# small files (the /etc copy is mostly symlinks) and is removed at exit; on ext4 without
+# a journal an inode freed in the last minutes is passed over, one by one, whenever a
+# new one is allocated, so each run's removal made the next run's copy take 300 ms
+# instead of 20 (and every file made near it afterwards dearer).
+MEMORY_SCRATCH = Path("/dev/shm")
+
+
 @_once
 def _shared_dir() -> Path:
-    """A directory of this process's for what every jail shares (never mounted itself).
+    """A directory of this process's for what every jail shares (never mounted itself):
+    in /dev/shm when it can be made there, else in the system's temporary directory.
     Removed at exit."""
-    directory = Path(tempfile.mkdtemp(prefix="evalctl-bwrap-"))
+    try:
+        directory = Path(tempfile.mkdtemp(prefix="evalctl-bwrap-", dir=MEMORY_SCRATCH))
+    except OSError:  # no /dev/shm, or not ours to write
+        directory = Path(tempfile.mkdtemp(prefix="evalctl-bwrap-"))
     atexit.register(_remove_if_creator, directory, os.getpid())
     return directory
 
