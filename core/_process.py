@@ -81,7 +81,7 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
     child_ends = [write_fd for _, write_fd in pipes] + ([stdin_pipe[0]] if stdin_pipe else [])
     # Spawned on the pool of blocking work: exec() takes about a millisecond of kernel
     # time (Python drops the GIL around vfork), which the event loop spends on other tasks.
-    spawning = loop.run_in_executor(work_pool(), functools.partial(
+    spawning = work_pool().to_loop(loop, functools.partial(
         _spawn, list(argv), str(cwd), dict(env),
         stdin_pipe[0] if stdin_pipe else None, out_write, err_write, tuple(pass_fds), started))
     try:

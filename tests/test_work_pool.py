@@ -151,6 +151,44 @@ def test_off_loop_runs_in_the_callers_context():
     assert asyncio.run(main()) == ("the caller's", False)
 
 
+def test_work_for_a_loop_reports_to_its_future_directly(pool, monkeypatch):
+    """to_loop: the outcome is set on the loop's own future; work cancelled before it
+    starts never runs; an exception (StopIteration too, which an asyncio future refuses)
+    comes back; an outcome for a loop already closed is dropped, not raised."""
+    ran: list[str] = []
+    release = threading.Event()
+
+    def stop() -> None:
+        raise StopIteration("done early")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert await pool.to_loop(loop, lambda: 42) == 42
+        with pytest.raises(ValueError, match="bad"):
+            await pool.to_loop(loop, lambda: int("bad"))
+        with pytest.raises(RuntimeError, match="StopIteration.*done early"):
+            await asyncio.wait_for(pool.to_loop(loop, stop), 5)
+        blocker = pool.to_loop(loop, lambda: release.wait(30))  # the pool's one thread
+        waiting = pool.to_loop(loop, lambda: ran.append("cancelled work"))
+        waiting.cancel()
+        release.set()
+        assert await blocker is True
+        assert await pool.to_loop(loop, lambda: ran.append("later work")) is None
+
+    asyncio.run(main())
+    assert ran == ["later work"]
+    escaped: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))
+    closed = asyncio.new_event_loop()
+    gate = threading.Event()
+    pool.submit(gate.wait, 30)
+    late = pool.to_loop(closed, lambda: "too late")
+    closed.close()
+    gate.set()
+    assert pool.submit(lambda: "after").result(5) == "after"
+    assert not late.done() and escaped == []
+
+
 def test_a_forked_child_gets_a_pool_of_its_own():
     import os
 
