@@ -640,7 +640,15 @@ def test_a_request_keys_hash_is_the_hash_of_its_canonical_text():
         {"model": None, "system": "sys \u2028 é", "tools": tools,
          "messages": [{"role": "user", "content": "hi \ud800"}]},
         {"tools": tools, "messages": [], "system": None, "model": "m"},  # any order
+        {"model": "m", "system": "s", "tools": tools, "messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "1", "name": "x",
+                                               "input": {"b": [1.5, None], "a": True}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "1",
+                                          "content": "\u0000 \U0001f600", "is_error": False}]}]},
         {"model": "m", "messages": []},  # another shape: encoded whole
     ):
         whole = hashlib.sha256(canonical_json(key).encode("ascii")).hexdigest()
         assert key_hash(key) == key_hash(dict(key)) == f"sha256:{whole}"
+        # ...and put together from the messages' own texts, as a recorder does
+        texts = [canonical_json(message) for message in key["messages"]]
+        assert key_hash(key, texts) == f"sha256:{whole}"

@@ -126,11 +126,12 @@ def canonical_json(value: Any) -> str:
 _tools_text: tuple[Any, str] = (None, "")
 
 
-def key_hash(key: Mapping[str, Any]) -> str:
+def key_hash(key: Mapping[str, Any], message_texts: list[str] | None = None) -> str:
     """The hash of canonical_json(key). A key of request_key's shape is put together from
     its parts, so the tools' text (several KB, the same list on every call: see
-    _tools_key) is encoded once, not at every exchange; the text is the same either way,
-    its keys in sorted order."""
+    _tools_key) is encoded once, not at every exchange, and the messages' from
+    `message_texts` (canonical_json of each message) when the caller has them; the text
+    is the same either way, its keys in sorted order."""
     global _tools_text
     if key.keys() == {"messages", "model", "system", "tools"}:
         tools = key["tools"]
@@ -138,7 +139,9 @@ def key_hash(key: Mapping[str, Any]) -> str:
         if seen is not tools:
             tools_text = canonical_json(tools)
             _tools_text = (tools, tools_text)
-        text = (f'{{"messages":{canonical_json(key["messages"])},'
+        messages = canonical_json(key["messages"]) if message_texts is None else \
+            "[" + ",".join(message_texts) + "]"
+        text = (f'{{"messages":{messages},'
                 f'"model":{canonical_json(key["model"])},'
                 f'"system":{canonical_json(key["system"])},"tools":{tools_text}}}')
     else:
@@ -264,13 +267,16 @@ class CassetteRecorder:
     def _record(self, request: ModelRequest, turn: ModelTurn | None, error: str | None,
                 status: str | None) -> None:
         key = request_key(request, self.model)
-        hashes = [hashlib.sha256(canonical_json(m).encode("ascii")).hexdigest()
-                  for m in key["messages"] or []] if isinstance(key["messages"], list) else []
+        # Each message is encoded once: for its hash here, and in the request's hash.
+        texts = [canonical_json(m) for m in key["messages"]] \
+            if isinstance(key["messages"], list) else None
+        hashes = [hashlib.sha256(text.encode("ascii")).hexdigest() for text in texts or []]
         stored = self._delta(key, hashes)
         self._written.append(_Written(key["model"], key["system"], key["tools"], hashes))
         answer: dict[str, Any] = {"response": turn_to_dict(turn)} if turn is not None else \
             {"error": {"message": error or "", "status": status}}
-        self._ledger.append("exchange", request_hash=key_hash(key), request=stored, **answer)
+        self._ledger.append("exchange", request_hash=key_hash(key, texts), request=stored,
+                            **answer)
 
     def _delta(self, key: Mapping[str, Any], hashes: list[str]) -> dict[str, Any]:
         """The request as written: whole, or against the earlier exchange that shares the
