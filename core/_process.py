@@ -155,15 +155,57 @@ def _devnull() -> int:
         return _DEVNULL[0]
 
 
+# (a command's name, the PATH it is looked up in) -> the file found there. Popen looks a
+# bare name up in the child, with an execve for every directory of PATH before the one
+# that holds it (eight for bash on a usual PATH), while the thread that started it waits
+# holding the GIL; looked up here once, a start is one execve.
+_FOUND: dict[tuple[str, str], str] = {}
+_FOUND_LOCK = threading.Lock()
+
+
+def _executable(name: str, env: Mapping[str, str]) -> str | None:
+    """Where `name` is on `env`'s PATH, as the child would find it; None when it names
+    a path itself, is not found, or PATH has a relative entry (found from the child's
+    directory, not this process's)."""
+    if "/" in name or not name:
+        return None
+    path = env.get("PATH", os.defpath)
+    key = (name, path)
+    found = _FOUND.get(key)
+    if found is None:
+        if not all(os.path.isabs(entry) for entry in path.split(os.pathsep)):
+            return None
+        import shutil
+
+        found = shutil.which(name, path=path)
+        if found is None:
+            return None
+        with _FOUND_LOCK:
+            _FOUND[key] = found
+    return found
+
+
 def _spawn(argv: list[str], cwd: str, env: dict[str, str], stdin_fd: int | None,
            out_fd: int, err_fd: int, pass_fds: tuple[int, ...] = (),
            started: Callable[[int], None] | None = None) -> subprocess.Popen[bytes]:
     import subprocess
 
-    process = subprocess.Popen(argv, cwd=cwd, env=env,
-                               stdin=_devnull() if stdin_fd is None else stdin_fd,
-                               stdout=out_fd, stderr=err_fd, start_new_session=True,
-                               pass_fds=pass_fds)
+    def popen(executable: str | None) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, executable=executable, cwd=cwd, env=env,
+                                stdin=_devnull() if stdin_fd is None else stdin_fd,
+                                stdout=out_fd, stderr=err_fd, start_new_session=True,
+                                pass_fds=pass_fds)
+
+    executable = _executable(argv[0], env)
+    try:
+        process = popen(executable)
+    except OSError:
+        if executable is None:
+            raise
+        # The file found before is gone or changed: look the name up as Popen does.
+        with _FOUND_LOCK:
+            _FOUND.pop((argv[0], env.get("PATH", os.defpath)), None)
+        process = popen(None)
     if started is not None:
         try:
             started(process.pid)

@@ -195,3 +195,38 @@ def test_a_failing_started_kills_the_command_and_raises(tmp_path, watcher):
                 time.sleep(0.02)
     assert not (tmp_path / "ran").exists()
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def test_a_bare_command_name_is_found_on_its_own_path_as_the_child_would(tmp_path):
+    """A bare name is looked up once on the command's PATH (not in the child, an execve
+    per directory); $0 stays the name given; a file found before and gone since is looked
+    up again; a relative PATH entry is left to the child, which reads it from its own
+    directory."""
+    first, second, work = tmp_path / "first", tmp_path / "second", tmp_path / "work"
+    for directory, says in ((first, "first"), (second, "second")):
+        directory.mkdir()
+        tool = directory / "evalctl-test-tool"
+        tool.write_text(f'#!/bin/sh\necho "$0 {says}"\n')
+        tool.chmod(0o755)
+    work.mkdir()
+    env = {"PATH": f"{first}:{second}:/usr/bin:/bin"}
+
+    def tool_run(environment):  # a script's $0 is the file the kernel was given
+        return run(run_process(["evalctl-test-tool"], cwd=work, env=environment,
+                               timeout=30)).stdout.split()
+
+    assert tool_run(env) == [str(first / "evalctl-test-tool"), "first"]
+    from evalctl._process import _FOUND  # looked up by the parent, once
+
+    assert _FOUND[("evalctl-test-tool", env["PATH"])] == str(first / "evalctl-test-tool")
+    (first / "evalctl-test-tool").unlink()
+    assert tool_run(env) == [str(second / "evalctl-test-tool"), "second"]
+    relative = work / "bin"
+    relative.mkdir()
+    (second / "evalctl-test-tool").rename(relative / "evalctl-test-tool")
+    assert tool_run({"PATH": "bin:/usr/bin:/bin"}) == ["bin/evalctl-test-tool", "second"]
+    with pytest.raises(FileNotFoundError):
+        tool_run({"PATH": f"{first}:/usr/bin:/bin"})
+    # A program's own argv[0] is the name given, as Popen's search leaves it.
+    shell = run(run_process(["sh", "-c", 'echo "$0"'], cwd=work, env=env, timeout=30))
+    assert shell.stdout.split() == ["sh"]
