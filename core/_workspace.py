@@ -120,6 +120,9 @@ _SHARED_PARENTS: set[str] = set()
 def _make_shared_parents(base: str) -> None:
     for shared in (".state", ".ledgers", ".cassettes", ".seed"):
         os.makedirs(f"{base}/{shared}", exist_ok=True)
+    # Remembered, so that a seed copy's directory below it resolves in three calls
+    # instead of an lstat for every component of its path.
+    real_directory(f"{base}/.seed")
     _SHARED_PARENTS.add(base)
 
 
