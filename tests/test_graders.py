@@ -158,6 +158,27 @@ def test_python_assertion(registry, workspace, python_mode):
     assert printed.passed and printed.detail == "the assertion held\nhello"
 
 
+def test_a_python_check_gets_its_plan_as_json_would_give_it(registry, workspace, python_mode):
+    """The runner reads its plan marshalled and imports neither json nor traceback for a
+    check that passes (a quarter of its time); the values are the JSON report's (lists,
+    not tuples), text keeps what it holds, and any line ending in the code is a newline."""
+    workspace.root.joinpath("é.txt").write_text("x")
+    light = {"type": "python", "code": (
+        "import sys\n"
+        "assert 'json' not in sys.modules and 'traceback' not in sys.modules\r\n"
+        "assert isinstance(result.usage.input_tokens, int)\r"
+        "assert type(result.final_text) is str and type(result.turns) is int\n"
+        "assert [p.name for p in workspace.glob('*.txt')] == ['é.txt']\n"
+        "assert type(result.events) is list\n"
+        "assert all(type(e) is dict for e in result.events), result.events")}
+    outcome = check(registry, workspace, light, in_sandbox(workspace, python_mode))
+    assert outcome.passed, outcome.detail
+    failing = check(registry, workspace, {"type": "python", "code": "1 / 0"},
+                    in_sandbox(workspace, python_mode))
+    assert not failing.passed and "ZeroDivisionError" in failing.detail \
+        and 'File "<check>", line 1' in failing.detail
+
+
 def test_python_checks_run_isolated(registry, workspace, python_mode, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-leak")
     (workspace.root / "helper.py").write_text("VALUE = 41\n")
