@@ -461,3 +461,46 @@ def test_a_glob_or_grep_stops_at_its_clock_and_a_huge_pattern_is_refused(workspa
     # RE2's DFA gives up on it (a 5 MB line: minutes). Over the program budget: refused.
     huge = use(box, "grep", pattern="a" + ".{1000}" * 40 + "c", path="long.txt")
     assert huge.is_error and "invalid regular expression" in huge.content
+
+
+def test_arguments_that_break_a_call_are_the_calls_failure_not_the_attempts(workspace,
+                                                                             monkeypatch):
+    """Found by an attacker: a loop of links under glob or grep, a NUL byte in a bash
+    command and a NaN timeout each raised out of the call, ending the attempt in
+    evalctl's own error (and so out of the score). Each is now an error the model reads;
+    so is anything a tool raises that nobody foresaw."""
+    box = toolbox(workspace)
+    os.symlink("loop", workspace.root / "loop")
+    os.symlink("b", workspace.root / "a")
+    os.symlink("a", workspace.root / "b")
+    for name, arguments in (("glob", {"pattern": "loop/*"}), ("glob", {"pattern": "a/b/*"}),
+                            ("grep", {"pattern": "x", "glob": "loop/*"})):
+        outcome = use(box, name, **arguments)
+        assert "no files match" in outcome.content or "no match" in outcome.content \
+            or outcome.is_error, (name, outcome)
+    nul = use(box, "bash", command="true\x00")
+    assert nul.is_error and "NUL byte" in nul.content
+    for number in (float("nan"), float("inf")):
+        refused = use(box, "bash", command="touch ran", timeout=number)
+        assert refused.is_error and "not a finite number" in refused.content
+    assert not (workspace.root / "ran").exists()
+
+    def broken(self, **arguments):
+        raise RuntimeError("something nobody foresaw")
+
+    monkeypatch.setattr(Toolbox, "read_file", broken)
+    unforeseen = use(box, "read_file", path="notes.txt")
+    assert unforeseen.is_error and "RuntimeError: something nobody foresaw" in unforeseen.content
+
+
+def test_a_write_that_cannot_be_encoded_leaves_the_file_as_it_was(workspace):
+    """write_file and edit_file encode the new text before they open (and so empty) the
+    file: a lone surrogate is refused, and the file keeps what it held."""
+    box = toolbox(workspace)
+    before = (workspace.root / "notes.txt").read_text()
+    for name, arguments in (("write_file", {"path": "notes.txt", "content": "x\ud800"}),
+                            ("edit_file", {"path": "notes.txt", "old_text": before,
+                                           "new_text": "\ud800"})):
+        outcome = use(box, name, **arguments)
+        assert outcome.is_error and "UTF-8" in outcome.content, (name, outcome)
+        assert (workspace.root / "notes.txt").read_text() == before, name

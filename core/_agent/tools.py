@@ -89,8 +89,11 @@ class _Walk:
                 parts[fixed] != "**":
             fixed += 1
         start = self.base.joinpath(*parts[:fixed])
-        if not start.resolve().is_relative_to(self.base.resolve()):
-            return  # a link that leads out: nothing there is the workspace's
+        try:
+            if not start.resolve().is_relative_to(self.base.resolve()):
+                return  # a link that leads out: nothing there is the workspace's
+        except (RuntimeError, OSError):  # a loop of links (3.11 raises RuntimeError)
+            return
         rest = parts[fixed:]
         depth = None if "**" in rest else len(rest)
         matches = _glob_matcher(rest)
@@ -254,6 +257,11 @@ class Toolbox:
             outcome = _error(f"{name}: {exc.strerror or exc}: {arguments.get('path', '')}")
         except UnicodeError as exc:  # a lone surrogate in a path or a file's new content
             outcome = _error(f"{name}: cannot be written as UTF-8: {exc}")
+        except Exception as exc:
+            # Whatever else a call raises is the call's failure, said to the model: an
+            # attempt must never end in evalctl's own error (and out of the score)
+            # because of arguments the model chose (a loop of links, a NUL byte, ...).
+            outcome = _error(f"{name}: failed: {type(exc).__name__}: {exc}")
         # Whatever it holds (a name that is not UTF-8, say), the outcome can be sent on.
         return ToolOutcome(escape_surrogates(outcome.content), outcome.is_error,
                            outcome.denied)
@@ -306,8 +314,9 @@ class Toolbox:
         target = self.workspace.resolve(path)
         if target.is_dir():
             return _error(f"write_file: {path} is a directory")
+        data = content.encode("utf-8", errors="surrogateescape")  # before the file is emptied
         with self._open(path, "w") as raw:
-            raw.write(content.encode("utf-8", errors="surrogateescape"))
+            raw.write(data)
         return ToolOutcome(f"wrote {len(content)} characters to {path}")
 
     def edit_file(self, path: str, old_text: str, new_text: str,
@@ -333,8 +342,9 @@ class Toolbox:
         if len(text) + replaced * (len(new_text) - len(old_text)) > EDIT_MAX_FILE_BYTES:
             return _error(f"edit_file: the edit would make {path} larger than "
                           f"{EDIT_MAX_FILE_BYTES // 1_000_000} MB")
-        with self._open(path, "w") as raw:
-            raw.write(text.replace(old_text, new_text).encode("utf-8", errors="surrogateescape"))
+        data = text.replace(old_text, new_text).encode("utf-8", errors="surrogateescape")
+        with self._open(path, "w") as raw:  # emptied only once the new text can be written
+            raw.write(data)
         return ToolOutcome(f"replaced {count if replace_all else 1} occurrence(s) in {path}")
 
     def glob(self, pattern: str) -> ToolOutcome:
@@ -464,6 +474,8 @@ class Toolbox:
     # -- bash ---------------------------------------------------------------------
 
     async def bash(self, command: str, timeout: float = BASH_DEFAULT_TIMEOUT) -> ToolOutcome:
+        if "\x00" in command:
+            return _error("bash: the command contains a NUL byte, which no program can be given")
         ran = await self.sandbox.run(command, timeout=timeout, merge_stderr=True,
                                      output_limit=OUTPUT_LIMIT)
         code, output, timed_out = ran.exit_code, ran.stdout, ran.timed_out
