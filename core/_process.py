@@ -70,6 +70,8 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
 
     from evalctl._blocking import work_pool  # here: `import evalctl` stays quick
 
+    if not 0 < timeout < float("inf"):  # NaN too: it would disorder every timer of the loop
+        raise ValueError(f"timeout must be a finite number of seconds above 0, not {timeout!r}")
     loop = asyncio.get_running_loop()
     # The output pipes are ours, not a transport's: waiting for the process must not
     # also wait for every holder of a pipe, and a backgrounded child holds it.

@@ -12,7 +12,7 @@ are all valid never imports Python's jsonschema (about 40 ms).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 
@@ -38,13 +38,49 @@ class SchemaCheck:
 
     def errors(self, value: Any) -> list[Any]:
         """Python jsonschema's errors for `value` (ordered by where they are), none when
-        it is valid."""
+        it is valid. A number no JSON document holds is an error wherever it is (see
+        unusable_numbers)."""
+        for path, why in unusable_numbers(value):
+            from jsonschema.exceptions import ValidationError
+
+            return [ValidationError(why, path=path)]
         if self.surely_valid(value):
             return []
         from jsonschema import Draft202012Validator
 
         return sorted(Draft202012Validator(self.schema).iter_errors(value),
                       key=lambda error: [str(step) for step in error.path])
+
+
+# An int this long (bits) may be over Python's limit for writing it out in decimal.
+_LONG_INT_BITS = 14_000
+_INFINITY = float("inf")
+
+
+def unusable_numbers(value: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
+    """Where `value` holds a number no JSON document can (a path of keys and indexes),
+    and why, in order: NaN or an infinity (Python's jsonschema lets NaN through every
+    bound, since each comparison is false, and a NaN timeout disorders every timer of the
+    event loop), or an integer too long to write in decimal (Python refuses to, in the
+    middle of explaining it). Iterative: a value may be as deep as it likes."""
+    pending: list[tuple[tuple[Any, ...], Any]] = [((), value)]
+    while pending:
+        where, item = pending.pop()
+        if isinstance(item, float):
+            if item != item or item in (_INFINITY, -_INFINITY):
+                yield where, f"{item!r} is not a finite number"
+        elif isinstance(item, int):
+            if item.bit_length() > _LONG_INT_BITS:
+                try:
+                    str(item)
+                except ValueError:
+                    yield where, (f"a number of {item.bit_length():,} bits, too long to "
+                                  "write out (if it is meant as text, quote it)")
+        elif isinstance(item, Mapping):
+            pending.extend(((*where, key), inner) for key, inner in reversed(item.items()))
+        elif isinstance(item, list | tuple):
+            pending.extend(((*where, index), inner)
+                           for index, inner in reversed(list(enumerate(item))))
 
 
 def surely_valid(value: Any, schema: Mapping[str, Any]) -> bool:

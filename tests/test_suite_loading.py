@@ -482,3 +482,43 @@ def test_validate_answers_an_unchanged_suite_from_the_verified_cache(write_suite
     path.write_text(MINIMAL.replace("type: file_exists", "type: no_such_grader"))
     problems = validate_suite(path)  # changed bytes: another key, never the old entry
     assert parses == [1, 1] and any(p.severity == "error" for p in problems)
+
+
+def test_numbers_no_json_holds_are_problems_at_their_line(write_suite):
+    """NaN and infinity (Python's jsonschema lets NaN through every bound, and a NaN
+    timeout disorders every timer of a run) and integers too long to write out are
+    refused where they are, all at once, with no traceback."""
+    problems = validate_suite(write_suite(MINIMAL + """\
+  limits:
+    seconds: .nan
+- id: two
+  prompt: Two
+  checks:
+    - type: command
+      command: "true"
+      timeout: .inf
+  script:
+    - tool_calls:
+        - tool: bash
+          input:
+            command: sleep 1
+            timeout: -.inf
+- id: three
+  prompt: Three
+  limits:
+    turns: 0x""" + "f" * 4000 + """
+  checks:
+    - type: file_exists
+      path: a.txt
+"""))
+    assert [p.line for p in problems] == [7, 13, 19, 23], problems
+    assert all("is not a finite number" in p.message for p in problems[:3])
+    assert "too long to write out" in problems[3].message and "task 'three'" in \
+        problems[3].message
+
+
+def test_an_integer_written_with_a_point_is_an_integer(write_suite):
+    """`turns: 2.0` is an integer to JSON Schema: the task gets 2, not a float that
+    ends every attempt in evalctl's own error."""
+    suite = load_suite(write_suite(MINIMAL + "  limits:\n    turns: 2.0\n"))
+    assert suite.tasks[0].limits.turns == 2 and type(suite.tasks[0].limits.turns) is int

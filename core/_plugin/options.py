@@ -48,6 +48,8 @@ def typed_options(kind: str, name: str, options_schema: Mapping[str, Any],
 def _typed(owner: str, key: str, value: Any, schema: Mapping[str, Any]) -> Any:
     """Text typed as the schema says; anything else (from the config, say) as it is."""
     kind = schema.get("type", "string")
+    if kind == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value)  # 2.0 is an integer to JSON Schema, not to the plugin using it
     if not isinstance(value, str) or kind == "string":
         return value
     try:

@@ -157,7 +157,7 @@ def _build(path: Path, data: Any, task_lines: list[int], sha: str,
                         bool(setup.get("network", False))) if setup else None,
             verify_patch=raw_task.get("verify_patch"),
             limits=Limits(
-                turns=limits.get("turns", DEFAULT_TURNS),
+                turns=int(limits.get("turns", DEFAULT_TURNS)),  # 2.0 is an integer too
                 seconds=float(limits.get("seconds", DEFAULT_SECONDS)),
                 cost=limits.get("cost"),
             ),

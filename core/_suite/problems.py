@@ -8,7 +8,7 @@ from typing import Any
 
 from evalctl._errors import Problem
 from evalctl._plugin.registry import Registry
-from evalctl._schema_check import surely_valid
+from evalctl._schema_check import surely_valid, unusable_numbers
 from evalctl._suite.yamlsource import Located
 
 
@@ -76,6 +76,11 @@ def _where(located: Located, path: tuple[Any, ...]) -> str:
 
 def schema_problems(located: Located, schema: Mapping[str, Any], label: str,
                      registry: Registry) -> Iterable[Problem]:
+    unusable = [Problem(label, located.line_of(path), f"{_where(located, path)}: {why}")
+                for path, why in unusable_numbers(located.data)]
+    if unusable:  # said first, and alone: the validator cannot be trusted with them
+        yield from unusable
+        return
     if surely_valid(located.data, schema):
         return
     from jsonschema import Draft202012Validator

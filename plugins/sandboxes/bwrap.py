@@ -28,12 +28,14 @@ ISOLATION = (
 OPTIONS = {
     "type": "object",
     "properties": {
-        "max_processes": {"type": "integer", "minimum": 8,
+        # Bounded above as well: a limit past what the kernel takes (1e308 MiB of memory,
+        # say) made every command fail instead of the suite.
+        "max_processes": {"type": "integer", "minimum": 8, "maximum": 4_194_304,
                           "description": "Processes the whole attempt may run at once "
                                          "(default 512)."},
-        "memory_mb": {"type": "integer", "minimum": 64,
+        "memory_mb": {"type": "integer", "minimum": 64, "maximum": 16_777_216,
                       "description": "Memory for the whole attempt, in MiB (default 4096)."},
-        "file_size_mb": {"type": "integer", "minimum": 1,
+        "file_size_mb": {"type": "integer", "minimum": 1, "maximum": 1_048_576,
                          "description": "Largest file a command may write, in MiB "
                                         "(default 1024)."},
         "ro_paths": {"type": "array", "items": {"type": "string", "minLength": 1},
