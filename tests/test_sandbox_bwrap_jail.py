@@ -1476,3 +1476,85 @@ def test_the_shared_directory_is_in_memory_when_it_can_be(tmp_path: Path) -> Non
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == [parent, "True"], done.stdout
     assert list(scratch.iterdir()) == []  # removed at exit
+
+
+def _shared_dir_probe(code: str, scratch: Path, memory: Path | None = None) -> list[str]:
+    """Run `code` in a fresh interpreter (the shared directory is made once per process),
+    with bs imported, /dev/shm as `memory` if given and TMPDIR as `scratch`."""
+    setup = ("import sys, os\nfrom pathlib import Path\n"
+             "from evalctl.plugins.sandboxes import bwrap_jail as bs\n"
+             + (f"bs.MEMORY_SCRATCH = Path({str(memory)!r})\n" if memory else ""))
+    done = subprocess.run([sys.executable, "-c", setup + code], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "TMPDIR": str(scratch)})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_a_full_dev_shm_is_passed_over_for_the_temporary_directory(tmp_path: Path) -> None:
+    """Anyone may fill /dev/shm: with less room than the shared files need, the temporary
+    directory is used, and the sandbox works as before."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    code = ("bs.SCRATCH_MIN_BYTES = 1 << 62\n"
+            "etc, _ = bs._shared_etc()\n"
+            "print(etc.parent.parent, bs._probe_with(bs._find_bwrap()))\n")
+    assert _shared_dir_probe(code, scratch) == [str(scratch), "None"]
+
+
+def test_an_etc_that_cannot_be_finished_is_a_stated_reason_and_left_clean(
+        tmp_path: Path) -> None:
+    """A disk that fills while /etc is copied: the probe says why bwrap cannot be used
+    (no traceback), nothing half-made is left, and the next try builds a whole one."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    code = ("import errno, shutil\nreal = shutil.copyfile\n"
+            "def full(*args, **kwargs):\n"
+            "    raise OSError(errno.ENOSPC, 'No space left on device')\n"
+            "shutil.copyfile = full\n"
+            "reason = bs._probe_with(bs._find_bwrap())\n"
+            "print('reason:' + reason.replace(' ', '_'))\n"
+            "print(len([p for p in bs._shared_dir().iterdir() if p.name.startswith('etc-')]))\n"
+            "shutil.copyfile = real\n"
+            "etc, _ = bs._shared_etc()\nprint((etc / 'passwd').is_file())\n")
+    reason, left, whole = _shared_dir_probe(code, scratch, memory=tmp_path / "no-shm")
+    assert reason.startswith("reason:cannot_make_the_sandbox's_/etc") and "No_space" in reason
+    assert (left, whole) == ("0", "True")
+
+
+def test_a_killed_evalctls_shared_directory_is_removed_by_the_next(tmp_path: Path) -> None:
+    """A shared directory is held by a lock its process keeps until it dies, however it
+    dies: the next evalctl removes those no process holds, and leaves the ones in use,
+    another user's, and (for a day) ones not yet locked."""
+    import fcntl
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    killed = subprocess.Popen(
+        [sys.executable, "-c", "from evalctl.plugins.sandboxes import bwrap_jail as bs\n"
+         f"bs.MEMORY_SCRATCH = bs.Path({str(tmp_path / 'no-shm')!r})\n"
+         "print(bs._shared_dir(), flush=True)\nimport time\ntime.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(scratch)})
+    assert killed.stdout is not None
+    abandoned = Path(killed.stdout.readline().strip())
+    killed.kill()
+    killed.wait()
+    assert abandoned.is_dir() and abandoned.parent == scratch
+    in_use = scratch / f"{bs.SHARED_PREFIX}in-use"
+    in_use.mkdir()
+    (in_use / bs.ALIVE_NAME).touch()
+    held = os.open(in_use / bs.ALIVE_NAME, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    making, old = scratch / f"{bs.SHARED_PREFIX}making", scratch / f"{bs.SHARED_PREFIX}old"
+    making.mkdir()
+    old.mkdir()
+    os.utime(old, (time.time() - 2 * bs.UNLOCKED_STALE_SECONDS,) * 2)
+    unrelated = scratch / "evalctl-other"
+    unrelated.mkdir()
+    try:
+        mine = _shared_dir_probe("print(bs._shared_dir())\n", scratch,
+                                 memory=tmp_path / "no-shm")
+    finally:
+        os.close(held)
+    assert not abandoned.exists() and not old.exists()
+    assert in_use.is_dir() and making.is_dir() and unrelated.is_dir()
+    assert not Path(mine[0]).exists()  # its own, removed at its exit

@@ -19,10 +19,11 @@ Each command an agent (or a check) runs is wrapped so that it executes:
 Why HOME and TMPDIR are mounted at /home/agent and /tmp rather than at their own host paths:
 programs that hard-code /tmp (or ignore TMPDIR) still land in the attempt's own directory instead
 of failing on a read-only root; HOME agrees with the synthetic /etc/passwd entry (getpwuid-based
-tools like ssh or git see the same home as $HOME); the paths are the same for every attempt,
-which keeps transcripts comparable; and the host layout of the run directory (.state/<task>/...)
-is not revealed inside.  The workspace itself stays at its host path, so paths the agent prints
-mean the same thing to the harness.
+tools like ssh or git see the same home as $HOME); and the paths are the same for every
+attempt, which keeps transcripts comparable.  (The host paths are not hidden: every bind's
+source, .state/<task>/tmp and the shared /etc's directory among them, is named in the sandbox's
+/proc/self/mountinfo; none of them is reachable from inside.)  The workspace itself stays at
+its host path, so paths the agent prints mean the same thing to the harness.
 
 Only the standard library is used.  Everything here is Linux-specific.
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 import ast
 import atexit
 import contextlib
+import errno
 import functools
 import importlib.metadata
 import importlib.util
@@ -233,6 +235,7 @@ def _probe_with(bwrap: str | None) -> str | None:
     try:
         seccomp_filter()
         _private_device_nodes()
+        _shared_etc()
     except SandboxError as exc:
         return str(exc)
     true = shutil.which("true", path="/usr/bin:/bin") or "/usr/bin/true"
@@ -651,7 +654,8 @@ def _assemble_etc(target: Path) -> list[_Mount]:
     bind for /etc instead of one per entry: bwrap's cost grows with every mount it makes.
     """
     binds: list[_Mount] = []
-    target.mkdir(mode=0o755)
+    target.mkdir(mode=0o755, exist_ok=True)
+    target.chmod(0o755)  # mkdtemp made it 0700: the sandbox's uid must read it
     for entry in _etc_entries():
         dest = target / entry.relative_to("/etc")
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -668,6 +672,8 @@ def _assemble_etc(target: Path) -> list[_Mount]:
                 shutil.copyfile(entry, dest)
                 dest.chmod(0o644)
         except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise  # the copy's side is full: no /etc of this one is complete
             log.warning("not copying %s into the sandbox's /etc: %s", entry, exc)
     for name, text in _synthetic_etc_files().items():
         (target / name).write_text(text)
@@ -686,27 +692,118 @@ def _remove_if_creator(directory: Path, creator: int) -> None:
 # new one is allocated, so each run's removal made the next run's copy take 300 ms
 # instead of 20 (and every file made near it afterwards dearer).
 MEMORY_SCRATCH = Path("/dev/shm")
+# What /dev/shm must have free to be used (anyone may fill it; Docker's is 64 MB): the
+# copy takes about 1 MB and 700 inodes.
+SCRATCH_MIN_BYTES = 16 * 1024 * 1024
+SCRATCH_MIN_INODES = 4096
+SHARED_PREFIX = "evalctl-bwrap-"
+# In each shared directory, a file its process holds an flock on while it lives: the
+# lock goes with the process however it ends (SIGKILL, SIGTERM), in any PID namespace,
+# so a later evalctl can tell an abandoned directory from one in use and remove it.
+ALIVE_NAME = ".alive"
+# A directory with no lock file is in the making, or from an evalctl before the lock:
+# removed only once it is this old.
+UNLOCKED_STALE_SECONDS = 24 * 3600
+_ALIVE: list[int] = []  # the lock's descriptor, open for the process's life
+
+
+def _roomy(directory: Path) -> bool:
+    """Whether `directory` has room for the shared directory (a file system reporting no
+    inode count, as tmpfs with nr_inodes=0 does, has no limit on them)."""
+    try:
+        info = os.statvfs(directory)
+    except OSError:
+        return False
+    inodes_ok = info.f_files == 0 or info.f_favail >= SCRATCH_MIN_INODES
+    return info.f_bavail * info.f_frsize >= SCRATCH_MIN_BYTES and inodes_ok
+
+
+def _remove_abandoned(parent: Path) -> None:
+    """Remove shared directories of this user's that no living process holds: evalctl
+    killed by a signal leaves its directory (about 1 MB in memory in /dev/shm)."""
+    import fcntl
+    import stat
+
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(SHARED_PREFIX):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                continue
+            lock = os.open(os.path.join(entry.path, ALIVE_NAME),
+                           os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            if time.time() - info.st_mtime > UNLOCKED_STALE_SECONDS:
+                shutil.rmtree(entry.path, ignore_errors=True)
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # held: its process lives
+        finally:
+            os.close(lock)
+        shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _hold_alive(directory: Path) -> None:
+    """Take the lock that says `directory` is in use, under its final name only once it
+    is held (a sweep must never find it unheld)."""
+    import fcntl
+
+    making = directory / f"{ALIVE_NAME}.new"
+    lock = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    os.rename(making, directory / ALIVE_NAME)
+    _ALIVE.append(lock)
 
 
 @_once
 def _shared_dir() -> Path:
     """A directory of this process's for what every jail shares (never mounted itself):
-    in /dev/shm when it can be made there, else in the system's temporary directory.
-    Removed at exit."""
-    try:
-        directory = Path(tempfile.mkdtemp(prefix="evalctl-bwrap-", dir=MEMORY_SCRATCH))
-    except OSError:  # no /dev/shm, or not ours to write
-        directory = Path(tempfile.mkdtemp(prefix="evalctl-bwrap-"))
-    atexit.register(_remove_if_creator, directory, os.getpid())
-    return directory
+    in /dev/shm when it has room, else in the system's temporary directory. Removed at
+    exit; one left by an evalctl that was killed is removed by the next."""
+    parents = ([MEMORY_SCRATCH] if _roomy(MEMORY_SCRATCH) else []) + \
+        [Path(tempfile.gettempdir())]
+    failure: OSError | None = None
+    for parent in parents:
+        _remove_abandoned(parent)
+        try:
+            directory = Path(tempfile.mkdtemp(prefix=SHARED_PREFIX, dir=parent))
+        except OSError as exc:  # not ours to write, or full
+            failure = exc
+            continue
+        atexit.register(_remove_if_creator, directory, os.getpid())
+        try:
+            _hold_alive(directory)
+        except OSError as exc:
+            shutil.rmtree(directory, ignore_errors=True)
+            failure = exc
+            continue
+        return directory
+    raise SandboxError(f"cannot make a directory for the sandbox's shared files: {failure}")
 
 
 @_once
 def _shared_etc() -> tuple[Path, tuple[_Mount, ...]]:
     """The sandbox's /etc, assembled once per process (it is the same for every jail, and
-    creating ~40 files costs ~15 ms here), and the binds over it."""
-    binds = _assemble_etc(_shared_dir() / "etc")
-    return _shared_dir() / "etc", tuple(binds)
+    creating ~40 files costs ~15 ms here), and the binds over it. Built in a directory of
+    its own, removed if it cannot be finished: a half-made /etc is never used, and the
+    next try starts clean."""
+    target = Path(tempfile.mkdtemp(prefix="etc-", dir=_shared_dir()))
+    try:
+        binds = _assemble_etc(target)
+    except OSError as exc:
+        shutil.rmtree(target, ignore_errors=True)
+        raise SandboxError(f"cannot make the sandbox's /etc in {target.parent}: "
+                           f"{exc.strerror or exc}") from exc
+    return target, tuple(binds)
 
 
 # bwrap's --dev binds the host's own device nodes. When evalctl runs as root the
@@ -792,8 +889,6 @@ def seccomp_filter() -> Path:
     another architecture's ABI kill the caller (libseccomp's default), all else is
     allowed. Built once per process with libseccomp, which knows each architecture's
     numbers."""
-    import errno
-
     try:
         import pyseccomp
     except (ImportError, RuntimeError, OSError) as exc:  # RuntimeError: no libseccomp
@@ -804,8 +899,12 @@ def seccomp_filter() -> Path:
     for name in BLOCKED_SYSCALLS:
         program.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
     path = _shared_dir() / "seccomp.bpf"
-    with open(path, "wb") as out:
-        program.export_bpf(out)
+    try:
+        with open(path, "wb") as out:
+            program.export_bpf(out)
+    except OSError as exc:  # pyseccomp's own errors are OSErrors too
+        raise SandboxError(f"cannot write the sandbox's seccomp filter to {path}: "
+                           f"{exc.strerror or exc}") from exc
     return path
 
 
