@@ -711,7 +711,19 @@ def view(ctx: click.Context, target: Path | None, rerender: bool, no_open: bool)
         click.echo("no browser to open here: open the file above, or copy it where there is one")
 
 
+def _terminate_as_interrupt(signum: int, frame: Any) -> None:
+    import signal
+
+    signal.raise_signal(signal.SIGINT)
+
+
 def main() -> None:
+    import signal
+
+    # SIGTERM (what `timeout`, CI runners and `kill` send) ends a run as Ctrl-C does:
+    # finished attempts reported, the rest marked, children and scratch removed. Its
+    # default action killed evalctl outright, with no report and its scratch left.
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         cli(prog_name="evalctl")
     except KeyboardInterrupt:  # a second Ctrl-C, while the first is being wound down

@@ -365,21 +365,24 @@ INTERRUPTIBLE = """\
 """
 
 
-def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(tmp_path):
+@pytest.mark.parametrize("interruption", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(tmp_path, interruption):
+    """Ctrl-C, and SIGTERM (what `timeout` and CI runners send) the same way."""
     suite = tmp_path / "slow.yaml"
     suite.write_text(INTERRUPTIBLE)
     # Another job's `sleep 60` on the same machine (a parallel CI job, say) must not
     # matter: this one is the test's own, and must outlive the run it is not part of.
     bystander = subprocess.Popen(["sleep", "60"])
     try:
-        _interrupt_and_check(tmp_path, suite)
+        _interrupt_and_check(tmp_path, suite, interruption)
         assert bystander.poll() is None, "the bystander was not the run's to end"
     finally:
         bystander.kill()
         bystander.wait(timeout=10)
 
 
-def _interrupt_and_check(tmp_path: Path, suite: Path) -> None:
+def _interrupt_and_check(tmp_path: Path, suite: Path,
+                         interruption: signal.Signals = signal.SIGINT) -> None:
     # --sandbox local: the sleepers' pids are then this machine's pids, to check by pid.
     process = subprocess.Popen(
         [sys.executable, "-m", "evalctl", "run", str(suite), "--concurrency", "2",
@@ -404,7 +407,7 @@ def _interrupt_and_check(tmp_path: Path, suite: Path) -> None:
         pytest.fail("the run never reached the point to interrupt")
     time.sleep(0.3)  # let the first grader finish
     started = time.monotonic()
-    process.send_signal(signal.SIGINT)
+    process.send_signal(interruption)
     stdout, stderr = process.communicate(timeout=30)
     assert time.monotonic() - started < 15
     assert process.returncode == 130, stderr
