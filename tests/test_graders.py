@@ -457,7 +457,7 @@ def test_a_line_too_long_to_scan_fails_no_placeholders(registry, workspace):
     (workspace.root / "min.js").write_text("var a = 1;\n" + "x" * 2_000_000 + " // TODO\n")
     outcome = check(registry, workspace, {"type": "no_placeholders"}, agent_result(workspace))
     assert not outcome.passed and not outcome.error
-    assert "line(s) over 1 MB could not be scanned" in outcome.detail
+    assert "not scanned for placeholders (a line over 1 MB" in outcome.detail
     assert "min.js:2" in outcome.detail
 
 
@@ -508,3 +508,23 @@ def test_a_token_of_the_final_text_cannot_make_grounding_backtrack():
     found: list[list[str]] = []
     assert _finishes_within(lambda: found.append(extract_paths(text)), 10)
     assert found == [["src/app.py"]]  # the versions are still not taken for paths
+
+
+def test_what_the_agent_hides_from_the_file_graders_fails_them(registry, workspace):
+    """Found by an attacker: a path whose links resolve to a name too long for the
+    kernel crashed file_exists and file_contains (the attempt then counted as an error,
+    out of the score), and a second name (a hard link) for a file with a placeholder
+    made no_placeholders pass it unread. Each is now the check's failure."""
+    half = "/".join(["d" * 250] * 12)  # 3,011 characters: a link may hold that much
+    os.symlink(half, workspace.root / "a")
+    os.symlink(f"a/{half}", workspace.root / "out")  # which resolves to 6,000
+    for params in ({"type": "file_exists", "path": "out"},
+                   {"type": "file_contains", "path": "out", "text": "x"},
+                   {"type": "file_contains", "path": "out", "text": "x", "negate": True}):
+        outcome = check(registry, workspace, params)
+        assert not outcome.passed and not outcome.error and "cannot be read" in outcome.detail, \
+            (params, outcome)
+    (workspace.root / "solution.py").write_text("def f():\n    pass  # TODO\n")
+    os.link(workspace.root / "solution.py", workspace.root / ".solution.bak")
+    hidden = check(registry, workspace, {"type": "no_placeholders"}, agent_result(workspace))
+    assert not hidden.passed and "solution.py (a hard link: not read)" in hidden.detail

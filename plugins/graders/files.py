@@ -35,6 +35,13 @@ def _target(workspace: Path, relative: str) -> Path | evalctl.CheckResult:
         return evalctl.CheckResult(False, str(exc))
 
 
+def _unreadable(relative: str, exc: OSError) -> evalctl.CheckResult:
+    """The check's failure when what the agent left at the path cannot even be looked at
+    (links resolving to a path too long, say): a failure of the agent's, never a crash of
+    the grader, which would take the attempt out of the score."""
+    return evalctl.CheckResult(False, f"{relative} cannot be read: {exc.strerror or exc}")
+
+
 def grade_file_exists(check: dict[str, Any], workspace: Path,
                       result: evalctl.AgentResult) -> evalctl.CheckResult:
     # In a thread, not on the event loop: the agent chose the path, and a web of links
@@ -42,10 +49,14 @@ def grade_file_exists(check: dict[str, Any], workspace: Path,
     target = _target(workspace, check["path"])
     if isinstance(target, evalctl.CheckResult):
         return target
-    if target.is_file():
-        return evalctl.CheckResult(True, f"{check['path']} exists ({target.stat().st_size} bytes)")
-    if target.is_dir():
-        return evalctl.CheckResult(False, f"{check['path']} is a directory, not a file")
+    try:
+        if target.is_file():
+            return evalctl.CheckResult(True, f"{check['path']} exists "
+                                             f"({target.stat().st_size} bytes)")
+        if target.is_dir():
+            return evalctl.CheckResult(False, f"{check['path']} is a directory, not a file")
+    except OSError as exc:
+        return _unreadable(check["path"], exc)
     return evalctl.CheckResult(False, f"{check['path']} does not exist")
 
 
@@ -79,8 +90,11 @@ def grade_file_contains(check: dict[str, Any], workspace: Path,
     target = _target(workspace, check["path"])
     if isinstance(target, evalctl.CheckResult):
         return target
-    if not target.is_file():
-        return evalctl.CheckResult(False, f"{check['path']} does not exist")
+    try:
+        if not target.is_file():
+            return evalctl.CheckResult(False, f"{check['path']} does not exist")
+    except OSError as exc:
+        return _unreadable(check["path"], exc)
     negate = check.get("negate", False)
     partial = False  # only a regex search stops at SCAN_LIMIT
     try:
@@ -304,16 +318,22 @@ def grade_no_placeholders(check: dict[str, Any], workspace: Path,
                 if result.seed_path is not None and (result.seed_path / relative).is_file():
                     seeded = _seeded_lines(result.seed_path / relative)
                 _scan(relative, handle, seeded, found)
-        except (evalctl.ConfinementError, OSError):
-            continue  # a link out, a FIFO, a hard link or gone: nothing of the agent's to read
+        except (evalctl.ConfinementError, OSError) as exc:
+            if "hard link" in str(exc):
+                # The agent's own file under two names (an attacker hid a TODO so): not
+                # read, so not known to be clean.
+                found.unscanned_count += 1
+                if len(found.unscanned) < SHOWN:
+                    found.unscanned.append(f"{relative} (a hard link: not read)")
+            continue  # a link out, a FIFO or gone: nothing of the agent's to read
     extent = f"\n(read whole: {found.bytes_read} bytes)" if found.bytes_read > SCAN_LIMIT else ""
     placeholders = "placeholders in the agent's files:\n" + \
         "\n".join(_more(found.hits, found.hit_count)) if found.hits else ""
     if found.unscanned:
         # A line this long is not read whole, so the file is not known to be clean.
         return evalctl.CheckResult(
-            False, f"line(s) over {LINE_LIMIT // 1_000_000} MB could not be scanned for "
-                   "placeholders, so the files are not known to be free of them: "
+            False, f"not scanned for placeholders (a line over {LINE_LIMIT // 1_000_000} MB, "
+                   "or a hard link), so the files are not known to be free of them: "
                    + ", ".join(_more(found.unscanned, found.unscanned_count))
                    + (f"\n{placeholders}" if placeholders else "") + extent)
     if found.hits:
