@@ -295,3 +295,60 @@ def test_the_docs_describe_the_error_kinds():
     reports = (ROOT / "docs" / "reports.md").read_text()
     for kind in ERROR_KINDS:
         assert f"`{kind}`" in reports, kind
+
+
+VENV_SETUP = """\
+  setup:
+    commands:
+      - |
+        set -e
+        python3 -m venv --without-pip .venv
+        sp=$(python3 -c 'import pytest,os;print(os.path.dirname(os.path.dirname(pytest.__file__)))')
+        dest=$(.venv/bin/python -c 'import sysconfig;print(sysconfig.get_paths()["purelib"])')
+        {pth}
+"""
+VENV_TASK = """\
+- id: {id}
+  prompt: make add() return the sum
+  files:
+    calc.py: "def add(a, b):\\n    return a - b\\n"
+{setup}  verify_files:
+    tests/test_calc.py: |
+      from calc import add
+      def test_add():
+          assert add(2, 2) == 4
+  script:
+    - tool_calls:
+        - tool: bash
+          input:
+            command: {command}
+    - text: I could not fix it.
+  checks:
+    - type: tests_pass
+      python: .venv/bin/python
+      tests:
+        - tests/test_calc.py
+"""
+
+
+def test_pytest_removed_from_the_workspaces_environment_is_the_agents_failure(tmp_path):
+    """Found by an attacker: deleting pytest from the venv setup made turned a failing
+    task into an error (out of the score). A test interpreter whose environment the agent
+    changed is its doing; one that setup left without pytest is still an error."""
+    suite = "".join([
+        VENV_TASK.format(id="deleted", command="rm .venv/lib/python3*/site-packages/base.pth",
+                         setup=VENV_SETUP.format(pth='echo "$sp" > "$dest/base.pth"')),
+        VENV_TASK.format(id="never-there", command="echo nothing",
+                         setup=VENV_SETUP.format(pth="true")),
+    ])
+    (tmp_path / "suite.yaml").write_text(suite)
+    result = run_cli(tmp_path, "suite.yaml", "--report", "r.json")
+    assert (tmp_path / "r.json").exists(), result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    tasks = {t["id"]: t for t in report["tasks"]}
+    deleted = tasks["deleted"]
+    assert deleted["status"] == "failed", result.output
+    assert deleted["checks"][0]["suspected_gaming"] and "base.pth" in \
+        deleted["checks"][0]["detail"]
+    assert (tasks["never-there"]["status"], tasks["never-there"]["error_kind"]) == \
+        ("error", "grader")
