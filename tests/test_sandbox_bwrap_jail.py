@@ -1558,3 +1558,40 @@ def test_a_killed_evalctls_shared_directory_is_removed_by_the_next(tmp_path: Pat
     assert not abandoned.exists() and not old.exists()
     assert in_use.is_dir() and making.is_dir() and unrelated.is_dir()
     assert not Path(mine[0]).exists()  # its own, removed at its exit
+
+
+def test_dev_shm_filled_after_it_was_found_roomy_falls_back_to_the_temporary_directory(
+        tmp_path: Path) -> None:
+    """Anyone may fill /dev/shm between evalctl's look and its copy: the /etc copy that
+    cannot be finished there is made in the temporary directory instead."""
+    scratch, memory = tmp_path / "tmp", tmp_path / "shm"
+    scratch.mkdir()
+    memory.mkdir()
+    code = ("import errno, shutil\nreal = shutil.copyfile\n"
+            "def full_in_memory(source, target, *args, **kwargs):\n"
+            f"    if str(target).startswith({str(memory)!r}):\n"
+            "        raise OSError(errno.ENOSPC, 'No space left on device')\n"
+            "    return real(source, target, *args, **kwargs)\n"
+            "shutil.copyfile = full_in_memory\nbs.SCRATCH_MIN_BYTES = 0\n"
+            "etc, _ = bs._shared_etc()\n"
+            "print(bs._shared_dir().parent, etc.parent.parent, (etc / 'passwd').is_file())\n")
+    assert _shared_dir_probe(code, scratch, memory=memory) == \
+        [str(memory), str(scratch), "True"]
+
+
+def test_a_fifo_where_the_lock_should_be_never_holds_evalctl(tmp_path: Path) -> None:
+    """A FIFO planted as a shared directory's lock file (an agent of a `local` run can
+    write there) is passed over, not opened for ever; an abandoned directory in either
+    place, /dev/shm or the temporary directory, is removed."""
+    scratch, memory = tmp_path / "tmp", tmp_path / "shm"
+    scratch.mkdir()
+    memory.mkdir()
+    planted = memory / f"{bs.SHARED_PREFIX}planted"
+    planted.mkdir()
+    os.mkfifo(planted / bs.ALIVE_NAME)
+    abandoned = scratch / f"{bs.SHARED_PREFIX}abandoned"
+    abandoned.mkdir()
+    (abandoned / bs.ALIVE_NAME).touch()
+    _shared_dir_probe("bs.SCRATCH_MIN_BYTES = 0\nprint(bs._shared_dir())\n", scratch,
+                      memory=memory)
+    assert planted.is_dir() and not abandoned.exists()

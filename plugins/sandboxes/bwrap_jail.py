@@ -735,8 +735,9 @@ def _remove_abandoned(parent: Path) -> None:
             info = entry.stat(follow_symlinks=False)
             if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
                 continue
+            # Non-blocking: a FIFO planted under the name must not hold evalctl.
             lock = os.open(os.path.join(entry.path, ALIVE_NAME),
-                           os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                           os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
             if time.time() - info.st_mtime > UNLOCKED_STALE_SECONDS:
                 shutil.rmtree(entry.path, ignore_errors=True)
@@ -744,6 +745,8 @@ def _remove_abandoned(parent: Path) -> None:
         except OSError:
             continue
         try:
+            if not stat.S_ISREG(os.fstat(lock).st_mode):
+                continue  # not a lock file of evalctl's: left alone
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             continue  # held: its process lives
@@ -769,11 +772,23 @@ def _shared_dir() -> Path:
     """A directory of this process's for what every jail shares (never mounted itself):
     in /dev/shm when it has room, else in the system's temporary directory. Removed at
     exit; one left by an evalctl that was killed is removed by the next."""
-    parents = ([MEMORY_SCRATCH] if _roomy(MEMORY_SCRATCH) else []) + \
-        [Path(tempfile.gettempdir())]
+    temporary = Path(tempfile.gettempdir())
+    for parent in (MEMORY_SCRATCH, temporary):  # both: either may hold one left behind
+        _remove_abandoned(parent)
+    return _new_shared_dir(([MEMORY_SCRATCH] if _roomy(MEMORY_SCRATCH) else []) + [temporary])
+
+
+@_once
+def _fallback_dir() -> Path:
+    """A second shared directory, in the temporary directory, for when /dev/shm was
+    filled after it was found roomy (by anyone: it is shared)."""
+    return _new_shared_dir([Path(tempfile.gettempdir())])
+
+
+def _new_shared_dir(parents: list[Path]) -> Path:
+    """A new shared directory, held, in the first of `parents` where one can be made."""
     failure: OSError | None = None
     for parent in parents:
-        _remove_abandoned(parent)
         try:
             directory = Path(tempfile.mkdtemp(prefix=SHARED_PREFIX, dir=parent))
         except OSError as exc:  # not ours to write, or full
@@ -795,15 +810,24 @@ def _shared_etc() -> tuple[Path, tuple[_Mount, ...]]:
     """The sandbox's /etc, assembled once per process (it is the same for every jail, and
     creating ~40 files costs ~15 ms here), and the binds over it. Built in a directory of
     its own, removed if it cannot be finished: a half-made /etc is never used, and the
-    next try starts clean."""
-    target = Path(tempfile.mkdtemp(prefix="etc-", dir=_shared_dir()))
-    try:
-        binds = _assemble_etc(target)
-    except OSError as exc:
-        shutil.rmtree(target, ignore_errors=True)
-        raise SandboxError(f"cannot make the sandbox's /etc in {target.parent}: "
-                           f"{exc.strerror or exc}") from exc
-    return target, tuple(binds)
+    next try starts clean. Where the shared directory is in /dev/shm and that filled up
+    since, it is built in the temporary directory instead."""
+    failure: OSError | None = None
+    for where in (_shared_dir, _fallback_dir):
+        try:
+            target = Path(tempfile.mkdtemp(prefix="etc-", dir=where()))
+        except OSError as exc:
+            failure = exc
+            continue
+        try:
+            return target, tuple(_assemble_etc(target))
+        except OSError as exc:
+            shutil.rmtree(target, ignore_errors=True)
+            failure = exc
+            if target.parent.parent != MEMORY_SCRATCH:
+                break  # the temporary directory was the fallback: nowhere else to try
+    raise SandboxError(f"cannot make the sandbox's /etc: "
+                       f"{getattr(failure, 'strerror', None) or failure}")
 
 
 # bwrap's --dev binds the host's own device nodes. When evalctl runs as root the
