@@ -220,3 +220,30 @@ def test_the_final_text_is_what_the_last_turn_said(tmp_path):
                        final_turn("")])
     result, _ = run(make_task(), model, tmp_path)
     assert result.exit_status == ExitStatus.COMPLETED and result.final_text == ""
+
+
+def test_arguments_evalctl_cannot_use_fail_their_call_and_the_attempt_goes_on(tmp_path):
+    """Found by an attacker through a live model: tool arguments nested 500 deep made
+    the ledger's own recursion fail the attempt, and a 1e999 (an infinity to Python's
+    JSON reader) made the next request unsendable. Such a call now fails with the
+    reason, the model's turn is sent back with that note in its place, and the attempt
+    goes on to the model's next turn."""
+    deep: dict = {}
+    inner = deep
+    for _ in range(500):
+        inner["a"] = {}
+        inner = inner["a"]
+    model = FakeModel([
+        tool_turn(call("bash", "c1", command="echo hi", timeout=float("inf")),
+                  call("write_file", "c2", path="x", content="y", extra=deep)),
+        final_turn("done"),
+    ])
+    result, workspace = run(make_task(), model, tmp_path)
+    assert result.exit_status == ExitStatus.COMPLETED and result.final_text == "done"
+    returned = model.requests[1].messages[-1].results
+    assert "not a finite number" in returned[0].content and returned[0].is_error
+    assert "nest deeper than 64 levels" in returned[1].content and returned[1].is_error
+    assert not (workspace.root / "x").exists()
+    echoed = model.requests[1].messages[-2].turn.tool_calls
+    assert all(set(c.arguments) == {"evalctl_unusable_arguments"} for c in echoed)
+    json.dumps([e for e in read_events(workspace.ledger_path)], allow_nan=False)

@@ -14,13 +14,15 @@ import asyncio
 import contextlib
 import random
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evalctl._agent.cassette import CassetteRecorder
 from evalctl._agent.ledger import Ledger
 from evalctl._errors import ProviderError, RateLimited
+from evalctl._plugin.tooldefs import ARGUMENTS_MAX_DEPTH, UNUSABLE_ARGUMENTS
 from evalctl._plugin.types import ModelRequest, ModelTurn, TokenUsage
+from evalctl._schema_check import unusable_numbers
 
 RATE_LIMIT_RETRIES = 8  # refusals in a row before one call counts as a provider error
 MAX_BACKOFF_SECONDS = 60.0
@@ -196,6 +198,7 @@ class ModelCalls:
                 else:
                     self.throttle.succeeded()
                     if isinstance(turn, ModelTurn):  # anything else fails its caller
+                        turn = usable_turn(turn)
                         self._count(turn)
                     return turn
             await asyncio.sleep(wait)  # outside the slot: a waiting call holds none
@@ -206,3 +209,42 @@ class ModelCalls:
         self.cost = None if self.cost is None or turn.cost is None else self.cost + turn.cost
         if self.on_spend is not None:
             self.on_spend(turn.usage, turn.cost)
+
+
+def usable_turn(turn: ModelTurn) -> ModelTurn:
+    """`turn` with the arguments of each tool call that evalctl could not record, check or
+    send back (nested deeper than ARGUMENTS_MAX_DEPTH, or holding a number no JSON holds:
+    a model's 1e999 is an infinity to Python's JSON reader) replaced by a note of why, in
+    its calls and in the content blocks echoed to the model. The call then fails with that
+    reason, as an invalid call does, and the attempt goes on."""
+    problems = {call.id: why for call in turn.tool_calls
+                if (why := arguments_problem(call.arguments)) is not None}
+    if not problems:
+        return turn
+    calls = [replace(call, arguments={UNUSABLE_ARGUMENTS: problems[call.id]})
+             if call.id in problems else call for call in turn.tool_calls]
+    raw = turn.raw_content
+    if isinstance(raw, list):
+        raw = [{**block, "input": {UNUSABLE_ARGUMENTS: problems[block.get("id")]}}
+               if isinstance(block, dict) and block.get("type") == "tool_use"
+               and block.get("id") in problems else block for block in raw]
+    return replace(turn, tool_calls=calls, raw_content=raw)
+
+
+def arguments_problem(arguments: Any) -> str | None:
+    """Why a tool call's arguments cannot be used, or None. Iterative: the value may be
+    as deep as the model made it."""
+    pending: list[tuple[Any, int]] = [(arguments, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > ARGUMENTS_MAX_DEPTH:
+            return f"they nest deeper than {ARGUMENTS_MAX_DEPTH} levels"
+        if isinstance(value, dict):
+            pending.extend((inner, depth + 1) for inner in value.values())
+        elif isinstance(value, list | tuple):
+            pending.extend((inner, depth + 1) for inner in value)
+    for path, why in unusable_numbers(arguments):
+        where = "".join(f"[{step!r}]" for step in path)
+        return f"arguments{where}: {why}"
+    return None
+

@@ -44,6 +44,7 @@ from evalctl._plugin.tooldefs import (
     SEARCH_MAX_TOTAL_BYTES,
     SEARCH_PROGRAM_BYTES,
     TOOL_DEFINITIONS,
+    UNUSABLE_ARGUMENTS,
     WALK_MAX_ENTRIES,
     WRITING_TOOLS,
 )
@@ -238,6 +239,9 @@ class Toolbox:
             return _error(f"unknown tool {name!r}; available: {', '.join(self._validators)}")
         if not isinstance(arguments, Mapping):
             return _error(f"{name}: arguments must be an object")
+        if UNUSABLE_ARGUMENTS in arguments:  # set by usable_turn, in place of the model's
+            return _error(f"{name}: the arguments cannot be used: "
+                          f"{arguments[UNUSABLE_ARGUMENTS]}")
         problems = validator.errors(dict(arguments))
         if problems:
             return _error(f"{name}: invalid arguments: " + "; ".join(e.message for e in problems))

@@ -30,6 +30,11 @@ GLOB_MAX_STEPS = 5_000_000  # matching work one glob or grep may do: parts x nam
 READ_MAX_BYTES = 100_000_000  # one read_file reads at most this much of a file
 SEARCH_MAX_SECONDS = 20  # a glob or grep stops after this long (costly patterns)
 SEARCH_PROGRAM_BYTES = 512 * 1024  # RE2's memory for one grep pattern: its size
+# How deep a tool call's arguments may nest: real ones nest a few levels; an attacker's
+# 500 made evalctl's own recursion (the ledger's clipping, JSON) fail the attempt.
+ARGUMENTS_MAX_DEPTH = 64
+# What a call whose arguments cannot be used gets instead of them: the tool says why.
+UNUSABLE_ARGUMENTS = "evalctl_unusable_arguments"
 EDIT_MAX_FILE_BYTES = 10_000_000
 BASH_DEFAULT_TIMEOUT = 60.0
 BASH_MAX_TIMEOUT = 600
