@@ -717,9 +717,29 @@ def _terminate_as_interrupt(signum: int, frame: Any) -> None:
     signal.raise_signal(signal.SIGINT)
 
 
+# The descriptors evalctl asks for (as its soft limit, up to the hard one): every running
+# command holds about five (pipes, a pidfd), and at the usual soft limit of 1,024 a few
+# hundred concurrent calls left other attempts' commands failing to start.
+OPEN_FILES_WANTED = 65_536
+
+
+def _more_descriptors() -> None:
+    import resource
+
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        wanted = OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else \
+            min(hard, OPEN_FILES_WANTED)
+        if soft != resource.RLIM_INFINITY and soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (OSError, ValueError):
+        pass  # as it was: a platform or container that does not let it be raised
+
+
 def main() -> None:
     import signal
 
+    _more_descriptors()
     # SIGTERM (what `timeout`, CI runners and `kill` send) ends a run as Ctrl-C does:
     # finished attempts reported, the rest marked, children and scratch removed. Its
     # default action killed evalctl outright, with no report and its scratch left.

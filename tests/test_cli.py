@@ -116,3 +116,23 @@ def test_help_and_list_plugins_import_no_sdk_and_no_event_loop():
         done = subprocess.run([sys.executable, "-c", probe, *arguments], capture_output=True,
                               text=True, timeout=60)
         assert done.stderr.strip().splitlines()[-1] == "[]", (arguments, done.stderr)
+
+
+def test_evalctl_asks_for_more_descriptors_than_the_usual_soft_limit():
+    """Every running command holds about five descriptors: at a soft limit of 1,024, a
+    few hundred concurrent calls made other attempts' commands fail to start. evalctl
+    raises its soft limit toward the hard one (to 65,536 at most)."""
+    import resource
+    import subprocess
+    import sys
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    probe = ("import resource, sys\nfrom evalctl._cli import main\n"
+             "sys.argv = ['evalctl', '--help']\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], file=sys.stderr)\n")
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))
+    wanted = 65_536 if hard == resource.RLIM_INFINITY else min(hard, 65_536)
+    assert int(done.stderr.strip().splitlines()[-1]) == wanted, done.stderr

@@ -16,7 +16,7 @@ from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
 from evalctl._agent.throttle import ModelCalls
 from evalctl._agent.tools import Toolbox, ToolOutcome
 from evalctl._errors import ProviderError
-from evalctl._plugin.tooldefs import TOOL_DEFINITIONS
+from evalctl._plugin.tooldefs import TOOL_CALLS_AT_ONCE, TOOL_DEFINITIONS
 from evalctl._plugin.types import (
     AgentOutcome,
     AssistantMessage,
@@ -104,8 +104,7 @@ async def _converse(task: Task, calls: ModelCalls, toolbox: Toolbox, ledger: Led
         cost = calls.cost  # the attempt's, counted as the turn arrived
 
         if turn.tool_calls:
-            results = await asyncio.gather(*(_call_tool(toolbox, ledger, call)
-                                             for call in turn.tool_calls))
+            results = await _call_tools(toolbox, ledger, turn.tool_calls)
             progress.tool_calls += len(results)
             messages.append(ToolResultsMessage(tuple(results)))
         elif turn.stop_reason == StopReason.PAUSE_TURN:
@@ -135,6 +134,18 @@ def _clip(arguments: Any) -> Any:
     if isinstance(arguments, str):
         return truncate(arguments, LEDGER_TEXT_LIMIT)
     return arguments
+
+
+async def _call_tools(toolbox: Toolbox, ledger: Ledger, calls: list[ToolCall]
+                      ) -> list[ToolResult]:
+    """A turn's calls, concurrently, TOOL_CALLS_AT_ONCE at a time; results in order."""
+    at_once = asyncio.Semaphore(TOOL_CALLS_AT_ONCE)
+
+    async def limited(call: ToolCall) -> ToolResult:
+        async with at_once:
+            return await _call_tool(toolbox, ledger, call)
+
+    return await asyncio.gather(*(limited(call) for call in calls))
 
 
 async def _call_tool(toolbox: Toolbox, ledger: Ledger, call: ToolCall) -> ToolResult:

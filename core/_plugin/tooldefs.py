@@ -35,6 +35,9 @@ SEARCH_PROGRAM_BYTES = 512 * 1024  # RE2's memory for one grep pattern: its size
 ARGUMENTS_MAX_DEPTH = 64
 # What a call whose arguments cannot be used gets instead of them: the tool says why.
 UNUSABLE_ARGUMENTS = "evalctl_unusable_arguments"
+# The calls of one turn run concurrently, this many at a time: a turn of 400 bash calls
+# (an attacker's) took every descriptor evalctl had, and other attempts' commands failed.
+TOOL_CALLS_AT_ONCE = 16
 EDIT_MAX_FILE_BYTES = 10_000_000
 BASH_DEFAULT_TIMEOUT = 60.0
 BASH_MAX_TIMEOUT = 600
