@@ -13,6 +13,22 @@ ALWAYS_REPORTED = "json"
 DEFAULT_REPORTERS = ("markdown",)
 
 
+class _FiniteRange(click.FloatRange):
+    """A FloatRange that refuses NaN and infinity: every comparison with NaN is false, so
+    `--max-cost nan` passed FloatRange(min=0) and switched the budget off."""
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number != number or number in (float("inf"), float("-inf")):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+# More attempts of one task than anyone means: --repeat 10**23 ran for ever making them.
+MOST_REPEATS = 10_000
+
+
 class _Group(click.Group):
     """Turns evalctl's own errors into a message and an exit code, never a traceback."""
 
@@ -278,7 +294,7 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
                    "from the journal.")
 @click.option("--retry-errors", is_flag=True,
               help="With --resume: also rerun the attempts that ended in an error.")
-@click.option("--max-cost", type=click.FloatRange(min=0), metavar="USD",
+@click.option("--max-cost", type=_FiniteRange(min=0), metavar="USD",
               help="Budget for the whole run (agent and judges): once spent, no new attempt "
                    "starts; the rest are reported not run and --resume continues them.")
 @click.option("--max-tokens", type=click.IntRange(min=0), metavar="N",
@@ -322,11 +338,11 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
                    "JSON report is always written: compare and --baseline read it.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Directory for workspaces and reports (default eval_reports).")
-@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--repeat", type=click.IntRange(1, MOST_REPEATS), default=1, show_default=True,
               help="Run each task K times, each in its own workspace (pass@k, pass^k).")
 @click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path),
               help="A JSON report to gate against: exit 1 only on a regression.")
-@click.option("--max-drop", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+@click.option("--max-drop", type=_FiniteRange(0, 1), default=0.0, show_default=True,
               help="With --baseline: the completion drop tolerated (0.05 = 5 points).")
 @click.option("--fail-on-flip/--allow-flips", default=True, show_default=True,
               help="With --baseline: whether a task that passed and now fails is a "
@@ -643,7 +659,7 @@ def _shares_a_task(path: Path, baseline: Any, tasks: list[Any]) -> None:
 @click.argument("baseline", type=click.Path(path_type=Path))
 @click.argument("current", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="JSON instead of Markdown.")
-@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+@click.option("--alpha", type=_FiniteRange(0, 1, min_open=True, max_open=True),
               default=0.05, show_default=True, help="Significance level of the test.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the comparison to this file.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import types
 
+import pytest
 from click.testing import CliRunner
 
 import evalctl
@@ -136,3 +137,16 @@ def test_evalctl_asks_for_more_descriptors_than_the_usual_soft_limit():
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))
     wanted = 65_536 if hard == resource.RLIM_INFINITY else min(hard, 65_536)
     assert int(done.stderr.strip().splitlines()[-1]) == wanted, done.stderr
+
+
+@pytest.mark.parametrize("arguments", [
+    ["run", "harness", "--max-cost", "nan"], ["run", "harness", "--max-drop", "nan"],
+    ["run", "harness", "--max-cost", "inf"], ["compare", "a.json", "b.json", "--alpha", "nan"],
+    ["run", "harness", "--repeat", "99999999999999999999999"]])
+def test_numbers_that_would_switch_a_guard_off_are_refused(arguments):
+    """Found by an attacker: every comparison with NaN is false, so `--max-cost nan`
+    switched the budget off and `--max-drop nan` the baseline gate; `--repeat 10**23`
+    ran for ever making attempts. Each is a usage error, exit 2."""
+    result = CliRunner().invoke(cli, arguments)
+    assert result.exit_code == 2, result.output
+    assert "not a finite number" in result.output or "range" in result.output
