@@ -517,6 +517,21 @@ def test_numbers_no_json_holds_are_problems_at_their_line(write_suite):
         problems[3].message
 
 
+def test_a_decimal_number_too_long_to_read_is_a_problem_at_its_line(write_suite, tmp_path,
+                                                                   monkeypatch):
+    """Python reads no decimal integer over 4,300 digits: in a suite (a number or, unquoted,
+    a text) that was a traceback; it is an error at its line, and in evalctl.toml a usage
+    error naming the file."""
+    problems = validate_suite(write_suite(MINIMAL.replace("Make a.txt", "9" * 4310)))
+    assert [(p.line, "4,310 digits is too long to read" in p.message) for p in problems] == \
+        [(2, True)], problems
+    (tmp_path / "evalctl.toml").write_text("concurrency = " + "9" * 4310 + "\n")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["run", "harness"])
+    assert result.exit_code == 2 and "evalctl.toml: invalid TOML" in result.output, \
+        result.output
+
+
 def test_an_integer_written_with_a_point_is_an_integer(write_suite):
     """`turns: 2.0` is an integer to JSON Schema: the task gets 2, not a float that
     ends every attempt in evalctl's own error."""

@@ -35,7 +35,8 @@ def load_config(directory: Path | None = None) -> Config:
             continue
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as exc:
+            # ValueError: an integer longer than Python reads (4,300 digits)
             raise UsageError(f"{path}: invalid TOML: {exc}") from None
         for key in keys:
             data = data.get(key, {})

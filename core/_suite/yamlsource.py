@@ -29,6 +29,10 @@ _BOOLS = {"true": True, "True": True, "TRUE": True,
           "false": False, "False": False, "FALSE": False}
 
 
+class NumberTooLong(ValueError):
+    """A decimal integer longer than Python will read (4,300 digits)."""
+
+
 def resolve_plain_scalar(text: str) -> Any:
     """Type an unquoted scalar as YAML 1.2's core schema does."""
     if text in _NULLS:
@@ -36,7 +40,11 @@ def resolve_plain_scalar(text: str) -> Any:
     if text in _BOOLS:
         return _BOOLS[text]
     if _INT.match(text):
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:
+            raise NumberTooLong(f"a number of {len(text.lstrip('+-')):,} digits is too "
+                                "long to read (if it is meant as text, quote it)") from None
     if _OCT.match(text):
         return int(text[2:], 8)
     if _HEX.match(text):
@@ -161,5 +169,8 @@ def _plain(node: Any, path: Path_, located: Located) -> Any:
             items.append(_plain(value, child, located))
         return items
     if type(node) is str:
-        return resolve_plain_scalar(node)
+        try:
+            return resolve_plain_scalar(node)
+        except NumberTooLong as exc:
+            raise YamlSyntaxError(located.lines.get(path, 1), str(exc)) from None
     return str(node) if node is not None else None
