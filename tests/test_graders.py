@@ -501,6 +501,21 @@ def test_a_regex_that_needs_backtracking_is_a_configuration_error(registry, work
     assert plain.passed  # multiline: ^ and $ at every line
 
 
+def test_a_regex_re2_cannot_match_stops_the_run_before_any_task(tmp_path):
+    """Found by an attacker: such a regex passed validate and made every attempt an
+    error. The grader's preflight compiles each one first: exit 2, naming the regex."""
+    from .conftest import run_cli
+
+    (tmp_path / "suite.yaml").write_text(
+        "- id: t\n  prompt: p\n  checks:\n    - type: file_contains\n      path: a.md\n"
+        "      regex: 'port(?= = 8080)'\n")
+    result = run_cli(tmp_path, "suite.yaml", "--sandbox", "local")
+    assert result.exit_code == 2, result.output
+    assert "file_contains regex 'port(?= = 8080)' cannot be matched in linear time" in \
+        result.output
+    assert not list(tmp_path.glob("eval_reports/workspaces-*/t"))  # no task started
+
+
 def test_a_token_of_the_final_text_cannot_make_grounding_backtrack():
     # `1.1`, 29 letters and `_`: about 20 s of backtracking before the pattern was made
     # possessive (27 letters took 5 s, each letter more doubles it).

@@ -106,13 +106,7 @@ def grade_file_contains(check: dict[str, Any], workspace: Path,
                 data = handle.read(SCAN_LIMIT + 1)
                 partial = len(data) > SCAN_LIMIT
                 content = data[:SCAN_LIMIT].decode("utf-8", errors="replace")
-                try:  # ^ and $ at every line, as Python's re.MULTILINE
-                    regex = _linear("(?m)" + check["regex"])
-                except ValueError as exc:
-                    raise evalctl.UsageError(
-                        f"regex {check['regex']!r} cannot be matched in linear time: {exc} "
-                        "(file_contains matches with RE2: Python's syntax without "
-                        "lookaround or backreferences)") from None
+                regex = _file_contains_regex(check["regex"])
                 found = regex.search(content) is not None
                 read, start = min(len(data), SCAN_LIMIT), content[:200]
                 what = f"regex {check['regex']!r}"
@@ -167,6 +161,26 @@ _CODE_PLACEHOLDER_PATTERNS = [
     (r"^\s*\.\.\.\s*(?:#.*)?$", "a '...' body", ("...",)),
     (r":\s*\.\.\.\s*(?:#.*)?$", "a '...' body", ("...",)),
 ]
+
+
+def _file_contains_regex(pattern: str) -> Any:
+    """A file_contains regex, compiled with ^ and $ at every line (as Python's
+    re.MULTILINE); UsageError, saying why, when RE2 cannot match it."""
+    try:
+        return _linear("(?m)" + pattern)
+    except ValueError as exc:
+        raise evalctl.UsageError(
+            f"file_contains regex {pattern!r} cannot be matched in linear time: {exc} "
+            "(file_contains matches with RE2: Python's syntax without lookaround or "
+            "backreferences)") from None
+
+
+def preflight_file_contains(checks: list[dict[str, Any]]) -> None:
+    """Every regex compiled before any task starts: one RE2 cannot match is the suite's
+    mistake, exit 2, not an error in every attempt."""
+    for check in checks:
+        if "regex" in check:
+            _file_contains_regex(check["regex"])
 
 
 def _linear(pattern: str) -> Any:
@@ -358,6 +372,7 @@ def evalctl_register_graders(register):
     register(evalctl.GraderSpec(
         name="file_contains",
         grade=grade_file_contains,
+        preflight=preflight_file_contains,
         params_schema={
             "type": "object",
             "properties": {
