@@ -537,3 +537,25 @@ def test_an_integer_written_with_a_point_is_an_integer(write_suite):
     ends every attempt in evalctl's own error."""
     suite = load_suite(write_suite(MINIMAL + "  limits:\n    turns: 2.0\n"))
     assert suite.tasks[0].limits.turns == 2 and type(suite.tasks[0].limits.turns) is int
+
+
+@pytest.mark.parametrize("files, message", [
+    ({"d": "x", "d/e": "y"}, "files 'd/e' is inside 'd', which files makes a file"),
+    ({"./.": "x"}, "files './.' has an empty or '.' part"),
+    ({"n" * 256: "x"}, "has a part over 255 bytes"),
+])
+def test_file_names_no_workspace_can_hold_are_problems(write_suite, files, message):
+    """Found by an attacker: these passed validate and failed every attempt's setup."""
+    import json as json_text
+
+    seeded = "".join(f"    {json_text.dumps(name)}: {value}\n" for name, value in files.items())
+    problems = validate_suite(write_suite(MINIMAL + "  files:\n" + seeded))
+    assert [p.line for p in problems] and all(p.line >= 6 for p in problems), problems
+    assert any(message in p.message for p in problems), problems
+
+
+def test_a_verify_file_where_a_seeded_file_has_its_directory_is_a_problem(write_suite):
+    problems = validate_suite(write_suite(
+        MINIMAL + "  files:\n    d/e: x\n  verify_files:\n    d: y\n"))
+    assert [(p.line, p.message.endswith("files 'd/e' is inside 'd', which verify_files makes "
+                                        "a file")) for p in problems] == [(7, True)], problems

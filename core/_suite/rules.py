@@ -71,6 +71,7 @@ def rule_problems(located: Located, label: str, registry: Registry) -> Iterable[
                               "verify_files; a verify file is written after the agent, so it "
                               "cannot also be seeded")
         yield from _patch_problems(located, label, path, task)
+        yield from _file_name_problems(located, label, path, task)
         types = [check["type"] for check in task["checks"]]
         if not any(counts_for_rule_one(registry.graders[t]) for t in types):
             yield Problem(label, line, (
@@ -83,6 +84,44 @@ def rule_problems(located: Located, label: str, registry: Registry) -> Iterable[
                 f"task '{shown(task_id)}': the prompt names the agent's tool(s) "
                 f"{', '.join(named)}; "
                 "state the goal, not the method"), severity="warning")
+
+
+# The longest name of one file or directory that Linux file systems take, in bytes.
+NAME_MAX = 255
+
+
+def _file_name_problems(located: Located, label: str, path: tuple, task: dict
+                        ) -> Iterable[Problem]:
+    """Names in files and verify_files that no workspace can hold (an empty or '.' part,
+    a part over NAME_MAX bytes) and a name that is another's directory (`d` and `d/e`):
+    found by an attacker to pass validate and fail every attempt's setup."""
+    named: dict[str, str] = {}
+    for field in ("files", "verify_files"):
+        mapping = task.get(field)
+        if not isinstance(mapping, dict):
+            continue
+        for name in mapping:
+            where = located.key_lines.get((*path, field, name), located.line_of(path))
+            parts = name.split("/")
+            if any(part in ("", ".") for part in parts):
+                why = "has an empty or '.' part"
+            elif any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX for part in parts):
+                why = f"has a part over {NAME_MAX} bytes, more than a file system takes"
+            else:
+                named.setdefault(name, field)
+                continue
+            yield Problem(label, where, f"task '{shown(task['id'])}': {field} '{shown(name)}' "
+                                        f"{why}")
+    for name, field in named.items():
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            parent = "/".join(parts[:depth])
+            if parent in named:
+                yield Problem(label, located.key_lines.get((*path, field, name),
+                                                           located.line_of(path)),
+                              f"task '{shown(task['id'])}': {field} '{shown(name)}' is inside "
+                              f"'{shown(parent)}', which {named[parent]} makes a file")
+                break
 
 
 def _patch_problems(located: Located, label: str, path: tuple, task: dict) -> Iterable[Problem]:
