@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 import evalctl
@@ -120,3 +121,20 @@ def test_harness_passes_in_both_sandboxes(tmp_path, require_bwrap):
     for name in ("bwrap", "local"):
         result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--sandbox", name)
         assert result.exit_code == 0, (name, result.output)
+
+
+def test_bwrap_options_refuse_what_no_sandbox_can_take_and_type_what_it_can():
+    """Found by an attacker: ro_paths of / or of a relative path failed every attempt's
+    sandbox, and memory_mb=64.0 was refused on the command line while a suite's 64.0 was
+    taken. The first are errors before the run; 64.0 is 64 both ways."""
+    from evalctl._errors import UsageError
+    from evalctl._plugin.options import typed_options
+    from evalctl.plugins.sandboxes.bwrap import OPTIONS
+
+    assert typed_options("sandbox", "bwrap", OPTIONS, {"memory_mb": "64.0"}) == {"memory_mb": 64}
+    assert typed_options("sandbox", "bwrap", OPTIONS, {"memory_mb": 64.0}) == {"memory_mb": 64}
+    for bad in ("/", "opt/tools", ""):
+        with pytest.raises(UsageError, match="ro_paths"):
+            typed_options("sandbox", "bwrap", OPTIONS, {"ro_paths": [bad]})
+    with pytest.raises(UsageError, match="memory_mb"):
+        typed_options("sandbox", "bwrap", OPTIONS, {"memory_mb": "64.5"})

@@ -54,7 +54,13 @@ def _typed(owner: str, key: str, value: Any, schema: Mapping[str, Any]) -> Any:
         return value
     try:
         if kind == "integer":
-            return int(value)
+            try:
+                return int(value)
+            except ValueError:  # "64.0", as a suite may write it
+                number = float(value)
+                if not number.is_integer():
+                    raise
+                return int(number)
         if kind == "number":
             return float(value)
         if kind == "boolean" and value.lower() in {"true", "false", "1", "0", "yes", "no"}:

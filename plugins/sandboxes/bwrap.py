@@ -38,7 +38,8 @@ OPTIONS = {
         "file_size_mb": {"type": "integer", "minimum": 1, "maximum": 1_048_576,
                          "description": "Largest file a command may write, in MiB "
                                         "(default 1024)."},
-        "ro_paths": {"type": "array", "items": {"type": "string", "minLength": 1},
+        "ro_paths": {"type": "array", "items": {"type": "string", "pattern": "^/.",
+                                               "description": "An absolute path, not /."},
                      "description": "Extra directories mounted read-only at their own path "
                                     "(a toolchain outside /usr, say). Never one holding "
                                     "secrets or the run directory."},
