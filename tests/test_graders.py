@@ -543,3 +543,16 @@ def test_what_the_agent_hides_from_the_file_graders_fails_them(registry, workspa
     os.link(workspace.root / "solution.py", workspace.root / ".solution.bak")
     hidden = check(registry, workspace, {"type": "no_placeholders"}, agent_result(workspace))
     assert not hidden.passed and "solution.py (a hard link: not read)" in hidden.detail
+
+
+def test_grounding_matches_a_path_named_from_a_subdirectory_by_its_last_parts(registry,
+                                                                             workspace):
+    """Each claim was a scan of every file (2,000 claims over 200,000 files: 45 s); the
+    files' last parts are now sets, one per number of parts asked about."""
+    (workspace.root / "src" / "utils").mkdir(parents=True)
+    (workspace.root / "src" / "utils" / "x.py").write_text("")
+    named = agent_result(workspace, final_text="Changed utils/x.py and x.py; "
+                                               "not src/y.py or tils/x.py.")
+    outcome = check(registry, workspace, {"type": "grounding"}, named)
+    assert not outcome.passed
+    assert outcome.detail.endswith("src/y.py, tils/x.py"), outcome.detail

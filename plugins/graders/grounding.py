@@ -96,8 +96,32 @@ def extract_paths(summary: str) -> list[str]:
     return list(found)
 
 
+# A path named relative to a subdirectory is matched against the workspace's files' last
+# parts, a set per number of parts, made once: each claim was a scan of every file, and
+# 2,000 claims over 200,000 files took 45 s (an attacker's). Claims of more parts than
+# this are only looked up where they are named.
+SUFFIX_DEPTHS = 32
+
+
+class _Suffixes:
+    """The workspace's files by their last k parts, for each k a claim asks about."""
+
+    def __init__(self, files: list[str]):
+        self.parts = [f.split("/") for f in files]
+        self.by_depth: dict[int, set[str]] = {}
+
+    def __contains__(self, relative: str) -> bool:
+        depth = relative.count("/") + 1
+        if depth > SUFFIX_DEPTHS:
+            return False
+        if depth not in self.by_depth:
+            self.by_depth[depth] = {"/".join(parts[-depth:]) for parts in self.parts
+                                    if len(parts) >= depth}
+        return relative in self.by_depth[depth]
+
+
 def _exists(workspace: Path, path: str, result: evalctl.AgentResult,
-            every_file: list[str]) -> bool:
+            every_file: _Suffixes) -> bool:
     relative = path.rstrip("/")
     if result.files_changed.get(relative) == "deleted":
         return True  # "I removed old.py" is a true statement
@@ -108,7 +132,7 @@ def _exists(workspace: Path, path: str, result: evalctl.AgentResult,
     except OSError:  # a name too long to look up: not a file of the workspace
         pass
     # Named relative to a subdirectory ("utils/x.py" for "src/utils/x.py").
-    return any(f == relative or f.endswith("/" + relative) for f in every_file)
+    return relative in every_file
 
 
 def grade_grounding(check: dict[str, Any], workspace: Path,
@@ -124,7 +148,7 @@ def grade_grounding(check: dict[str, Any], workspace: Path,
         paths.append(path)
     if not paths:
         return evalctl.CheckResult(True, "the final summary names no files")
-    every_file = list(evalctl.walk_files(workspace))  # any depth; no recursion
+    every_file = _Suffixes(list(evalctl.walk_files(workspace)))  # any depth; no recursion
     missing = [p for p in paths if not _exists(workspace, p, result, every_file)]
     if missing:
         return evalctl.CheckResult(False, "the summary names files that are not in the "
