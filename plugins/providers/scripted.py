@@ -76,7 +76,8 @@ def script_schema(tool_call: dict[str, Any], description: str) -> dict[str, Any]
                              "model_context_window_exceeded"],
                     "description": "Defaults to tool_use when there are tool calls, else end_turn.",
                 },
-                "cost": {"type": "number", "minimum": 0,
+                # Bounded: two turns of 1e308 summed to an infinity in the report.
+                "cost": {"type": "number", "minimum": 0, "maximum": 1_000_000,
                          "description": "Declared cost of the turn in USD (default 0), to "
                                         "exercise cost limits and reports."},
             },
