@@ -23,6 +23,7 @@ from evalctl._errors import (
     GraderUnavailable,
     ProviderError,
     RateLimited,
+    RequestRejected,
     UsageError,
 )
 from evalctl._files import ConfinementError, open_in_workspace, walk_files, write_atomically
@@ -157,6 +158,7 @@ __all__ = [
     "Rate",
     "RateLimited",
     "ReporterSpec",
+    "RequestRejected",
     "RunResult",
     "StopReason",
     "TaskAggregate",

@@ -74,6 +74,20 @@ class RateLimited(ProviderError):
         self.retry_after = retry_after
 
 
+class RequestRejected(ProviderError):
+    """The model's service refused the request itself as invalid (HTTP 400, say): the
+    request's fault, not the service's.
+
+    For the built-in loop, which writes the requests, it ends the attempt as any
+    ProviderError does. Through the model proxy the request is a CLI agent's own, so the
+    agent gets the refusal, as the API would give it, and the attempt goes on: a model
+    driving the agent must not turn its attempt into an error (out of the score) by
+    sending a malformed request.
+    """
+
+    RECORDED = "request_rejected"  # what a cassette records, so a replay refuses alike
+
+
 class GraderUnavailable(Exception):
     """A check cannot run here, for a reason outside the agent's work: a tool the
     grader needs is not installed, a service it needs is misconfigured.

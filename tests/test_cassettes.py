@@ -5,6 +5,7 @@ anthropic SDK against a loopback Messages API server (tests/messages_server.py).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import sys
@@ -652,3 +653,29 @@ def test_a_request_keys_hash_is_the_hash_of_its_canonical_text():
         # ...and put together from the messages' own texts, as a recorder does
         texts = [canonical_json(message) for message in key["messages"]]
         assert key_hash(key, texts) == f"sha256:{whole}"
+
+
+def test_a_request_the_service_refused_is_refused_alike_in_replay(tmp_path):
+    """A proxied agent's request the API refused (RequestRejected: the agent heard a
+    400 and went on) is recorded as such, and a replay refuses it the same way, not as
+    the provider error that would end the attempt."""
+    from evalctl._agent.cassette import CassetteRecorder, read_cassettes
+    from evalctl._agent.ledger import Ledger
+    from evalctl._agent.throttle import ModelCalls
+    from evalctl.plugins.providers.replay import ReplayProvider
+
+    class Refuses:
+        async def complete(self, request):
+            raise evalctl.RequestRejected("the API rejected the request: max_tokens: -1")
+
+    request = evalctl.ModelRequest("system", [evalctl.UserMessage("hi")], [],
+                                   task={"id": "t"})
+    (tmp_path / ".cassettes").mkdir()
+    recorder = CassetteRecorder(tmp_path / ".cassettes" / "t.jsonl", task_id="t", attempt=1)
+    calls = ModelCalls(Refuses(), Ledger(tmp_path / "ledger.jsonl"), cassette=recorder)
+    with pytest.raises(evalctl.RequestRejected):
+        asyncio.run(calls.complete(request))
+    recorder.close()
+    replay = ReplayProvider("run", read_cassettes(tmp_path / ".cassettes"), None)
+    with pytest.raises(evalctl.RequestRejected, match="max_tokens: -1"):
+        asyncio.run(replay.complete(request))

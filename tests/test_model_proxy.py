@@ -207,6 +207,38 @@ def test_a_provider_error_ends_the_attempt_with_its_status(tmp_path):
     assert "agent_script of task 't' has 0 turn(s)" in harness.events("provider_error")[0]["error"]
 
 
+class RefusesOnce:
+    """A service that refuses the first request as invalid (HTTP 400), then serves."""
+
+    def __init__(self):
+        self.calls = 0
+
+    async def complete(self, request):
+        self.calls += 1
+        if self.calls == 1:
+            raise evalctl.RequestRejected("the API rejected the request: max_tokens: -1")
+        return ModelTurn(text="Done.", usage=TokenUsage(10, 5), cost=0.25)
+
+
+def test_a_request_the_service_refuses_is_the_agents_and_the_attempt_goes_on(tmp_path):
+    """Found by an attacker: a model driving a CLI agent sent a malformed request through
+    the proxy (max_tokens -1), the API's 400 ended the attempt as a provider error, and
+    the attempt was out of the score. The agent now gets the 400, as from the API."""
+    harness = Harness(tmp_path, [])
+    harness.proxy.model_calls = ModelCalls(RefusesOnce(), harness.ledger)
+
+    async def body(h):
+        with pytest.raises(anthropic.BadRequestError, match="max_tokens: -1"):
+            await create(h.client(), FIRST)
+        return await create(h.client(), FIRST)
+
+    reply = harness.run(body)
+    assert reply.content[0].text == "Done."
+    assert harness.proxy.stop_status is None and not harness.proxy.stopped.is_set()
+    assert "max_tokens: -1" in harness.events("request_rejected")[0]["error"]
+    assert harness.events("provider_error") == []
+
+
 class BusyOnce:
     """A service that is rate limited on its first call, then serves."""
 

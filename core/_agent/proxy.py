@@ -28,7 +28,7 @@ from typing import Any
 from evalctl._agent.cassette import content_blocks
 from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
 from evalctl._agent.throttle import ModelCalls
-from evalctl._errors import ProviderError
+from evalctl._errors import ProviderError, RequestRejected
 from evalctl._plugin.types import (
     AgentLimits,
     AssistantMessage,
@@ -366,6 +366,10 @@ class ModelProxy:
         number = self.calls
         try:
             turn: ModelTurn = await self.model_calls.complete(request)
+        except RequestRejected as exc:
+            # The agent's own request: it hears the refusal, as from the API, and goes on.
+            self.ledger.append("request_rejected", error=str(exc), via="proxy")
+            return _error(400, "invalid_request_error", f"evalctl model proxy: {exc}")
         except ProviderError as exc:
             status = getattr(exc, "status", None) or ExitStatus.PROVIDER_ERROR
             self.ledger.append("provider_error", error=str(exc), status=status, via="proxy")

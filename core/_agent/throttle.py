@@ -19,7 +19,7 @@ from typing import Any
 
 from evalctl._agent.cassette import CassetteRecorder
 from evalctl._agent.ledger import Ledger
-from evalctl._errors import ProviderError, RateLimited
+from evalctl._errors import ProviderError, RateLimited, RequestRejected
 from evalctl._plugin.tooldefs import ARGUMENTS_MAX_DEPTH, UNUSABLE_ARGUMENTS
 from evalctl._plugin.types import ModelRequest, ModelTurn, TokenUsage
 from evalctl._schema_check import unusable_numbers
@@ -169,8 +169,8 @@ class ModelCalls:
         try:
             turn = await self._complete(request)
         except ProviderError as exc:
-            self.cassette.record(request, error=str(exc),
-                                 status=getattr(exc, "status", None))
+            self.cassette.record(request, error=str(exc), status=RequestRejected.RECORDED
+                                 if isinstance(exc, RequestRejected) else exc.status)
             raise
         except Exception as exc:  # a broken provider: replayed as the error it was
             self.cassette.record(request, error=f"the provider raised {type(exc).__name__}: "

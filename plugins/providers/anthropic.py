@@ -112,7 +112,7 @@ class AnthropicProvider:
             if any(hint in str(exc).lower() for hint in _OVERFLOW_HINTS):
                 return evalctl.ModelTurn(stop_reason=evalctl.StopReason.CONTEXT_OVERFLOW,
                                          cost=0.0, model=self.model)
-            raise evalctl.ProviderError(f"the API rejected the request: {exc}") from None
+            raise evalctl.RequestRejected(f"the API rejected the request: {exc}") from None
         except anthropic.APIStatusError as exc:
             if exc.status_code in RATE_LIMITED:  # the run backs off and asks again
                 raise evalctl.RateLimited(f"HTTP {exc.status_code} after retries: {exc.message}",

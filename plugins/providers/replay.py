@@ -81,6 +81,8 @@ class ReplayProvider:
         used.add(index)
         exchange = cassette.exchanges[index]
         if exchange.turn is None:  # the recorded call failed: it fails the same way
+            if exchange.status == evalctl.RequestRejected.RECORDED:
+                raise evalctl.RequestRejected(exchange.error)
             status = exchange.status if exchange.status in evalctl.ExitStatus.ERRORS else \
                 evalctl.ExitStatus.PROVIDER_ERROR
             recorded = f" (recorded as {exchange.status})" if exchange.status != status and \
