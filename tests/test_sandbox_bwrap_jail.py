@@ -1385,6 +1385,34 @@ def test_quick_open_and_close_only_do_bounded_work(layout: Layout) -> None:
     bs._CGROUP_POOL.drain()
 
 
+@pytest.mark.skipif(not HAS_CGROUPS, reason="no writable cgroup on this machine")
+def test_pooled_cgroups_removed_under_the_process_are_made_anew(layout: Layout) -> None:
+    """Found by an attacker: an evalctl in another PID namespace cannot see this one's
+    pid, so its stale-cgroup sweep removed this process's idle pooled cgroups, and the
+    next jail's commands failed (exit 125). A pooled set that is gone is made anew."""
+    def jail() -> bs.BwrapJail:
+        return bs.BwrapJail(layout.workspace, layout.home, layout.tmp,
+                            bs.BwrapOptions(max_processes=78))
+
+    bs._CGROUP_POOL.drain()
+    first = jail()
+    first.open()
+    pooled = dict(first.cgroup_dirs)
+    first.close()
+    assert bs._CGROUP_POOL.has(first._pool_key())
+    for path in pooled.values():
+        path.rmdir()  # as the other evalctl's sweep did
+    second = jail()
+    assert second.open_quickly()
+    try:
+        assert second.cgroup_dirs and all(p.is_dir() for p in second.cgroup_dirs.values())
+        assert second.cgroup_dirs != pooled
+        assert run(second, "true").returncode == 0
+    finally:
+        second.close()
+        bs._CGROUP_POOL.drain()
+
+
 def test_a_sandbox_that_fails_to_set_up_reports_bubblewraps_own_error(
     make_jail: Callable[..., bs.BwrapJail], tmp_path: Path
 ) -> None:

@@ -1307,9 +1307,16 @@ class BwrapJail:
             return
         _remove_stale_cgroups_once(tuple(setup.parents.values()))
         pooled = _CGROUP_POOL.take(self._pool_key())
-        if pooled is not None:  # empty, with this jail's limits already written
-            self._cgroup_dirs = pooled
-            return
+        while pooled is not None:  # empty, with this jail's limits already written
+            if all(path.is_dir() for path in pooled.values()):
+                self._cgroup_dirs = pooled
+                return
+            # Removed under this process (by another evalctl's stale-cgroup sweep that
+            # could not see this process, from another PID namespace): made anew.
+            for path in pooled.values():
+                with contextlib.suppress(OSError):
+                    _rmdir_cgroup(path)
+            pooled = _CGROUP_POOL.take(self._pool_key())
         name = f"evalctl-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         memory = self.options.memory_mb * 1024 * 1024
         try:
