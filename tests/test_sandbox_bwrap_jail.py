@@ -1623,3 +1623,38 @@ def test_a_fifo_where_the_lock_should_be_never_holds_evalctl(tmp_path: Path) -> 
     _shared_dir_probe("bs.SCRATCH_MIN_BYTES = 0\nprint(bs._shared_dir())\n", scratch,
                       memory=memory)
     assert planted.is_dir() and not abandoned.exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root's sandboxes get evalctl's own nodes")
+def test_device_nodes_outside_the_shared_directory_are_held_and_swept(tmp_path: Path) -> None:
+    """Where the shared directory's file system is mounted nodev (most /dev/shm), the
+    device nodes go under /var/tmp: that directory is held like the shared one, so one
+    left by a killed evalctl is removed by the next (it was left for ever)."""
+    scratch, fallback = tmp_path / "tmp", tmp_path / "var-tmp"
+    scratch.mkdir()
+    fallback.mkdir()
+    setup = ("import os, sys\nfrom pathlib import Path\n"
+             "from evalctl.plugins.sandboxes import bwrap_jail as bs\n"
+             f"bs.MEMORY_SCRATCH = Path({str(tmp_path / 'no-shm')!r})\n"
+             f"bs.DEVICE_FALLBACKS = (Path({str(fallback)!r}),)\n"
+             "real = os.statvfs\n"
+             "class NoDev:\n"
+             "    def __init__(self, info): self.info = info\n"
+             "    def __getattr__(self, name): return getattr(self.info, name)\n"
+             "    f_flag = os.ST_NODEV\n"
+             f"os.statvfs = lambda p: NoDev(real(p)) if str(p).startswith({str(scratch)!r}) "
+             "else real(p)\n")
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    killed = subprocess.Popen(
+        [sys.executable, "-c", setup + "nodes = bs._private_device_nodes()\n"
+         "print(Path(nodes[0][0]).parent, flush=True)\nimport time\ntime.sleep(60)\n"],
+        stdout=subprocess.PIPE, text=True, env=env)
+    assert killed.stdout is not None
+    nodes = Path(killed.stdout.readline().strip())
+    killed.kill()
+    killed.wait()
+    assert nodes.parent == fallback and (nodes / "null").exists()
+    done = subprocess.run([sys.executable, "-c", setup + "bs._shared_dir()\n"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert not nodes.exists()

@@ -705,6 +705,8 @@ ALIVE_NAME = ".alive"
 # removed only once it is this old.
 UNLOCKED_STALE_SECONDS = 24 * 3600
 _ALIVE: list[int] = []  # the lock's descriptor, open for the process's life
+# Where device nodes go when the shared directory's file system is mounted nodev.
+DEVICE_FALLBACKS = (Path("/var/tmp"), Path("/dev"))
 
 
 def _roomy(directory: Path) -> bool:
@@ -773,7 +775,7 @@ def _shared_dir() -> Path:
     in /dev/shm when it has room, else in the system's temporary directory. Removed at
     exit; one left by an evalctl that was killed is removed by the next."""
     temporary = Path(tempfile.gettempdir())
-    for parent in (MEMORY_SCRATCH, temporary):  # both: either may hold one left behind
+    for parent in (MEMORY_SCRATCH, temporary, *DEVICE_FALLBACKS):  # any may hold one left
         _remove_abandoned(parent)
     return _new_shared_dir(([MEMORY_SCRATCH] if _roomy(MEMORY_SCRATCH) else []) + [temporary])
 
@@ -841,19 +843,18 @@ DEVICE_OWNER = 65534  # nobody: never the sandbox's host uid when evalctl is roo
 
 def _device_directory() -> Path:
     """A new directory for device nodes, on a file system that honours them (not
-    mounted nodev): beside the shared directory if it can, else under /var/tmp, else
-    under /dev (a devtmpfs); removed at exit."""
-    candidates = [_shared_dir(), Path("/var/tmp"), Path("/dev")]
-    for parent in candidates:
+    mounted nodev): in the shared directory if it can, else a held directory of its own
+    (as the shared one is: removed at exit, or by the next evalctl if this one is killed)
+    under /var/tmp, else under /dev (a devtmpfs)."""
+    for parent in (_shared_dir(), *DEVICE_FALLBACKS):
         try:
             if os.statvfs(parent).f_flag & os.ST_NODEV:
                 continue
-            directory = Path(tempfile.mkdtemp(prefix=".evalctl-dev-", dir=parent))
-        except OSError:
+            if parent == _shared_dir():
+                return Path(tempfile.mkdtemp(prefix=".evalctl-dev-", dir=parent))
+            return _new_shared_dir([parent])
+        except (OSError, SandboxError):
             continue
-        if parent != candidates[0]:
-            atexit.register(_remove_if_creator, directory, os.getpid())
-        return directory
     raise SandboxError("no file system here allows device nodes for the sandbox")
 
 
