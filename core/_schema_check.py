@@ -57,6 +57,15 @@ _LONG_INT_BITS = 14_000
 _INFINITY = float("inf")
 
 
+def odd_number(value: Any) -> bool:
+    """Whether `value` is NaN, an infinity, or an integer long enough that it may be past
+    what Python writes out: what unusable_numbers looks at closer, cheap to ask of every
+    number a parser makes."""
+    if value.__class__ is float:
+        return value != value or value in (_INFINITY, -_INFINITY)
+    return value.__class__ is int and value.bit_length() > _LONG_INT_BITS
+
+
 def unusable_numbers(value: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
     """Where `value` holds a number no JSON document can (a path of keys and indexes),
     and why, in order: NaN or an infinity (Python's jsonschema lets NaN through every

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from evalctl._schema_check import odd_number
 from evalctl._suite.yamlsource import Located, Path_, resolve_plain_scalar
 
 # Characters libyaml (YAML 1.1) counts as line breaks and strictyaml (YAML 1.2) does not,
@@ -108,6 +109,8 @@ def _build(parser: Any) -> Located:
             # Plain scalars are typed as YAML 1.2's core schema does; quoted and block
             # scalars are text.
             node: Any = resolve_plain_scalar(event.value) if event.style == "" else event.value
+            if (node.__class__ is float or node.__class__ is int) and odd_number(node):
+                located.odd_numbers = True
             line = event.start_mark.line + 1
             top = stack[-1] if stack else None
             if type(top) is _Mapping and top.key is None:

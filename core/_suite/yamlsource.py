@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalctl._schema_check import odd_number
+
 Path_ = tuple[str | int, ...]
 
 _INT = re.compile(r"^[-+]?[0-9]+$")
@@ -81,6 +83,10 @@ class Located:
     data: Any
     lines: dict[Path_, int] = field(default_factory=dict)
     key_lines: dict[Path_, int] = field(default_factory=dict)
+    # Set by the parsers when a plain scalar was NaN, an infinity or a very long integer:
+    # only then is the data walked to say where (a walk of every suite cost a sixth of a
+    # cold 10,000-task load).
+    odd_numbers: bool = False
 
     def too_deep(self) -> Path_ | None:
         """The path of the first node, in document order, nested deeper than MAX_DEPTH,
@@ -170,7 +176,10 @@ def _plain(node: Any, path: Path_, located: Located) -> Any:
         return items
     if type(node) is str:
         try:
-            return resolve_plain_scalar(node)
+            value = resolve_plain_scalar(node)
         except NumberTooLong as exc:
             raise YamlSyntaxError(located.lines.get(path, 1), str(exc)) from None
+        if odd_number(value):
+            located.odd_numbers = True
+        return value
     return str(node) if node is not None else None
