@@ -214,7 +214,8 @@ def evalctl_register_graders(register):
                "witness itself could still forge its report: that is the limit of running "
                "the tests in the same process as the agent's code. With `python:` in the "
                "workspace, it trusts that environment's packages too (an interpreter the "
-               "agent changed is refused).",
+               "agent changed is refused, and pytest missing from an environment the agent "
+               "changed fails the check as suspected gaming, never an error).",
     ))
     register(evalctl.GraderSpec(
         name="python",
