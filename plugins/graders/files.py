@@ -395,7 +395,7 @@ def evalctl_register_graders(register):
                     "`negate: true`, does it not?",
         example="- type: file_contains\n  path: config.ini\n  regex: \"^port = 9090$\"",
         trusts="Trusts the file's content after the agent stopped; the path is confined to "
-               "the workspace (a symlink loop there fails the check). A negated check never "
+               "the workspace (a symlink loop there, or links resolving to a path too long to look up, fail the check). A negated check never "
                "passes on a file it did not read whole, so padding cannot hide the text. It "
                "says nothing about whether the content works.",
     ))
@@ -411,7 +411,9 @@ def evalctl_register_graders(register):
                "taken in evalctl's process) and the seed copy, which evalctl checks against "
                "what it seeded before grading. Every file is read whole, 1 MB of lines at a "
                "time (padding cannot hide a placeholder); a line over 1 MB is not scanned, and "
-               "fails the check, since its file is then not known to be clean. A file is "
-               "skipped only when it is binary: a NUL in its first 8 KiB and either not "
-               "UTF-8 or over 10% control bytes.",
+               "fails the check, since its file is then not known to be clean, and so does a "
+               "hard-linked file (another name for it could hide one), which is not read. A "
+               "file is skipped only when it is binary (a NUL in its first 8 KiB and either "
+               "not UTF-8 or over 10% control bytes) or not the agent's to read: a link out "
+               "of the workspace, a FIFO or a device.",
     ))
