@@ -395,9 +395,10 @@ def evalctl_register_graders(register):
                     "`negate: true`, does it not?",
         example="- type: file_contains\n  path: config.ini\n  regex: \"^port = 9090$\"",
         trusts="Trusts the file's content after the agent stopped; the path is confined to "
-               "the workspace (a symlink loop there, or links resolving to a path too long to look up, fail the check). A negated check never "
-               "passes on a file it did not read whole, so padding cannot hide the text. It "
-               "says nothing about whether the content works.",
+               "the workspace (a symlink loop there, or links resolving to a path too long "
+               "to look up, fail the check). A negated check never passes on a file it did "
+               "not read whole, so padding cannot hide the text. It says nothing about "
+               "whether the content works.",
     ))
     register(evalctl.GraderSpec(
         name="no_placeholders",
