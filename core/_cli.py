@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,48 @@ class _Group(click.Group):
         except EvalctlError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:  # a second Ctrl-C while the first is wound down
+            # Here, not in main(): click's own handler would say "Aborted!" and exit 1,
+            # which means "a task failed".
+            click.echo("interrupted", err=True)
+            ctx.exit(EXIT_INTERRUPTED)
+
+
+def _interruptible(coroutine: Any) -> Any:
+    """asyncio.run(coroutine), with SIGTERM (what `timeout`, CI runners and `kill`
+    send) taken as Ctrl-C's first press: the run's task is cancelled, so the finished
+    attempts are reported, the rest marked not run, and children and scratch removed.
+    Its default action killed evalctl outright. Set on the loop itself, so it holds
+    where SIGINT is ignored (a job started in the background); a second SIGTERM, while
+    the run winds down, changes nothing."""
+    import asyncio
+    import signal
+
+    async def main(terminated: list[bool]) -> Any:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def terminate() -> None:
+            if not terminated:  # the next ones: the run already winds down
+                terminated.append(True)
+                task.cancel()
+
+        # Not the main thread, or no signals here: as before.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGTERM, terminate)
+        try:
+            return await coroutine
+        finally:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signal.SIGTERM)
+
+    terminated: list[bool] = []
+    try:
+        return asyncio.run(main(terminated))
+    finally:
+        if terminated:  # the reports are being written: a later SIGTERM waits for them
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -365,7 +408,6 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     `evalctl run --resume RUN_DIR`. With --baseline, the exit code says whether the
     run regressed against it instead.
     """
-    import asyncio
 
     from evalctl._errors import ProviderSetupError, UsageError
     from evalctl._report.compare import compare_reports, gate
@@ -473,7 +515,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
 
     view = RunView(to_run, repeat=options.repeat)
     with view:
-        result = asyncio.run(execute(prepared, progress=view.update))
+        result = _interruptible(execute(prepared, progress=view.update))
     view.print_summary(result)
     if prepared.journal_failure:
         click.echo(f"warning: the journal stopped being written ({prepared.journal_failure}); "
@@ -584,7 +626,6 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
     checks are not asked again. Exit 0 all passed, 1 a task failed or errored, 2 no run
     or nothing to regrade there.
     """
-    import asyncio
 
     from evalctl._report.console import RunView
     from evalctl._report.writing import write_reports
@@ -600,7 +641,7 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
                             concurrency=concurrency)
     for problem in prepared.source.problems:
         click.echo(f"warning: {problem}", err=True)
-    result = asyncio.run(execute_regrade(prepared))
+    result = _interruptible(execute_regrade(prepared))
     RunView(len(result.tasks), repeat=result.repeat).print_summary(result)
     for warning in prepared.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -727,12 +768,6 @@ def view(ctx: click.Context, target: Path | None, rerender: bool, no_open: bool)
         click.echo("no browser to open here: open the file above, or copy it where there is one")
 
 
-def _terminate_as_interrupt(signum: int, frame: Any) -> None:
-    import signal
-
-    signal.raise_signal(signal.SIGINT)
-
-
 # The descriptors evalctl asks for (as its soft limit, up to the hard one): every running
 # command holds about five (pipes, a pidfd), and at the usual soft limit of 1,024 a few
 # hundred concurrent calls left other attempts' commands failing to start.
@@ -753,13 +788,7 @@ def _more_descriptors() -> None:
 
 
 def main() -> None:
-    import signal
-
     _more_descriptors()
-    # SIGTERM (what `timeout`, CI runners and `kill` send) ends a run as Ctrl-C does:
-    # finished attempts reported, the rest marked, children and scratch removed. Its
-    # default action killed evalctl outright, with no report and its scratch left.
-    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         cli(prog_name="evalctl")
     except KeyboardInterrupt:  # a second Ctrl-C, while the first is being wound down

@@ -365,16 +365,22 @@ INTERRUPTIBLE = """\
 """
 
 
-@pytest.mark.parametrize("interruption", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(tmp_path, interruption):
-    """Ctrl-C, and SIGTERM (what `timeout` and CI runners send) the same way."""
+@pytest.mark.parametrize("interruption, sigint_ignored, times", [
+    (signal.SIGINT, False, 1), (signal.SIGTERM, False, 1),
+    (signal.SIGTERM, True, 1),  # a job started in the background ignores SIGINT
+    (signal.SIGTERM, False, 3)])  # more while the run winds down change nothing
+def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(
+        tmp_path, interruption, sigint_ignored, times):
+    """Ctrl-C, and SIGTERM (what `timeout` and CI runners send) the same way: found by an
+    attacker, SIGTERM did nothing where SIGINT was ignored, and a second signal lost the
+    reports with exit 1."""
     suite = tmp_path / "slow.yaml"
     suite.write_text(INTERRUPTIBLE)
     # Another job's `sleep 60` on the same machine (a parallel CI job, say) must not
     # matter: this one is the test's own, and must outlive the run it is not part of.
     bystander = subprocess.Popen(["sleep", "60"])
     try:
-        _interrupt_and_check(tmp_path, suite, interruption)
+        _interrupt_and_check(tmp_path, suite, interruption, sigint_ignored, times)
         assert bystander.poll() is None, "the bystander was not the run's to end"
     finally:
         bystander.kill()
@@ -382,14 +388,17 @@ def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(tmp_path, i
 
 
 def _interrupt_and_check(tmp_path: Path, suite: Path,
-                         interruption: signal.Signals = signal.SIGINT) -> None:
+                         interruption: signal.Signals = signal.SIGINT,
+                         sigint_ignored: bool = False, times: int = 1) -> None:
     # --sandbox local: the sleepers' pids are then this machine's pids, to check by pid.
     process = subprocess.Popen(
         [sys.executable, "-m", "evalctl", "run", str(suite), "--concurrency", "2",
          "--sandbox", "local",
          "--report", "r.json", "--reporter", "json", "--reporter", "junit"],
         cwd=tmp_path, env={**environment_without_evalctl_settings(), "EVALCTL_NO_CACHE": "1"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored
+        else None)
     deadline = time.monotonic() + 60
     ledgers = tmp_path / "eval_reports"
     while time.monotonic() < deadline:
@@ -407,7 +416,9 @@ def _interrupt_and_check(tmp_path: Path, suite: Path,
         pytest.fail("the run never reached the point to interrupt")
     time.sleep(0.3)  # let the first grader finish
     started = time.monotonic()
-    process.send_signal(interruption)
+    for _ in range(times):
+        process.send_signal(interruption)
+        time.sleep(0.01)
     stdout, stderr = process.communicate(timeout=30)
     assert time.monotonic() - started < 15
     assert process.returncode == 130, stderr
