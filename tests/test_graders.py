@@ -556,3 +556,20 @@ def test_grounding_matches_a_path_named_from_a_subdirectory_by_its_last_parts(re
     outcome = check(registry, workspace, {"type": "grounding"}, named)
     assert not outcome.passed
     assert outcome.detail.endswith("src/y.py, tils/x.py"), outcome.detail
+
+
+def test_a_ledger_line_nested_past_reading_is_passed_over_by_the_python_check(registry,
+                                                                                workspace):
+    """Found by an attacker: a CLI agent's request naming a model nested 970 deep was
+    written to the ledger, and the python check's reading of it crashed the grader.
+    The proxy now records a model as short text; a line too deep to read is passed over."""
+    from evalctl._agent.proxy import _shown_model
+
+    assert _shown_model({"a": {"b": 1}}) == "'dict'" and _shown_model("m" * 500).endswith("…")
+    deep = "[" * 5000 + "]" * 5000
+    workspace.ledger_path.parent.mkdir(parents=True, exist_ok=True)
+    workspace.ledger_path.write_text('{"event": "start"}\n{"event": "x", "v": ' + deep + "}\n")
+    outcome = check(registry, workspace, {"type": "python", "code":
+                                          "assert [e['event'] for e in result.events] == "
+                                          "['start']"}, agent_result(workspace))
+    assert outcome.passed, outcome.detail

@@ -239,6 +239,43 @@ def test_a_request_the_service_refuses_is_the_agents_and_the_attempt_goes_on(tmp
     assert harness.events("provider_error") == []
 
 
+def test_a_flood_of_idle_connections_is_refused_past_a_bound(tmp_path, monkeypatch):
+    """Found by an attacker: a CLI agent held 20,000 idle connections to its proxy, each
+    a descriptor of evalctl's, and other attempts' graders failed ("Too many open
+    files"). Past MAX_CONNECTIONS a connection is closed at once; one that sends no
+    whole request in REQUEST_SECONDS is answered 408 and closed."""
+    import socket as sockets
+
+    import evalctl._agent.proxy as proxy
+
+    monkeypatch.setattr(proxy, "REQUEST_SECONDS", 0.5)
+    harness = Harness(tmp_path, [{"text": "Done."}])
+
+    async def body(h):
+        loop = asyncio.get_running_loop()
+        idle = []
+        for _ in range(proxy.MAX_CONNECTIONS + 8):
+            client = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+            client.setblocking(False)
+            await loop.sock_connect(client, str(h.socket))
+            idle.append(client)
+        await asyncio.sleep(0.2)
+        served = [len(h.proxy._connections)]
+        refused = 0
+        for client in idle[proxy.MAX_CONNECTIONS:]:
+            refused += await asyncio.wait_for(loop.sock_recv(client, 100), 5) == b""
+        answers = [await asyncio.wait_for(loop.sock_recv(client, 100), 5)
+                   for client in idle[:proxy.MAX_CONNECTIONS]]
+        for client in idle:
+            client.close()
+        return served, refused, answers, await create(h.client(), FIRST)
+
+    served, refused, answers, reply = harness.run(body)
+    assert served == [proxy.MAX_CONNECTIONS] and refused == 8
+    assert all(answer.startswith(b"HTTP/1.1 408") for answer in answers), answers[:2]
+    assert reply.content[0].text == "Done."
+
+
 class BusyOnce:
     """A service that is rate limited on its first call, then serves."""
 

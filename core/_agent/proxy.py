@@ -217,7 +217,8 @@ async def _read_request(reader: asyncio.StreamReader
 def _response(status: int, body: bytes, content_type: str = "application/json",
               extra: Mapping[str, str] | None = None) -> bytes:
     reasons = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-               404: "Not Found", 405: "Method Not Allowed", 413: "Payload Too Large",
+               404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+               413: "Payload Too Large",
                431: "Request Header Fields Too Large", 500: "Internal Server Error"}
     head = [f"HTTP/1.1 {status} {reasons.get(status, 'Error')}",
             f"Content-Type: {content_type}", f"Content-Length: {len(body)}",
@@ -252,7 +253,23 @@ def bind_unix_socket(path: Path) -> socket.socket:
     return sock
 
 
+def _shown_model(model: Any) -> str | None:
+    """The model a request names, as the ledger records it: text, cut short (an
+    attacker's model nested 970 levels deep broke the python grader's reading of the
+    ledger)."""
+    if model is None:
+        return None
+    return truncate(model, 200, keep="head") if isinstance(model, str) \
+        else repr(type(model).__name__)
+
+
 # --------------------------------------------------------------------------- the proxy
+
+
+# Connections one attempt's proxy serves at once (an agent makes a few: its main loop
+# and side calls), and how long one may take to send its request.
+MAX_CONNECTIONS = 32
+REQUEST_SECONDS = 60
 
 
 class ModelProxy:
@@ -304,12 +321,17 @@ class ModelProxy:
         self.stopped.set()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._connections) >= MAX_CONNECTIONS:
+            # A flood, not an agent: each connection held is a descriptor of evalctl's,
+            # and an attacker's 20,000 idle ones made other attempts' graders fail.
+            writer.close()
+            return
         current = asyncio.current_task()
         if current is not None:
             self._connections.add(current)
         try:
             try:
-                request = await _read_request(reader)
+                request = await asyncio.wait_for(_read_request(reader), REQUEST_SECONDS)
                 if request is None:
                     return
                 answer = await self._answer(*request)
@@ -317,6 +339,9 @@ class ModelProxy:
                 answer = _error(exc.status, exc.kind, exc.message)
             except (ValueError, asyncio.IncompleteReadError):
                 answer = _error(400, "invalid_request_error", "malformed HTTP request")
+            except TimeoutError:
+                answer = _error(408, "invalid_request_error",
+                                f"no whole request within {REQUEST_SECONDS} s")
             except Exception as exc:  # a bug here must reach the agent as an answer, not a hang
                 answer = _error(500, "api_error",
                                 f"evalctl model proxy failed: {type(exc).__name__}: {exc}")
@@ -387,7 +412,7 @@ class ModelProxy:
             tool_calls=[{"id": c.id, "name": c.name, "arguments": _clip(c.arguments)}
                         for c in turn.tool_calls],
             usage=turn.usage.to_dict(), cost=turn.cost, via="proxy",
-            requested_model=body.get("model"), stream=bool(body.get("stream")))
+            requested_model=_shown_model(body.get("model")), stream=bool(body.get("stream")))
         self.tool_calls += len(turn.tool_calls)
         if turn.text:
             self.final_text = turn.text

@@ -145,8 +145,8 @@ def _ledger_events(path: Path | None) -> list[Any]:
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             events.append(json.loads(line))
-        except ValueError:
-            continue  # a line being written as the agent was stopped: not an event yet
+        except (ValueError, RecursionError):
+            continue  # a line being written as the agent was stopped, or nested past reading
     return events
 
 
