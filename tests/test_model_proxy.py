@@ -276,6 +276,34 @@ def test_a_flood_of_idle_connections_is_refused_past_a_bound(tmp_path, monkeypat
     assert reply.content[0].text == "Done."
 
 
+def test_a_body_that_could_not_be_sent_upstream_is_refused_as_the_api_would(tmp_path):
+    """Found by an attacker: a request holding NaN or 1e999, a lone surrogate escape, a
+    `betas` field or a beta header with a newline failed inside the SDK and ended the
+    attempt as a provider error. Each is now the agent's 400, and the attempt goes on."""
+    harness = Harness(tmp_path, [{"text": "Done."}])
+    good = b'{"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]'
+    bodies = [(good + b', "temperature": NaN}', {}), (good + b', "temperature": 1e999}', {}),
+              (good + b', "metadata": {"user_id": "\\ud800"}}', {}),
+              (good + b', "betas": 5}', {}),
+              (good + b"}", {"anthropic-beta": "a\tb"})]
+
+    async def body(h):
+        transport = httpx.AsyncHTTPTransport(uds=str(h.socket))
+        async with httpx.AsyncClient(transport=transport) as client:
+            statuses = []
+            for content, headers in bodies:
+                answer = await client.post("http://proxy/v1/messages", content=content,
+                                           headers={"x-api-key": h.proxy.token, **headers})
+                statuses.append((answer.status_code,
+                                 answer.json().get("error", {}).get("type", answer.text)))
+        return statuses, await create(h.client(), FIRST)
+
+    statuses, reply = harness.run(body)
+    assert statuses == [(400, "invalid_request_error")] * len(bodies), statuses
+    assert reply.content[0].text == "Done."
+    assert harness.proxy.stop_status is None and harness.events("provider_error") == []
+
+
 class BusyOnce:
     """A service that is rate limited on its first call, then serves."""
 

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import secrets
 import socket
 from collections.abc import Mapping
@@ -253,6 +254,40 @@ def bind_unix_socket(path: Path) -> socket.socket:
     return sock
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:40]} is too large for a number")
+    return number
+
+
+# A beta's name, as the API's are (prompt-caching-2024-07-31): a header value with a
+# newline in it could not even be sent.
+_BETA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _unsendable(payload: Mapping[str, Any], headers: Mapping[str, str]) -> str | None:
+    """Why a request body could not be sent upstream as it is, or None: found by an
+    attacker, these ended the attempt as a provider error where the API would have said
+    400 (NaN and infinity are refused as the body is read)."""
+    if "betas" in payload:
+        return "betas is not a field of the request body; send the anthropic-beta header"
+    for beta in headers.get("anthropic-beta", "").split(","):
+        if beta.strip() and not _BETA_NAME.fullmatch(beta.strip()):
+            return f"anthropic-beta: {beta.strip()[:80]!r} is not a beta's name"
+    try:
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return "the body holds a lone surrogate escape (\\ud800-\\udfff), which is not text"
+    except (ValueError, RecursionError) as exc:
+        return f"the body cannot be sent: {exc}"
+    return None
+
+
 def _shown_model(model: Any) -> str | None:
     """The model a request names, as the ledger records it: text, cut short (an
     attacker's model nested 970 levels deep broke the python grader's reading of the
@@ -369,11 +404,17 @@ class ModelProxy:
         if method != "POST":
             return _error(405, "invalid_request_error", f"{method} {path}: use POST")
         try:
-            payload = json.loads(body or b"{}")
-        except json.JSONDecodeError as exc:
+            payload = json.loads(body or b"{}", parse_constant=_no_constant,
+                                 parse_float=_finite)
+        except (json.JSONDecodeError, ValueError, RecursionError) as exc:
             return _error(400, "invalid_request_error", f"the body is not JSON: {exc}")
         if not isinstance(payload, dict):
             return _error(400, "invalid_request_error", "the body must be a JSON object")
+        unsendable = _unsendable(payload, headers)
+        if unsendable is not None:
+            # What the upstream API could not even be sent: the agent's request, refused
+            # as the API would refuse it, not an error that ends the attempt.
+            return _error(400, "invalid_request_error", f"evalctl model proxy: {unsendable}")
         if path.endswith("count_tokens"):
             estimate = (len(json.dumps(payload)) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
             return _response(200, json.dumps({"input_tokens": estimate}).encode())
