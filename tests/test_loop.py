@@ -247,3 +247,4 @@ def test_arguments_evalctl_cannot_use_fail_their_call_and_the_attempt_goes_on(tm
     echoed = model.requests[1].messages[-2].turn.tool_calls
     assert all(set(c.arguments) == {"evalctl_unusable_arguments"} for c in echoed)
     json.dumps([e for e in read_events(workspace.ledger_path)], allow_nan=False)
+

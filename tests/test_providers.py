@@ -134,6 +134,24 @@ def test_a_tool_loop_through_the_sdk(registry, server, tmp_path):
     assert "does not exist" in results[1]["content"]
 
 
+def test_a_lone_surrogate_from_the_model_does_not_make_the_next_request_unsendable(
+        registry, server, tmp_path):
+    """Found by an attacker: a lone surrogate in a turn (the model's text or tool input,
+    which goes back verbatim) made the next request fail to encode as UTF-8, a provider
+    error out of the score. It goes on the wire as its escape; the call it was in fails
+    as the tool says, and the attempt goes on."""
+    server.replies += [
+        message([text_block("Writing \ud800."),
+                 tool_use("toolu_1", "write_file", path="a.txt", content="x\ud800")],
+                "tool_use"),
+        message([text_block("Done.")], "end_turn"),
+    ]
+    result, workspace = run_task(anthropic(registry, model="claude-sonnet-4-6"), tmp_path)
+    assert result.exit_status == ExitStatus.COMPLETED and result.final_text == "Done."
+    sent = server.requests[1]["messages"][1]["content"]
+    assert sent[0]["text"] == "Writing \\ud800." and sent[1]["input"]["content"] == "x\\ud800"
+
+
 def test_a_429_with_retry_after_is_retried(registry, server, tmp_path):
     server.replies += [error(429, "rate_limit_error", "slow down", **{"retry-after": "0.05"}),
                        message([text_block("Done.")], "end_turn")]

@@ -65,6 +65,21 @@ def to_api_messages(messages: list[evalctl.Message]) -> list[dict[str, Any]]:
     return out
 
 
+def _wire_safe(value: Any) -> Any:
+    """`value` with each string that UTF-8 cannot hold (a lone surrogate) escaped."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_wire_safe(key): _wire_safe(inner) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [_wire_safe(inner) for inner in value]
+    return value
+
+
 def to_api_tools(tools: list[evalctl.ToolDefinition]) -> list[dict[str, Any]]:
     api_tools = [{"name": t.name, "description": t.description,
                   "input_schema": dict(t.input_schema)} for t in tools]
@@ -91,6 +106,17 @@ class AnthropicProvider:
                 as stream:
             return await stream.get_final_message()
 
+    async def _create(self, request: evalctl.ModelRequest,
+                      messages: list[dict[str, Any]]) -> Any:
+        return await self.client.messages.create(
+            model=self.model,
+            max_tokens=self.max_tokens,
+            system=[{"type": "text", "text": request.system, "cache_control": CACHE}],
+            tools=to_api_tools(request.tools),
+            messages=messages,
+            **self.extra,
+        )
+
     async def complete(self, request: evalctl.ModelRequest) -> evalctl.ModelTurn:
         import anthropic
 
@@ -100,14 +126,13 @@ class AnthropicProvider:
             if request.api_request is not None:
                 response = await self._forward(request.api_request)
             else:
-                response = await self.client.messages.create(
-                    model=self.model,
-                    max_tokens=self.max_tokens,
-                    system=[{"type": "text", "text": request.system, "cache_control": CACHE}],
-                    tools=to_api_tools(request.tools),
-                    messages=to_api_messages(request.messages),
-                    **self.extra,
-                )
+                messages = to_api_messages(request.messages)
+                try:
+                    response = await self._create(request, messages)
+                except UnicodeEncodeError:
+                    # A lone surrogate (a model's own, echoed back) cannot be sent as
+                    # UTF-8: it goes as its escape, on the wire only; the record keeps it.
+                    response = await self._create(request, _wire_safe(messages))
         except anthropic.BadRequestError as exc:
             if any(hint in str(exc).lower() for hint in _OVERFLOW_HINTS):
                 return evalctl.ModelTurn(stop_reason=evalctl.StopReason.CONTEXT_OVERFLOW,
