@@ -83,6 +83,10 @@ def _interruptible(coroutine: Any) -> Any:
     terminated: list[bool] = []
     try:
         return asyncio.run(main(terminated))
+    except asyncio.CancelledError:
+        if not terminated:
+            raise
+        raise KeyboardInterrupt from None  # stopped before it could report: "interrupted"
     finally:
         if terminated:  # the reports are being written: a later SIGTERM waits for them
             signal.signal(signal.SIGTERM, signal.SIG_IGN)

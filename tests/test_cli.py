@@ -150,3 +150,19 @@ def test_numbers_that_would_switch_a_guard_off_are_refused(arguments):
     result = CliRunner().invoke(cli, arguments)
     assert result.exit_code == 2, result.output
     assert "not a finite number" in result.output or "range" in result.output
+
+
+def test_sigterm_before_a_run_can_report_is_an_interruption_not_a_traceback(tmp_path):
+    """SIGTERM cancels the run's task; work that does not wind down into a report
+    (cancelled before it reaches the attempts, say) ends as an interruption, exit 130."""
+    import subprocess
+    import sys
+
+    probe = ("import asyncio, os, signal, sys, threading\n"
+             "from evalctl import _cli\n"
+             "threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGTERM)).start()\n"
+             "try:\n    _cli._interruptible(asyncio.sleep(30))\n"
+             "except KeyboardInterrupt:\n    print('interrupted')\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "interrupted", done.stderr
