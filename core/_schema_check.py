@@ -12,6 +12,7 @@ are all valid never imports Python's jsonschema (about 40 ms).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -54,16 +55,29 @@ class SchemaCheck:
 
 # An int this long (bits) may be over Python's limit for writing it out in decimal.
 _LONG_INT_BITS = 14_000
-_INFINITY = float("inf")
 
 
 def odd_number(value: Any) -> bool:
     """Whether `value` is NaN, an infinity, or an integer long enough that it may be past
     what Python writes out: what unusable_numbers looks at closer, cheap to ask of every
     number a parser makes."""
-    if value.__class__ is float:
-        return value != value or value in (_INFINITY, -_INFINITY)
-    return value.__class__ is int and value.bit_length() > _LONG_INT_BITS
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    return isinstance(value, int) and value.bit_length() > _LONG_INT_BITS
+
+
+def _why_unusable(number: float | int) -> str | None:
+    """Why a number cannot be in a JSON document, or None."""
+    if not odd_number(number):
+        return None
+    if isinstance(number, float):
+        return f"{number!r} is not a finite number"
+    try:
+        str(number)
+    except ValueError:
+        return (f"a number of {number.bit_length():,} bits, too long to write out (if it "
+                "is meant as text, quote it)")
+    return None
 
 
 def unusable_numbers(value: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
@@ -75,16 +89,10 @@ def unusable_numbers(value: Any) -> Iterator[tuple[tuple[Any, ...], str]]:
     pending: list[tuple[tuple[Any, ...], Any]] = [((), value)]
     while pending:
         where, item = pending.pop()
-        if isinstance(item, float):
-            if item != item or item in (_INFINITY, -_INFINITY):
-                yield where, f"{item!r} is not a finite number"
-        elif isinstance(item, int):
-            if item.bit_length() > _LONG_INT_BITS:
-                try:
-                    str(item)
-                except ValueError:
-                    yield where, (f"a number of {item.bit_length():,} bits, too long to "
-                                  "write out (if it is meant as text, quote it)")
+        if isinstance(item, float | int):
+            why = _why_unusable(item)
+            if why is not None:
+                yield where, why
         elif isinstance(item, Mapping):
             pending.extend(((*where, key), inner) for key, inner in reversed(item.items()))
         elif isinstance(item, list | tuple):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,7 +22,7 @@ from evalctl._agent.ledger import Ledger
 from evalctl._errors import ProviderError, RateLimited, RequestRejected
 from evalctl._plugin.tooldefs import ARGUMENTS_MAX_DEPTH, UNUSABLE_ARGUMENTS
 from evalctl._plugin.types import ModelRequest, ModelTurn, TokenUsage
-from evalctl._schema_check import unusable_numbers
+from evalctl._schema_check import odd_number, unusable_numbers
 
 RATE_LIMIT_RETRIES = 8  # refusals in a row before one call counts as a provider error
 MAX_BACKOFF_SECONDS = 60.0
@@ -233,17 +233,21 @@ def usable_turn(turn: ModelTurn) -> ModelTurn:
 
 def arguments_problem(arguments: Any) -> str | None:
     """Why a tool call's arguments cannot be used, or None. Iterative: the value may be
-    as deep as the model made it."""
+    as deep as the model made it. One walk; the numbers' own, which says where, only
+    when this one met an odd number."""
     pending: list[tuple[Any, int]] = [(arguments, 1)]
+    odd = False
     while pending:
         value, depth = pending.pop()
         if depth > ARGUMENTS_MAX_DEPTH:
             return f"they nest deeper than {ARGUMENTS_MAX_DEPTH} levels"
-        if isinstance(value, dict):
+        if isinstance(value, Mapping):  # as unusable_numbers walks them
             pending.extend((inner, depth + 1) for inner in value.values())
         elif isinstance(value, list | tuple):
             pending.extend((inner, depth + 1) for inner in value)
-    for path, why in unusable_numbers(arguments):
+        else:
+            odd = odd or odd_number(value)
+    for path, why in unusable_numbers(arguments) if odd else ():
         where = "".join(f"[{step!r}]" for step in path)
         return f"arguments{where}: {why}"
     return None
