@@ -20,8 +20,10 @@ class _FiniteRange(click.FloatRange):
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> Any:
+        import math
+
         number = super().convert(value, param, ctx)
-        if number != number or number in (float("inf"), float("-inf")):
+        if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return number
 
@@ -61,14 +63,17 @@ def _interruptible(coroutine: Any) -> Any:
     import asyncio
     import signal
 
-    async def main(terminated: list[bool]) -> Any:
+    terminated = False
+
+    async def main() -> Any:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
 
         def terminate() -> None:
+            nonlocal terminated
             if not terminated:  # the next ones: the run already winds down
-                terminated.append(True)
+                terminated = True
                 task.cancel()
 
         # Not the main thread, or no signals here: as before.
@@ -80,9 +85,8 @@ def _interruptible(coroutine: Any) -> Any:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal.SIGTERM)
 
-    terminated: list[bool] = []
     try:
-        return asyncio.run(main(terminated))
+        return asyncio.run(main())
     except asyncio.CancelledError:
         if not terminated:
             raise
@@ -412,7 +416,6 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     `evalctl run --resume RUN_DIR`. With --baseline, the exit code says whether the
     run regressed against it instead.
     """
-
     from evalctl._errors import ProviderSetupError, UsageError
     from evalctl._report.compare import compare_reports, gate
     from evalctl._report.console import RunView
@@ -630,7 +633,6 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
     checks are not asked again. Exit 0 all passed, 1 a task failed or errored, 2 no run
     or nothing to regrade there.
     """
-
     from evalctl._report.console import RunView
     from evalctl._report.writing import write_reports
     from evalctl._run.config import load_config
