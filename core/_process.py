@@ -165,14 +165,18 @@ _FOUND: dict[tuple[str, str], str] = {}
 _FOUND_LOCK = threading.Lock()
 
 
+def _found_key(name: str, env: Mapping[str, str]) -> tuple[str, str]:
+    return name, env.get("PATH", os.defpath)  # what Popen searches without a PATH
+
+
 def _executable(name: str, env: Mapping[str, str]) -> str | None:
     """Where `name` is on `env`'s PATH, as the child would find it; None when it names
     a path itself, is not found, or PATH has a relative entry (found from the child's
     directory, not this process's)."""
     if "/" in name or not name:
         return None
-    path = env.get("PATH", os.defpath)
-    key = (name, path)
+    key = _found_key(name, env)
+    path = key[1]
     found = _FOUND.get(key)
     if found is None:
         if not all(os.path.isabs(entry) for entry in path.split(os.pathsep)):
@@ -206,7 +210,7 @@ def _spawn(argv: list[str], cwd: str, env: dict[str, str], stdin_fd: int | None,
             raise
         # The file found before is gone or changed: look the name up as Popen does.
         with _FOUND_LOCK:
-            _FOUND.pop((argv[0], env.get("PATH", os.defpath)), None)
+            _FOUND.pop(_found_key(argv[0], env), None)
         process = popen(None)
     if started is not None:
         try:

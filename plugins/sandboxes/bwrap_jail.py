@@ -846,11 +846,12 @@ def _device_directory() -> Path:
     mounted nodev): in the shared directory if it can, else a held directory of its own
     (as the shared one is: removed at exit, or by the next evalctl if this one is killed)
     under /var/tmp, else under /dev (a devtmpfs)."""
-    for parent in (_shared_dir(), *DEVICE_FALLBACKS):
+    shared = _shared_dir()
+    for parent in (shared, *DEVICE_FALLBACKS):
         try:
             if os.statvfs(parent).f_flag & os.ST_NODEV:
                 continue
-            if parent == _shared_dir():
+            if parent == shared:
                 return Path(tempfile.mkdtemp(prefix=".evalctl-dev-", dir=parent))
             return _new_shared_dir([parent])
         except (OSError, SandboxError):
