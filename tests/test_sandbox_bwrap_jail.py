@@ -125,7 +125,9 @@ def start(jail: bs.BwrapJail, argv: list[str], env: Mapping[str, str],
         except BaseException:
             proc.kill()
             proc.wait(timeout=10)
+            launch.end()
             raise
+        proc.launch = launch  # type: ignore[attr-defined]  # to end() once it is reaped
         return proc
     finally:
         launch.close()
@@ -142,6 +144,7 @@ def run_argv(jail: bs.BwrapJail, argv: list[str], env: Mapping[str, str], *,
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+        proc.launch.end()  # type: ignore[attr-defined]
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
@@ -451,7 +454,6 @@ def test_launch_argv_shape(make_jail: Callable[..., bs.BwrapJail], layout: Layou
             "--unshare-net",
             "--die-with-parent",
             "--new-session",
-            "--as-pid-1",
             "--clearenv",
             "--disable-userns",
         ):
@@ -462,11 +464,9 @@ def test_launch_argv_shape(make_jail: Callable[..., bs.BwrapJail], layout: Layou
                   for flag in ("--seccomp", "--info-fd", "--block-fd")}
         assert sorted(passed.values()) == sorted(launch.pass_fds)
         assert os.readlink(f"/proc/self/fd/{passed['--seccomp']}") == str(bs.seccomp_filter())
-        assert bwrap_args[-7:-3] == ["--", "/bin/sh", "-c", bwrap_args[-4]]
-        assert bwrap_args[-3:] == ["evalctl-init", "echo", "hi"]
-        init = bwrap_args[-4]  # limits first, then the command as pid 1's child
-        assert init.startswith("trap '' XFSZ\nulimit -c 0 && ulimit -f ")
-        assert init.endswith(bs.SANDBOX_INIT)
+        # bubblewrap's own init is pid 1 (no --as-pid-1): no shell of ours in front.
+        assert "--as-pid-1" not in bwrap_args
+        assert bwrap_args[-3:] == ["--", "echo", "hi"]
         pairs = [tuple(bwrap_args[i + 1 : i + 3]) for i, a in enumerate(bwrap_args)
                  if a == "--setenv"]
         assert pairs == [("FOO", "bar"), ("HOME", "/home/agent"), ("TMPDIR", "/tmp")]
@@ -768,23 +768,21 @@ echo '== env'; env
 """
 
 
-@pytest.mark.parametrize("outer", ["empty", "inherited"])
 def test_environment_is_exactly_env_and_no_secret_leaks(
-    make_jail: Callable[..., bs.BwrapJail], monkeypatch: pytest.MonkeyPatch, outer: str
+    make_jail: Callable[..., bs.BwrapJail], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
     jail = make_jail()
     env = {**BASE_ENV, "VISIBLE": "marker-visible"}
-    # "inherited": the caller forgets env={} and hands over its own environment.
-    done = run(jail, ENV_PROBE, env=env, outer_env={} if outer == "empty" else dict(os.environ))
+    done = run(jail, ENV_PROBE, env=env, outer_env={})
     assert done.returncode == 0, done.stderr
     assert SECRET not in done.stdout + done.stderr
     assert "marker-visible" in done.stdout  # the probes do read environments
     assert "ANTHROPIC_API_KEY" not in done.stdout
-    # pid 1 inside is our init with the sandbox's environment; bwrap is not visible at all.
+    # pid 1 inside is bubblewrap's init, started with no environment at all.
     section = done.stdout.split("== /proc/1/environ\n", 1)[1].split("==", 1)[0]
-    assert "VISIBLE=marker-visible" in section.splitlines()
-    assert "bwrap" not in done.stdout.split("== ps eww", 1)[1].split("==", 1)[0]
+    assert section == ""
+    assert done.stdout.split("== /proc/1/cmdline\n", 1)[1].startswith(f"{bs._find_bwrap()} ")
 
     script = "import json, os; print(json.dumps(dict(os.environ)))"
     done = run_argv(jail, [PY, "-I", "-c", script], env)
@@ -792,6 +790,20 @@ def test_environment_is_exactly_env_and_no_secret_leaks(
     seen.pop("LC_CTYPE", None)  # Python's own locale coercion (PEP 538) adds it
     expected = {**env, "HOME": "/home/agent", "TMPDIR": "/tmp", "PWD": str(jail.workspace)}
     assert seen == expected  # bwrap adds PWD after --chdir; nothing else
+
+
+def test_bwrap_started_with_an_environment_is_refused(
+    make_jail: Callable[..., bs.BwrapJail], monkeypatch: pytest.MonkeyPatch, layout: Layout
+) -> None:
+    """A caller that forgets env={} for bwrap: its pid 1 (a fork of bwrap) would show that
+    environment, a secret of the harness's among it, at /proc/1/environ inside. The jail
+    refuses to let such a sandbox run anything."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
+    jail = make_jail()
+    with pytest.raises(bs.SandboxError, match="must get none"):
+        run(jail, "touch ran; tr '\\0' '\\n' < /proc/1/environ > seen", outer_env=dict(os.environ))
+    assert not (layout.workspace / "ran").exists()
+    assert not jail._running  # its pid 1 was killed and reaped
 
 
 # --------------------------------------------------------------------------- processes
@@ -833,12 +845,44 @@ def test_no_process_outlives_its_command(
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=10)
+        proc.launch.end()  # as BwrapSandbox.run does before the command counts as done
     assert proc.returncode == 0, err
     survivors = [pid for pid, started in learned if exists(pid, started)]
     print(f"\nescape attempts (host pids) {[p for p, _ in learned]}; survivors {survivors}")
     assert survivors == []
     for path in jail.cgroup_dirs.values():
         assert (path / "cgroup.procs").read_text().split() == []
+
+
+def test_end_kills_what_the_command_left_and_reaps_its_pid_1(
+    make_jail: Callable[..., bs.BwrapJail], layout: Layout, collector: PidCollector
+) -> None:
+    """bwrap's outer process exits with the command; the sandbox's pid 1 (bubblewrap's
+    init) waits on for the daemon. Launch.end() kills it, which ends the daemon with its
+    PID namespace, and reaps it: as this process's orphan (it is their subreaper), it is
+    not left as a zombie for anyone else."""
+    jail = make_jail()
+    script = ("python report.py $PWD/pids.sock sleep 300 &\n"
+              "for i in $(seq 400); do [ -e go ] && exit 0; sleep 0.05; done; exit 3")
+    proc = start(jail, ["bash", "-c", script], BASE_ENV,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        collector.wait_for(1)
+        init = proc.launch.child_pid
+        init_started = starttime(init)
+        (layout.workspace / "go").touch()
+        assert proc.wait(timeout=30) == 0  # the command has ended; its daemon runs on
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    daemon, daemon_started = collector.pids[0]
+    assert exists(init, init_started)  # alive, or a zombie that only this process may reap
+    assert proc.launch.end()
+    assert not exists(daemon, daemon_started)
+    assert not exists(init, init_started)  # reaped, not a zombie
+    assert not jail._running
+    assert proc.launch.end()  # idempotent
 
 
 def test_killing_the_wrapper_kills_the_sandbox(
@@ -1069,10 +1113,11 @@ def test_file_size_limit(make_jail: Callable[..., bs.BwrapJail], layout: Layout,
     )
     done = run(jail, script)
     print("\n" + done.stdout + done.stderr)
-    assert "truncate: failed to truncate 'big' at 2147483648 bytes: File too large" in done.stderr
-    assert "dd: error writing 'big2': File too large" in done.stderr
-    assert "OSError: [Errno 27] File too large" in done.stderr
-    assert "truncate=1" in done.stdout and "dd=1" in done.stdout and "python=1" in done.stdout
+    # Beyond the limit a writer gets SIGXFSZ, which ends it unless it ignores the signal
+    # (Python does, and then gets EFBIG). No core file: RLIMIT_CORE is 0.
+    assert "File size limit exceeded" in done.stderr and "core dumped" not in done.stderr
+    assert "truncate=153" in done.stdout and "dd=153" in done.stdout  # 128 + SIGXFSZ
+    assert "OSError: [Errno 27] File too large" in done.stderr and "python=1" in done.stdout
     assert "small=ok" in done.stdout
     for name in ("big", "big2", "big3"):
         assert (layout.workspace / name).stat().st_size <= 16 << 20

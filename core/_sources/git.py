@@ -67,7 +67,11 @@ def git(args: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] | N
     if shutil.which("git") is None:
         raise SourceError("git is not installed (apt-get install git)")
     try:
-        done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True,
+        # No housekeeping left running in the background: it would write into a copy
+        # an agent works in, and outlive the command that started it.
+        done = subprocess.run(["git", "-c", "gc.autoDetach=false",
+                               "-c", "maintenance.autoDetach=false", *args],
+                              cwd=cwd, env=env, capture_output=True,
                               text=True, timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise SourceError(f"git {args[0]} took longer than {timeout:g}s") from None

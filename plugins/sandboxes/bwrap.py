@@ -88,6 +88,26 @@ def _hidden_paths() -> tuple[Path, ...]:
     return tuple(sorted(path for path in found if path.is_dir()))
 
 
+async def _ended(launch: bwrap_jail.Launch) -> None:
+    """Kill what the command left in its sandbox and reap the sandbox's pid 1 before the
+    command counts as done: nothing it started outlives it. Usually the sandbox is gone
+    already; else its pid 1 is awaited on the loop, never blocking it."""
+    if launch.end(wait=False):
+        return
+    import asyncio  # here, not at the top: `evalctl list-plugins` never needs it
+
+    loop = asyncio.get_running_loop()
+    fd = launch.init_fd
+    assert fd is not None
+    gone = loop.create_future()
+    loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
+    try:
+        await gone
+    finally:
+        loop.remove_reader(fd)
+    launch.end()
+
+
 class BwrapSandbox:
     def __init__(self, request: evalctl.SandboxRequest, jail: bwrap_jail.BwrapJail):
         self.request = request
@@ -115,6 +135,7 @@ class BwrapSandbox:
                                          "" if merge_stderr else message)
         finally:
             launch.close()
+            await _ended(launch)
 
     async def close(self) -> None:
         # Usually nothing is left to kill and a few entries are left to look at: done

@@ -7,10 +7,11 @@ Each command an agent (or a check) runs is wrapped so that it executes:
 * over a filesystem built from nothing: the workspace (read-write, at its own absolute path),
   the attempt's HOME and TMPDIR (read-write, at /home/agent and /tmp), and read-only: /usr, the
   /bin, /lib* links, an allowlist of /etc, the Python prefixes and the evalctl package sources;
-* with exactly the environment the caller gives: pid 1 inside is our tiny init, not bwrap, and
-  bwrap runs with an empty environment, so no /proc/*/environ anywhere (inside, or on the
-  host) holds a secret of the harness;
-* so that no process outlives the command (PID namespace torn down when the command exits);
+* with exactly the environment the caller gives: bwrap runs with an empty environment
+  (Launch.started refuses one that does not), so no /proc/*/environ anywhere (inside, or on
+  the host) holds a secret of the harness, not even that of pid 1, bwrap's own init;
+* so that no process outlives the command (Launch.end kills the sandbox's pid 1 when the
+  command has ended, which tears its PID namespace down, and reaps it);
 * in the attempt's cgroup(s) (pids and memory; cgroup.kill on v2) when this machine lets us
   create them, with RLIMIT_FSIZE (and RLIMIT_NPROC/RLIMIT_AS when there is no cgroup): bwrap
   reports the sandbox's pid and waits (--info-fd, --block-fd) until the harness has put it
@@ -121,18 +122,17 @@ ETC_ALLOWLIST = (
 # bubblewrap a pass over the mount table for every command of every attempt.
 ETC_COPY_MAX_ENTRIES = 1024
 
-# pid 1 inside the sandbox: runs the command in the foreground, reaping orphans while it
-# waits (sh waits with waitpid(-1)), and exits with the command's status.  Why not bwrap's
-# own pid 1: bwrap's outer process returns as soon as the *command* (pid 2) exits and does not
-# wait for its pid 1, which lingers while daemons the command left behind run, until
-# --die-with-parent's SIGKILL arrives (asynchronously), and is then an orphaned zombie that
-# the host's init must reap, holding a pids-cgroup charge until it does (seconds, on machines
-# whose init reaps lazily: 1 leaked charge per command).  With this init, its exit makes the
-# kernel kill and reap everything left in the PID namespace before bwrap's waitpid() returns,
-# so no process outlives the command, deterministically.  `exit $?` keeps sh from exec'ing
-# the command in place of itself.  A command killed by a signal makes sh print e.g. "Killed".
-SANDBOX_INIT = '"$@"\nexit $?'
-SANDBOX_INIT_NAME = "evalctl-init"
+# pid 1 inside the sandbox is bubblewrap's own init: it forks the command, reaps whatever is
+# reparented to it, and reports the command's exit status to bwrap's outer process, which then
+# exits.  It does not end with the command: it waits until every process in the sandbox is
+# gone, so a daemon the command left would keep it (and the daemon) alive, and once the outer
+# bwrap has exited, --die-with-parent's SIGKILL would make it an orphan for the host's init to
+# reap (holding a pids-cgroup charge until then; some containers' inits never reap).  So the
+# harness holds a pidfd on it from the moment bwrap reports it (it waits on --block-fd then,
+# so it cannot be gone), is its subreaper (PR_SET_CHILD_SUBREAPER: the orphan comes to evalctl,
+# not the host's init), and when the command has ended kills it, which makes the kernel kill
+# every process left in its PID namespace, and reaps it (Launch.end).  Our own init (a shell as
+# pid 1, --as-pid-1) did the same from inside at the cost of one more exec per command.
 
 # Exit status of a command whose sandbox could not be given its limits (it fails closed).
 WRAPPER_FAILED = 125
@@ -222,8 +222,6 @@ def _namespace_args(bwrap: str, network: bool) -> list[str]:
         args.append("--disable-userns")
     # As uid 0 bwrap keeps every capability unless told otherwise (bubblewrap#561).
     args += ["--cap-drop", "ALL", "--die-with-parent", "--new-session"]
-    # Our own init (SANDBOX_INIT) is pid 1, not bwrap's: see SANDBOX_INIT for why.
-    args.append("--as-pid-1")
     args += ["--hostname", SANDBOX_HOSTNAME]
     return args
 
@@ -905,6 +903,39 @@ def _private_device_nodes() -> tuple[tuple[str, str], ...]:
 BLOCKED_SYSCALLS = ("add_key", "request_key", "keyctl")
 
 
+def _environment_size(pid: int) -> int:
+    """How many bytes of environment process `pid` was started with (0 if it is gone)."""
+    try:
+        fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return 0
+    try:
+        return len(os.read(fd, 1 << 16))
+    finally:
+        os.close(fd)
+
+
+_SUBREAPER: list[bool] = []  # set once this process is a subreaper
+
+
+def _become_subreaper() -> None:
+    """Orphans of this process's descendants come to it, not to the host's init: the
+    sandboxes' pid 1s, once bwrap's outer process has exited (see Launch.end)."""
+    if _SUBREAPER:
+        return
+    with _ONCE_LOCK:
+        if _SUBREAPER:
+            return
+        import ctypes
+
+        pr_set_child_subreaper = 36  # <linux/prctl.h>
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0) != 0:
+            log.warning("cannot become a subreaper (errno %d): the host's init reaps the "
+                        "sandboxes' pid 1s", ctypes.get_errno())
+        _SUBREAPER.append(True)
+
+
 class SeccompUnavailable(SandboxError):
     """libseccomp cannot be loaded, so the filter cannot be built."""
 
@@ -1059,7 +1090,7 @@ _PLANNED: set[tuple[tuple[str, ...], tuple[Path, ...]]] = set()
 class BwrapOptions:
     network: bool = False
     ro_paths: tuple[str, ...] = ()  # extra read-only binds, each at its own path
-    max_processes: int = 512  # whole attempt (our init takes 1 per running command)
+    max_processes: int = 512  # whole attempt (bwrap's init takes 1 per running command)
     memory_mb: int = 4096  # whole attempt with a cgroup; per process with RLIMIT_AS
     file_size_mb: int = 1024  # largest single file any process may write
 
@@ -1090,7 +1121,7 @@ class BwrapJail:
         self._bwrap = _find_bwrap()
         self._cgroup_dirs: dict[str, Path] = {}
         self._static_args: list[str] | None = None
-        self._init = SANDBOX_INIT
+        self._running: set[Launch] = set()  # launches whose sandbox's pid 1 is not reaped
 
     # -- lifecycle
 
@@ -1104,7 +1135,6 @@ class BwrapJail:
         try:
             self._create_cgroups()
             self._static_args = self._build_static_args()
-            self._init = self._build_init()
         except BaseException:
             self.close()
             raise
@@ -1117,13 +1147,12 @@ class BwrapJail:
             strip_setid_bits(top)
 
     def close(self) -> None:
-        """Kill whatever still runs in the attempt's cgroups; give them, empty, to the next
-        jail of this process (or remove them if anything survived).  Idempotent.
-
-        Without cgroups there is nothing to kill here: a command still running must be
-        stopped by killing the process wrap()'s argv started (bwrap then takes the sandbox
-        down with it, --die-with-parent).
-        """
+        """Kill whatever still runs: every command's sandbox not yet ended (through its pid 1,
+        with or without cgroups) and anything else in the attempt's cgroups; give those,
+        empty, to the next jail of this process (or remove them if anything survived).
+        Idempotent."""
+        for launch in list(self._running):  # a command still running ends here
+            launch.end()
         self._release_cgroups()
         if self._static_args is not None:
             self._strip_setid_bits()
@@ -1154,8 +1183,10 @@ class BwrapJail:
         """close(), when it is only reads of bounded time: nothing runs in the attempt's
         cgroups, they are not charged with memory that would keep them from the pool,
         and the workspace, HOME and TMPDIR hold at most `entries` entries each and no
-        setid bit to clear. False otherwise, with nothing changed: close() it off the
-        event loop."""
+        setid bit to clear. False otherwise, with nothing changed but a sandbox still
+        running killed: close() it off the event loop."""
+        if not all(launch.end(wait=False) for launch in list(self._running)):
+            return False
         if self._cgroup_dirs and (self._members() or self._charged_bytes() > POOL_MAX_CHARGE):
             return False
         if self._static_args is not None and not all(
@@ -1225,10 +1256,6 @@ class BwrapJail:
             "--chdir",
             str(cwd),
             "--",
-            "/bin/sh",
-            "-c",
-            self._init,
-            SANDBOX_INIT_NAME,
             *argv,
         ]
         return launch
@@ -1245,6 +1272,12 @@ class BwrapJail:
                 os.write(procs, str(pid).encode())
             finally:
                 os.close(procs)
+        # No core files; a file may grow to file_size_mb (a write beyond it: EFBIG when
+        # the writer ignores SIGXFSZ, else that signal ends it).  Hard limits too: nothing
+        # inside has CAP_SYS_RESOURCE to raise them again.
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+        size = self.options.file_size_mb * 1024 * 1024
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, size))
         enforced = self._cgroups.controllers if self._cgroup_dirs else frozenset()
         if "pids" not in enforced:
             limit = self.options.max_processes
@@ -1280,22 +1313,6 @@ class BwrapJail:
         # binds (into RAM).  Not recursive: the binds above keep their own flags.
         args += ["--remount-ro", "/"]
         return args
-
-    def _build_init(self) -> str:
-        """The script pid 1 inside runs (see SANDBOX_INIT): limits first, then the command.
-
-        Set inside rather than by a shell on the host: one process fewer per command, and
-        the hard limits a process lowers for itself cannot be raised again without
-        CAP_SYS_RESOURCE, which nothing in the sandbox has.
-        """
-        file_blocks = self.options.file_size_mb * 2048  # ulimit -f counts 512-byte blocks
-        return "\n".join([
-            # A write beyond RLIMIT_FSIZE then fails with EFBIG ("File too large") instead of
-            # killing the writer with SIGXFSZ.  An ignored disposition survives exec.
-            "trap '' XFSZ",
-            f"ulimit -c 0 && ulimit -f {file_blocks} || exit {WRAPPER_FAILED}",
-            SANDBOX_INIT,
-        ])
 
     # -- cgroups
 
@@ -1439,6 +1456,7 @@ class Launch:
         self.jail = jail
         self.argv: list[str] = []  # set by BwrapJail.launch(), which names the descriptors
         self.child_pid: int | None = None
+        self.init_fd: int | None = None  # a pidfd of the sandbox's pid 1 (see end())
         self._fds: list[int] = []
         try:
             # A descriptor of its own per command: bwrap reads the filter from its offset.
@@ -1476,13 +1494,29 @@ class Launch:
             self.child_pid = int(json.loads(report)["child-pid"])
         except (ValueError, KeyError, TypeError) as exc:
             raise SandboxError(f"bubblewrap reported no sandbox pid: {report[:200]!r}") from exc
+        _become_subreaper()
+        try:
+            # It waits on --block-fd, so this pidfd is of the sandbox's pid 1, no other.
+            self.init_fd = os.pidfd_open(self.child_pid)
+        except ProcessLookupError:
+            return  # it died setting up (a mount that failed): bwrap's message says why
+        self.jail._running.add(self)
+        # Read once bwrap has reported: when Popen returns, its exec may not have laid out
+        # the new environment yet (the file then reads empty).
+        outer_environment = _environment_size(pid)
+        if outer_environment:
+            # The sandbox's pid 1 is a fork of bwrap: /proc/1/environ inside would show
+            # whatever bwrap was started with (a secret of the harness, say).
+            signal.pidfd_send_signal(self.init_fd, signal.SIGKILL)  # still waiting
+            raise SandboxError(f"bubblewrap was started with {outer_environment} bytes of "
+                               "environment: it must get none (env={})")
         try:
             self.jail._enter(self.child_pid)
         except ProcessLookupError:
-            return  # it died setting up (a mount that failed): bwrap's message says why
+            return
         except OSError as exc:
             with contextlib.suppress(OSError):
-                os.kill(self.child_pid, signal.SIGKILL)  # it still waits on --block-fd
+                signal.pidfd_send_signal(self.init_fd, signal.SIGKILL)  # still waiting
             raise SandboxError(f"cannot limit the sandbox (pid {self.child_pid}): "
                                f"{exc.strerror or exc}") from exc
         with contextlib.suppress(BrokenPipeError):  # it died since: bwrap says why
@@ -1515,6 +1549,30 @@ class Launch:
             self._fds.remove(fd)
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+    def end(self, wait: bool = True) -> bool:
+        """The command has ended (bwrap has been reaped): kill what it left running in its
+        sandbox, by killing the sandbox's pid 1 (the kernel then kills every process of
+        its PID namespace), and reap that pid 1. True once it is reaped (or was never
+        made); False when `wait` is False and it is still dying: then wait until
+        `init_fd` is readable and call this again. Idempotent."""
+        fd = self.init_fd
+        if fd is None:
+            return True
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        try:
+            done = os.waitid(os.P_PIDFD, fd, os.WEXITED | (0 if wait else os.WNOHANG))
+        except ChildProcessError:
+            # Not ours to reap: bwrap's outer process reaped it (it died first), or this
+            # process could not become a subreaper. Gone, or the host's init's.
+            done = True  # type: ignore[assignment]
+        if done is None:
+            return False
+        self.init_fd = None
+        self.jail._running.discard(self)
+        os.close(fd)
+        return True
 
     def close(self) -> None:
         """Close whatever descriptor is still open: call it once the process has been
