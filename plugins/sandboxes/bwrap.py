@@ -97,14 +97,16 @@ async def _ended(launch: bwrap_jail.Launch) -> None:
     import asyncio  # here, not at the top: `evalctl list-plugins` never needs it
 
     loop = asyncio.get_running_loop()
-    fd = launch.init_fd
-    assert fd is not None
+    fd = launch.watchable()
+    if fd is None:  # ended meanwhile, by the jail's close in a thread
+        return
     gone = loop.create_future()
     loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
     try:
         await gone
     finally:
         loop.remove_reader(fd)
+        os.close(fd)
     launch.end()
 
 

@@ -907,7 +907,7 @@ def _environment_size(pid: int) -> int:
     """How many bytes of environment process `pid` was started with (0 if it is gone)."""
     try:
         fd = os.open(f"/proc/{pid}/environ", os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
+    except OSError:  # gone, or a /proc that does not show it: nothing to check
         return 0
     try:
         return len(os.read(fd, 1 << 16))
@@ -1034,6 +1034,16 @@ def _order_with_base(base: _BasePlan, own: list[_Mount]) -> list[_Mount]:
     return _by_depth([*base.kept, *own])
 
 
+@_once
+def _leading_args(bwrap: str, network: bool) -> tuple[str, ...]:
+    """Namespaces, /proc and /dev: the same for every jail of a process."""
+    args = _namespace_args(bwrap, network)
+    args += ["--proc", "/proc", *PROC_COVERS, "--dev", "/dev"]
+    for node, dest in _private_device_nodes():  # over the host's (see DEVICE_NODES)
+        args += ["--dev-bind", node, dest]
+    return tuple(args)
+
+
 @dataclass(frozen=True)
 class _BasePlan:
     """The mounts every jail with the same options shares: the system, /etc, the Python
@@ -1077,6 +1087,29 @@ def _base_plan(ro_paths: tuple[str, ...], hidden: tuple[Path, ...]) -> _BasePlan
 # --------------------------------------------------------------------------- the jail
 
 
+def _real_path(path: str | os.PathLike[str]) -> Path:
+    """Path(path).resolve(strict=True), as the kernel resolves it: one open and one
+    readlink, where Python's realpath looks at every component of a deep run directory
+    (three paths for each of an attempt's two jails)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return Path(path).resolve(strict=True)  # its error, in its words
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc here
+        return Path(path).resolve(strict=True)
+    finally:
+        os.close(fd)
+    return Path(real) if real.startswith("/") else Path(path).resolve(strict=True)
+
+
+@functools.lru_cache(maxsize=16)
+def _real_paths(paths: tuple[str | os.PathLike[str], ...]) -> tuple[Path, ...]:
+    """The hidden directories, the same for every jail of a process, resolved once."""
+    return tuple(Path(os.path.realpath(p)) for p in paths)
+
+
 # close_quickly() clears setid bits on the event loop in trees of at most this many
 # entries each; a larger one is walked in a thread.
 QUICK_CLOSE_ENTRIES = 256
@@ -1112,16 +1145,17 @@ class BwrapJail:
         cgroups: CgroupSetup | None = None,  # None: what this machine offers (tests override)
         hidden: tuple[Path, ...] = (),  # directories under a read-only mount shown empty
     ) -> None:
-        self.workspace = Path(workspace).resolve(strict=True)
-        self.home = Path(home).resolve(strict=True)
-        self.tmp = Path(tmp).resolve(strict=True)
+        self.workspace = _real_path(workspace)
+        self.home = _real_path(home)
+        self.tmp = _real_path(tmp)
         self.options = options
-        self.hidden = tuple(Path(os.path.realpath(p)) for p in hidden)
+        self.hidden = _real_paths(tuple(hidden))
         self._cgroups = _machine_cgroups() if cgroups is None else cgroups
         self._bwrap = _find_bwrap()
         self._cgroup_dirs: dict[str, Path] = {}
         self._static_args: list[str] | None = None
         self._running: set[Launch] = set()  # launches whose sandbox's pid 1 is not reaped
+        self._parents_key: tuple[tuple[str, Path], ...] | None = None  # see _pool_key
 
     # -- lifecycle
 
@@ -1267,7 +1301,7 @@ class BwrapJail:
         import resource  # here: `evalctl list-plugins` discovers this module, never runs it
 
         for path in self._cgroup_dirs.values():
-            procs = os.open(path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+            procs = os.open(f"{path}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
             try:
                 os.write(procs, str(pid).encode())
             finally:
@@ -1301,10 +1335,7 @@ class BwrapJail:
             _Mount("rw", str(self.home), SANDBOX_HOME),
             _Mount("rw", str(self.workspace), self.workspace),
         ]
-        args = _namespace_args(self._bwrap, self.options.network)
-        args += ["--proc", "/proc", *PROC_COVERS, "--dev", "/dev"]
-        for node, dest in _private_device_nodes():  # over the host's (see DEVICE_NODES)
-            args += ["--dev-bind", node, dest]
+        args = list(_leading_args(self._bwrap, self.options.network))
         for mount in _order_with_base(base, own):
             args += mount.args()
         for path in base.covers:  # an empty tmpfs laid over it, read-only with the root
@@ -1317,8 +1348,9 @@ class BwrapJail:
     # -- cgroups
 
     def _pool_key(self) -> tuple[object, ...]:
-        return (tuple(sorted(self._cgroups.parents.items())), self.options.max_processes,
-                self.options.memory_mb)
+        if self._parents_key is None:
+            self._parents_key = tuple(sorted(self._cgroups.parents.items()))
+        return (self._parents_key, self.options.max_processes, self.options.memory_mb)
 
     def _create_cgroups(self) -> None:
         setup = self._cgroups
@@ -1457,6 +1489,7 @@ class Launch:
         self.argv: list[str] = []  # set by BwrapJail.launch(), which names the descriptors
         self.child_pid: int | None = None
         self.init_fd: int | None = None  # a pidfd of the sandbox's pid 1 (see end())
+        self._ending = threading.Lock()
         self._fds: list[int] = []
         try:
             # A descriptor of its own per command: bwrap reads the filter from its offset.
@@ -1556,23 +1589,30 @@ class Launch:
         its PID namespace), and reap that pid 1. True once it is reaped (or was never
         made); False when `wait` is False and it is still dying: then wait until
         `init_fd` is readable and call this again. Idempotent."""
-        fd = self.init_fd
-        if fd is None:
+        with self._ending:  # the loop and a closing thread may both end it: one closes fd
+            fd = self.init_fd
+            if fd is None:
+                return True
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            try:
+                done = os.waitid(os.P_PIDFD, fd, os.WEXITED | (0 if wait else os.WNOHANG))
+            except ChildProcessError:
+                # Not ours to reap: bwrap's outer process reaped it (it died first), or
+                # this process could not become a subreaper. Gone, or the host's init's.
+                done = True  # type: ignore[assignment]
+            if done is None:
+                return False
+            self.init_fd = None
+            self.jail._running.discard(self)
+            os.close(fd)
             return True
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(fd, signal.SIGKILL)
-        try:
-            done = os.waitid(os.P_PIDFD, fd, os.WEXITED | (0 if wait else os.WNOHANG))
-        except ChildProcessError:
-            # Not ours to reap: bwrap's outer process reaped it (it died first), or this
-            # process could not become a subreaper. Gone, or the host's init's.
-            done = True  # type: ignore[assignment]
-        if done is None:
-            return False
-        self.init_fd = None
-        self.jail._running.discard(self)
-        os.close(fd)
-        return True
+
+    def watchable(self) -> int | None:
+        """A descriptor of its own (the caller closes it) that turns readable once the
+        sandbox's pid 1 has exited; None once end() is done."""
+        with self._ending:
+            return None if self.init_fd is None else os.dup(self.init_fd)
 
     def close(self) -> None:
         """Close whatever descriptor is still open: call it once the process has been
