@@ -209,6 +209,45 @@ def test_malformed_json_is_a_provider_error(registry, server, tmp_path):
     assert result.exit_status == ExitStatus.PROVIDER_ERROR
 
 
+_MESSAGE = {"id": "msg_01", "type": "message", "role": "assistant",
+            "model": "claude-sonnet-4-6", "stop_reason": "end_turn", "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5}}
+_TEXT = [{"type": "text", "text": "hi"}]
+_ODD_SHAPES = {  # what no API response holds, each with why it is refused
+    "a list as a tool id": ({"stop_reason": "tool_use", "content": [
+        {"type": "tool_use", "id": ["x"], "name": "read_file", "input": {}}]}, "tool call"),
+    "a list as a tool's input": ({"stop_reason": "tool_use", "content": [
+        {"type": "tool_use", "id": "t1", "name": "read_file", "input": [1]}]}, "tool call"),
+    "a negative token count": ({"content": _TEXT, "usage": {
+        "input_tokens": -1_000_000, "output_tokens": 5}}, "usage.input_tokens is -1000000"),
+    "a token count no response has": ({"content": _TEXT, "usage": {
+        "input_tokens": 10**30, "output_tokens": 5}}, "not a count of tokens"),
+    "a fraction of a token": ({"content": _TEXT, "usage": {
+        "input_tokens": 1.5, "output_tokens": 5}}, "usage.input_tokens is 1.5"),
+    "a number as text": ({"content": [{"type": "text", "text": 7}]}, "text is not text"),
+    "NaN in a block": ({"content": [{"type": "text", "text": "hi", "extra": float("nan")}]},
+                       "cannot be recorded"),
+    "a list as the stop reason": ({"stop_reason": ["end_turn"], "content": _TEXT},
+                                  "stop_reason is not text"),
+    "text as the content": ({"content": "hi"}, "content is str"),
+}
+
+
+@pytest.mark.parametrize("shape", list(_ODD_SHAPES))
+def test_a_response_in_a_shape_the_api_never_sends_is_a_provider_error(
+        registry, server, tmp_path, shape):
+    """The SDK builds its objects without checking types: a tool id that is a list
+    crashed the loop, a negative count made the attempt's cost negative, one of 10**30
+    tokens made it 3e24 dollars. Each is the provider's error now, saying why."""
+    changes, why = _ODD_SHAPES[shape]
+    server.replies += [(200, {"content-type": "application/json"},
+                        json.dumps({**_MESSAGE, **changes}).encode())]
+    result, _ = run_task(anthropic(registry), tmp_path)
+    assert result.exit_status == ExitStatus.PROVIDER_ERROR
+    assert "unusable response from the API" in result.error and why in result.error
+    assert result.cost == 0 and len(server.requests) == 1
+
+
 def test_context_overflow_is_recorded(registry, server, tmp_path):
     server.replies += [error(400, "invalid_request_error",
                              "prompt is too long: 250000 tokens > 200000 maximum")]

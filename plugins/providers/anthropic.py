@@ -149,6 +149,9 @@ class AnthropicProvider:
         except (anthropic.AnthropicError, ValueError) as exc:
             raise evalctl.ProviderError(f"unusable response from the API: {exc}") from None
 
+        unusable = _unusable(response)
+        if unusable:
+            raise evalctl.ProviderError(f"unusable response from the API: {unusable}")
         text_parts: list[str] = []
         calls: list[evalctl.ToolCall] = []
         for block in response.content:
@@ -176,6 +179,49 @@ class AnthropicProvider:
             model=model,
             raw_content=[block.model_dump(exclude_none=True) for block in response.content],
         )
+
+
+# More tokens than any response could count: a larger count is a broken response, and
+# would make the attempt's cost (and the run's budget) whatever it says.
+MAX_TOKEN_COUNT = 10**9
+
+
+def _unusable(response: Any) -> str | None:
+    """Why a response the SDK parsed is not one the API sends, or None. The SDK builds
+    its objects from the JSON without checking the types, so an endpoint's odd answer
+    (a list as a tool id, a negative token count, NaN in a block) would otherwise end
+    the attempt as an internal error, or set its cost."""
+    import json
+
+    content = response.content
+    if not isinstance(content, list):
+        return f"content is {type(content).__name__}, not a list"
+    for index, block in enumerate(content):
+        kind = getattr(block, "type", None)
+        if not isinstance(kind, str):
+            return f"content[{index}] has no type"
+        if kind == "text" and not isinstance(block.text, str):
+            return f"content[{index}].text is not text"
+        if kind == "tool_use" and not (
+                isinstance(block.id, str) and block.id and isinstance(block.name, str)
+                and isinstance(block.input, dict | None)):
+            return f"content[{index}] is a tool call without a text id and name, or " \
+                   "whose input is not an object"
+    for name in ("input_tokens", "output_tokens", "cache_read_input_tokens",
+                 "cache_creation_input_tokens"):
+        count = getattr(response.usage, name, None)
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                                  or not 0 <= count <= MAX_TOKEN_COUNT):
+            return f"usage.{name} is {str(count)[:40]}, not a count of tokens"
+    for name in ("stop_reason", "model"):
+        if not isinstance(getattr(response, name, None), str | None):
+            return f"{name} is not text"
+    try:
+        json.dumps([block.model_dump(exclude_none=True) for block in content],
+                   allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return f"a content block cannot be recorded ({exc})"
+    return None
 
 
 FORWARDED_AS_PARAMS = ("max_tokens", "messages")
