@@ -15,13 +15,15 @@ import signal
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # imported where a process runs: `import evalctl` stays quick
     import asyncio
     import subprocess
 
 OUTPUT_LIMIT = 30_000
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -90,10 +92,13 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
         process = await asyncio.shield(spawning)
     except asyncio.CancelledError:
         # The child may have started all the same: it must not outlive the cancellation.
-        with contextlib.suppress(Exception):
-            started = await spawning
+        # Waited for to the end however often the task is cancelled meanwhile: `started`
+        # may still be at work in its thread, and the caller cleans up after it when this
+        # returns (a sandbox closes the descriptor its process waits on).
+        started = await _despite_cancellation(spawning)
+        if started is not None:
             kill_process_group(started.pid)
-            await _exited(started)
+            await _despite_cancellation(asyncio.ensure_future(_exited(started)))
         _close_all([fd for pair in pipes for fd in pair] + list(stdin_pipe or ()))
         raise
     except BaseException:
@@ -142,6 +147,24 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
     texts = [collector.text() for collector in collectors]
     return CommandResult(None if timed_out else code, texts[0],
                          "" if merge_stderr else texts[1], timed_out)
+
+
+async def _despite_cancellation(future: asyncio.Future[_T]) -> _T | None:
+    """`future`'s result, None if it failed: awaited until it is done, however often the
+    task is cancelled meanwhile (the caller re-raises its own cancellation after)."""
+    import asyncio
+
+    while True:
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            if not future.done():
+                continue
+            if future.cancelled() or future.exception() is not None:
+                return None
+            return future.result()
+        except Exception:
+            return None
 
 
 _DEVNULL: list[int] = []

@@ -134,6 +134,36 @@ def test_a_cancelled_command_is_killed_and_reaped(tmp_path, watcher):
     assert not marker.exists(), "a child of the group outlived the cancellation"
 
 
+def test_a_command_cancelled_twice_while_starting_returns_after_its_start(tmp_path, watcher):
+    """Found by an attacker: a second cancellation while `started` was still at work in
+    its thread let run_process return at once, and the caller's cleanup (bwrap's: close
+    the descriptor its sandbox waits on) raced that work. However often it is cancelled,
+    run_process returns only once `started` has returned and the command is reaped."""
+    events: list[str] = []
+    pids: list[int] = []
+
+    def started(pid: int) -> None:
+        pids.append(pid)
+        events.append("started began")
+        time.sleep(0.5)
+        events.append("started returned")
+
+    async def main():
+        running = asyncio.create_task(bash("sleep 30", tmp_path, started=started))
+        while not events:
+            await asyncio.sleep(0.01)
+        for _ in range(3):
+            running.cancel()
+            await asyncio.sleep(0.05)
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        events.append("run_process returned")
+
+    run(main())
+    assert events == ["started began", "started returned", "run_process returned"]
+    assert_reaped(pids[0])
+
+
 def test_standard_input_is_fed_whole_and_an_unread_one_does_not_hang(tmp_path, watcher):
     data = "x" * 1_000_000  # far more than a pipe holds
     counted = run(bash("wc -c", tmp_path, stdin=data))

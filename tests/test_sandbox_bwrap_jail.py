@@ -1216,6 +1216,55 @@ def test_the_kernel_keyrings_are_out_of_reach(make_jail: Callable[..., bs.BwrapJ
         "request_key -1 Operation not permitted", "Seccomp:\t2"], done.stdout + done.stderr
 
 
+PID_1_PROBE = """\
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def call(*args):
+    result = libc.syscall(*map(ctypes.c_long, args))
+    return "EPERM" if result == -1 and ctypes.get_errno() == 1 else f"allowed ({result})"
+def attach(pid):
+    outcome = call(101, 16, pid, 0, 0)  # ptrace(PTRACE_ATTACH, pid)
+    if outcome != "EPERM":  # let it go (stopped, then PTRACE_DETACH): pid 1 must run on
+        os.waitpid(pid & 0xFFFFFFFF, 0x40000000)
+        call(101, 17, pid & 0xFFFFFFFF, 0, 0)
+    return outcome
+print("attach 1:", attach(1))
+print("attach 1 + 2**32:", attach(1 + 2**32))  # the kernel reads a pid as 32 bits
+print("pidfd_open 1:", call(434, 1, 0))
+print("pidfd_open 1 + 2**32:", call(434, 1 + 2**32, 0))
+print("process_vm_readv 1:", call(310, 1, 0, 0, 0, 0, 0))
+try:
+    open("/proc/1/mem", "r+b")
+    print("/proc/1/mem: writable")
+except OSError as exc:
+    print("/proc/1/mem:", exc.strerror)
+child = os.fork()
+if child == 0:
+    time.sleep(30)
+    os._exit(0)
+print("attach its own child:", "EPERM" if attach(child) == "EPERM" else "allowed")
+os.kill(child, 9)
+"""
+
+
+def test_pid_1_is_out_of_reach(make_jail: Callable[..., bs.BwrapJail]) -> None:
+    """Found by an attacker: code inside traced bubblewrap's init (pid 1) and cleared its
+    parent-death signal, so the sandbox outlived a killed evalctl; with pid 1's eventfd
+    (pidfd_getfd) it could report any exit status for the command. Tracing, reading or
+    taking a pidfd of pid 1 is refused (however the pid is spelled); a command can still
+    trace its own processes (gdb, strace)."""
+    if os.uname().machine != "x86_64":
+        pytest.skip("the syscall numbers in this test are x86_64's")
+    jail = make_jail()
+    done = run(jail, f"python3 -c {shlex.quote(PID_1_PROBE)}", timeout=60)
+    assert done.stdout.splitlines() == [
+        "attach 1: EPERM", "attach 1 + 2**32: EPERM", "pidfd_open 1: EPERM",
+        "pidfd_open 1 + 2**32: EPERM", "process_vm_readv 1: EPERM",
+        "/proc/1/mem: Read-only file system", "attach its own child: allowed",
+    ], done.stdout + done.stderr
+
+
 @pytest.mark.skipif(not HAS_CGROUPS, reason="no writable cgroup on this machine")
 def test_a_cgroup_still_charged_with_memory_is_not_reused(layout: Layout) -> None:
     """Found by an attacker: memory an attempt left charged (a memfd held by another

@@ -902,6 +902,13 @@ def _private_device_nodes() -> tuple[tuple[str, str], ...]:
 # keys).  Nothing a task needs uses them; Docker's default profile refuses them too.
 BLOCKED_SYSCALLS = ("add_key", "request_key", "keyctl")
 
+# Calls refused when they name pid 1, bubblewrap's init: (system call, the argument that is
+# the pid).  Traced, or with its descriptors taken, it could be made to outlive evalctl
+# (its parent-death signal cleared) or to report another exit status for the command
+# (through its eventfd).  /proc/1/mem cannot be opened for writing: /proc is read-only.
+PID_1_CALLS = (("ptrace", 1), ("process_vm_writev", 0), ("process_vm_readv", 0),
+               ("pidfd_open", 0))
+
 
 def _environment_size(pid: int) -> int:
     """How many bytes of environment process `pid` was started with (0 if it is gone)."""
@@ -955,6 +962,10 @@ def seccomp_filter() -> Path:
     program = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
     for name in BLOCKED_SYSCALLS:
         program.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+    for name, argument in PID_1_CALLS:
+        # The kernel reads a pid as 32 bits: 1 + 2**32 is pid 1 too.
+        program.add_rule(pyseccomp.ERRNO(errno.EPERM), name,
+                         pyseccomp.Arg(argument, pyseccomp.MASKED_EQ, 0xFFFFFFFF, 1))
     path = _shared_dir() / "seccomp.bpf"
     try:
         with open(path, "wb") as out:
