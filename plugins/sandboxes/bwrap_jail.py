@@ -239,7 +239,9 @@ def _probe_with(bwrap: str | None) -> str | None:
     true = shutil.which("true", path="/usr/bin:/bin") or "/usr/bin/true"
     argv = [bwrap, *_namespace_args(bwrap, network=False),
             *(arg for mount in _system_mounts() for arg in mount.args())]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--", true]
+    # --as-pid-1: `true` is the sandbox's pid 1, which bwrap reaps (its own init would be
+    # an orphan for whoever reaps this process's orphans).
+    argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/", "--as-pid-1", "--", true]
     try:
         done = subprocess.run(argv, env={}, capture_output=True, text=True, timeout=20, check=False)
     except subprocess.TimeoutExpired:
