@@ -1123,6 +1123,33 @@ def test_file_size_limit(make_jail: Callable[..., bs.BwrapJail], layout: Layout,
         assert (layout.workspace / name).stat().st_size <= 16 << 20
 
 
+def test_a_lower_file_size_limit_of_the_users_own_stays(layout: Layout) -> None:
+    """The file size limit is set from the host (prlimit): one the user's shell already
+    holds lower than file_size_mb is kept, not raised (as root it could be)."""
+    script = f"""
+import resource, subprocess, sys
+from pathlib import Path
+from evalctl.plugins.sandboxes import bwrap_jail as bs
+resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 20, 8 << 20))
+jail = bs.BwrapJail(Path({str(layout.workspace)!r}), Path({str(layout.home)!r}),
+                    Path({str(layout.tmp)!r}), bs.BwrapOptions(file_size_mb=16),
+                    cgroups=bs.NO_CGROUPS)
+jail.open()
+launch = jail.launch(["bash", "-c", "ulimit -S -f; ulimit -H -f"], {{"PATH": "/usr/bin:/bin"}},
+                     jail.workspace)
+proc = subprocess.Popen(launch.argv, env={{}}, pass_fds=launch.pass_fds,
+                        stdout=subprocess.PIPE, text=True)
+launch.started(proc.pid)
+launch.close()
+print(proc.communicate()[0], end="")
+launch.end()
+jail.close()
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["8192", "8192"], done.stdout + done.stderr  # KiB, in bash
+
+
 def test_rlimit_fallback_without_cgroups(
     make_jail: Callable[..., bs.BwrapJail], layout: Layout
 ) -> None:

@@ -1324,6 +1324,9 @@ class BwrapJail:
         # inside has CAP_SYS_RESOURCE to raise them again.
         resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
         size = self.options.file_size_mb * 1024 * 1024
+        hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]  # what bwrap inherited from us
+        if hard != resource.RLIM_INFINITY:
+            size = min(size, hard)  # a lower limit of the user's own stays
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (size, size))
         enforced = self._cgroups.controllers if self._cgroup_dirs else frozenset()
         if "pids" not in enforced:
