@@ -1556,7 +1556,8 @@ class Launch:
         if outer_environment:
             # The sandbox's pid 1 is a fork of bwrap: /proc/1/environ inside would show
             # whatever bwrap was started with (a secret of the harness, say).
-            signal.pidfd_send_signal(self.init_fd, signal.SIGKILL)  # still waiting
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.init_fd, signal.SIGKILL)  # still waiting
             raise SandboxError(f"bubblewrap was started with {outer_environment} bytes of "
                                "environment: it must get none (env={})")
         try:
