@@ -228,7 +228,14 @@ _ODD_SHAPES = {  # what no API response holds, each with why it is refused
     "NaN in a block": ({"content": [{"type": "text", "text": "hi", "extra": float("nan")}]},
                        "cannot be recorded"),
     "a list as the stop reason": ({"stop_reason": ["end_turn"], "content": _TEXT},
-                                  "stop_reason is not text"),
+                                  "stop_reason is not a short text"),
+    "more tokens than a context window holds": ({"content": _TEXT, "usage": {
+        "input_tokens": 10**9, "output_tokens": 10**9}}, "not a count of tokens"),
+    "a model name of a megabyte": ({"model": "claude-" + "x" * 2**20, "content": _TEXT},
+                                   "model is not a short text"),
+    "a tool id of a megabyte": ({"stop_reason": "tool_use", "content": [
+        {"type": "tool_use", "id": "t" * 2**20, "name": "read_file", "input": {}}]},
+        "tool call"),
     "text as the content": ({"content": "hi"}, "content is str"),
 }
 
@@ -238,7 +245,9 @@ def test_a_response_in_a_shape_the_api_never_sends_is_a_provider_error(
         registry, server, tmp_path, shape):
     """The SDK builds its objects without checking types: a tool id that is a list
     crashed the loop, a negative count made the attempt's cost negative, one of 10**30
-    tokens made it 3e24 dollars. Each is the provider's error now, saying why."""
+    tokens made it 3e24 dollars (10**9 of them, at a costlier model's price the response
+    named, 90,000), a megabyte of model name or tool id went into the ledger whole.
+    Each is the provider's error now, saying why."""
     changes, why = _ODD_SHAPES[shape]
     server.replies += [(200, {"content-type": "application/json"},
                         json.dumps({**_MESSAGE, **changes}).encode())]

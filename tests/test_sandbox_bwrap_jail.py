@@ -1261,6 +1261,13 @@ print("attach 1 + 2**32:", attach(1 + 2**32))  # the kernel reads a pid as 32 bi
 print("pidfd_open 1:", call(434, 1, 0))
 print("pidfd_open 1 + 2**32:", call(434, 1 + 2**32, 0))
 print("process_vm_readv 1:", call(310, 1, 0, 0, 0, 0, 0))
+print("prlimit64 1:", call(302, 1, 0, 0, 0))
+print("prlimit64 self:", "EPERM" if call(302, 0, 0, 0, 0) == "EPERM" else "allowed")
+# pidfs (6.13+): a handle made from one's own pidfd, its inode counted down, opened a
+# pidfd of pid 1, and pidfd_getfd took its eventfd.
+print("open_by_handle_at:", call(304, -100, 0, 0))
+own = os.pidfd_open(os.getpid())
+print("pidfd_getfd:", call(438, own, 0, 0))
 try:
     open("/proc/1/mem", "r+b")
     print("/proc/1/mem: writable")
@@ -1276,20 +1283,65 @@ os.kill(child, 9)
 
 
 def test_pid_1_is_out_of_reach(make_jail: Callable[..., bs.BwrapJail]) -> None:
-    """Found by an attacker: code inside traced bubblewrap's init (pid 1) and cleared its
+    """Found by attackers: code inside traced bubblewrap's init (pid 1) and cleared its
     parent-death signal, so the sandbox outlived a killed evalctl; with pid 1's eventfd
-    (pidfd_getfd) it could report any exit status for the command. Tracing, reading or
-    taking a pidfd of pid 1 is refused (however the pid is spelled); a command can still
-    trace its own processes (gdb, strace)."""
+    (pidfd_getfd, from a pidfd that pidfs's file handles gave without pidfd_open) it
+    could report any exit status for the command. Tracing, reading, limiting or taking a
+    pidfd of pid 1 is refused (however the pid is spelled), and so are pidfd_getfd and
+    open_by_handle_at; a command can still trace its own processes (gdb, strace)."""
     if os.uname().machine != "x86_64":
         pytest.skip("the syscall numbers in this test are x86_64's")
     jail = make_jail()
     done = run(jail, f"python3 -c {shlex.quote(PID_1_PROBE)}", timeout=60)
     assert done.stdout.splitlines() == [
         "attach 1: EPERM", "attach 1 + 2**32: EPERM", "pidfd_open 1: EPERM",
-        "pidfd_open 1 + 2**32: EPERM", "process_vm_readv 1: EPERM",
+        "pidfd_open 1 + 2**32: EPERM", "process_vm_readv 1: EPERM", "prlimit64 1: EPERM",
+        "prlimit64 self: allowed", "open_by_handle_at: EPERM", "pidfd_getfd: EPERM",
         "/proc/1/mem: Read-only file system", "attach its own child: allowed",
     ], done.stdout + done.stderr
+
+
+PIDFS_FORGERY = r"""
+import ctypes, os, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+own = os.pidfd_open(os.getpid())
+handle = ctypes.create_string_buffer(8 + 128)
+struct.pack_into("Ii", handle, 0, 128, 0)
+mount = ctypes.c_int()
+if libc.syscall(303, own, b"", handle, ctypes.byref(mount), 0x1000) < 0:  # name_to_handle_at
+    sys.exit("no pidfs handles here")
+size = struct.unpack_from("I", handle, 0)[0]
+inode = struct.unpack_from("Q", handle.raw, 8)[0]
+for candidate in range(inode - 1, max(inode - 5000, 0), -1):
+    guess = ctypes.create_string_buffer(handle.raw[:8 + size], 8 + size)
+    struct.pack_into("Q", guess, 8, candidate)
+    pidfd = libc.syscall(304, own, guess, os.O_RDONLY)  # open_by_handle_at
+    if pidfd >= 0 and "Pid:\t1\n" in open(f"/proc/self/fdinfo/{pidfd}").read():
+        break
+else:
+    sys.exit("no pidfd of pid 1")
+for name in os.listdir("/proc/1/fd"):
+    if os.readlink(f"/proc/1/fd/{name}") == "anon_inode:[eventfd]":
+        event = libc.syscall(438, pidfd, int(name), 0)  # pidfd_getfd
+        if event >= 0:
+            os.write(event, struct.pack("Q", 0 + 1))  # "the command exited 0"
+            print("forged")
+"""
+
+
+def test_the_command_s_exit_status_cannot_be_forged_through_pid_1(
+    make_jail: Callable[..., bs.BwrapJail], layout: Layout
+) -> None:
+    """Found by an attacker (kernel 6.13+): a pidfd of pid 1 from pidfs's file handles,
+    then its eventfd through pidfd_getfd, and bubblewrap reported 0 for a command that
+    exited 7. (Where the kernel has no pidfs handles, nothing was possible to begin
+    with.)"""
+    if os.uname().machine != "x86_64":
+        pytest.skip("the syscall numbers in this test are x86_64's")
+    (layout.workspace / "forge.py").write_text(PIDFS_FORGERY)
+    done = run(make_jail(), "python3 forge.py; exit 7", timeout=60)
+    assert done.returncode == 7, done.stdout + done.stderr
+    assert "forged" not in done.stdout
 
 
 @pytest.mark.skipif(not HAS_CGROUPS, reason="no writable cgroup on this machine")

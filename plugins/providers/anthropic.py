@@ -181,9 +181,12 @@ class AnthropicProvider:
         )
 
 
-# More tokens than any response could count: a larger count is a broken response, and
-# would make the attempt's cost (and the run's budget) whatever it says.
-MAX_TOKEN_COUNT = 10**9
+# More tokens than any response could count (ten times the largest context window): a
+# larger count is a broken response, and would make the attempt's cost whatever it says.
+MAX_TOKEN_COUNT = 10_000_000
+# Longer than any model name or tool id the API sends: such a text would be written to
+# the ledger (and an id sent back with every later request) whole.
+MAX_NAME_LENGTH = 256
 
 
 def _unusable(response: Any) -> str | None:
@@ -203,10 +206,11 @@ def _unusable(response: Any) -> str | None:
         if kind == "text" and not isinstance(block.text, str):
             return f"content[{index}].text is not text"
         if kind == "tool_use" and not (
-                isinstance(block.id, str) and block.id and isinstance(block.name, str)
+                isinstance(block.id, str) and 0 < len(block.id) <= MAX_NAME_LENGTH
+                and isinstance(block.name, str) and len(block.name) <= MAX_NAME_LENGTH
                 and isinstance(block.input, dict | None)):
-            return f"content[{index}] is a tool call without a text id and name, or " \
-                   "whose input is not an object"
+            return f"content[{index}] is a tool call without a short text id and name, " \
+                   "or whose input is not an object"
     for name in ("input_tokens", "output_tokens", "cache_read_input_tokens",
                  "cache_creation_input_tokens"):
         count = getattr(response.usage, name, None)
@@ -214,8 +218,9 @@ def _unusable(response: Any) -> str | None:
                                   or not 0 <= count <= MAX_TOKEN_COUNT):
             return f"usage.{name} is {str(count)[:40]}, not a count of tokens"
     for name in ("stop_reason", "model"):
-        if not isinstance(getattr(response, name, None), str | None):
-            return f"{name} is not text"
+        value = getattr(response, name, None)
+        if not isinstance(value, str | None) or len(value or "") > MAX_NAME_LENGTH:
+            return f"{name} is not a short text"
     try:
         json.dumps([block.model_dump(exclude_none=True) for block in content],
                    allow_nan=False)

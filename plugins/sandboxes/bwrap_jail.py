@@ -902,14 +902,19 @@ def _private_device_nodes() -> tuple[tuple[str, str], ...]:
 # inside could add keys to, read from and unlink keys in the harness user's keyrings by
 # serial number (an attacker did: a channel between attempts, and deletion of the host's
 # keys).  Nothing a task needs uses them; Docker's default profile refuses them too.
-BLOCKED_SYSCALLS = ("add_key", "request_key", "keyctl")
+# Also refused: taking another process's descriptor (pidfd_getfd) and opening a file by its
+# handle (open_by_handle_at, which needs a capability the sandbox lacks on every file
+# system but pidfs: there, from 6.13, a handle made from the sandbox's own pidfd, its inode
+# number counted down, opened a pidfd of pid 1).  With pid 1's eventfd, code inside could
+# report any exit status for the command (an attacker did); nothing a task runs needs them.
+BLOCKED_SYSCALLS = ("add_key", "request_key", "keyctl", "pidfd_getfd", "open_by_handle_at")
 
 # Calls refused when they name pid 1, bubblewrap's init: (system call, the argument that is
-# the pid).  Traced, or with its descriptors taken, it could be made to outlive evalctl
-# (its parent-death signal cleared) or to report another exit status for the command
-# (through its eventfd).  /proc/1/mem cannot be opened for writing: /proc is read-only.
+# the pid).  Traced, it could be made to outlive evalctl (its parent-death signal cleared)
+# or to report another exit status for the command; its limits are evalctl's to set.
+# /proc/1/mem cannot be opened for writing: /proc is read-only.
 PID_1_CALLS = (("ptrace", 1), ("process_vm_writev", 0), ("process_vm_readv", 0),
-               ("pidfd_open", 0))
+               ("pidfd_open", 0), ("prlimit64", 0))
 
 
 def _environment_size(pid: int) -> int:
