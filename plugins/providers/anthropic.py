@@ -150,6 +150,10 @@ class AnthropicProvider:
             raise evalctl.ProviderError(f"unusable response from the API: {exc}") from None
 
         unusable = _unusable(response)
+        raw_content = [] if unusable else [block.model_dump(exclude_none=True)
+                                           for block in response.content]
+        if not unusable:
+            unusable = _unrecordable(raw_content)
         if unusable:
             raise evalctl.ProviderError(f"unusable response from the API: {unusable}")
         text_parts: list[str] = []
@@ -177,7 +181,7 @@ class AnthropicProvider:
             usage=usage,
             cost=cost_of(model, usage),
             model=model,
-            raw_content=[block.model_dump(exclude_none=True) for block in response.content],
+            raw_content=raw_content,
         )
 
 
@@ -194,8 +198,6 @@ def _unusable(response: Any) -> str | None:
     its objects from the JSON without checking the types, so an endpoint's odd answer
     (a list as a tool id, a negative token count, NaN in a block) would otherwise end
     the attempt as an internal error, or set its cost."""
-    import json
-
     content = response.content
     if not isinstance(content, list):
         return f"content is {type(content).__name__}, not a list"
@@ -221,9 +223,15 @@ def _unusable(response: Any) -> str | None:
         value = getattr(response, name, None)
         if not isinstance(value, str | None) or len(value or "") > MAX_NAME_LENGTH:
             return f"{name} is not a short text"
+    return None
+
+
+def _unrecordable(raw_content: list[Any]) -> str | None:
+    """Why the content blocks cannot be kept in the ledger as JSON (NaN, say), or None."""
+    import json
+
     try:
-        json.dumps([block.model_dump(exclude_none=True) for block in content],
-                   allow_nan=False)
+        json.dumps(raw_content, allow_nan=False)
     except (TypeError, ValueError) as exc:
         return f"a content block cannot be recorded ({exc})"
     return None
