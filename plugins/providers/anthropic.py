@@ -150,11 +150,10 @@ class AnthropicProvider:
             raise evalctl.ProviderError(f"unusable response from the API: {exc}") from None
 
         unusable = _unusable(response)
-        raw_content = [] if unusable else [block.model_dump(exclude_none=True)
-                                           for block in response.content]
-        if not unusable:
+        if unusable is None:
+            raw_content = [block.model_dump(exclude_none=True) for block in response.content]
             unusable = _unrecordable(raw_content)
-        if unusable:
+        if unusable is not None:
             raise evalctl.ProviderError(f"unusable response from the API: {unusable}")
         text_parts: list[str] = []
         calls: list[evalctl.ToolCall] = []
