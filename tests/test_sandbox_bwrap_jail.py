@@ -1344,6 +1344,54 @@ def test_the_command_s_exit_status_cannot_be_forged_through_pid_1(
     assert "forged" not in done.stdout
 
 
+TRACING_PROBE = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def refused(*args):
+    return libc.syscall(*map(ctypes.c_long, args)) == -1 and ctypes.get_errno() == 1
+shell = os.getppid()  # the command's own bash, which reports its status
+attached = not refused(101, 16, shell, 0, 0)  # ptrace(PTRACE_ATTACH)
+if attached:  # let it go: it must run on
+    os.waitpid(shell, 0x40000000)
+    libc.syscall(ctypes.c_long(101), ctypes.c_long(17), ctypes.c_long(shell), 0, 0)
+print("ptrace:", "allowed" if attached else "refused")
+print("process_vm_writev:", "refused" if refused(311, shell, 0, 0, 0, 0, 0) else "allowed")
+"""
+
+
+@pytest.mark.parametrize("purpose", ["agent", "grading"])
+def test_graders_commands_cannot_trace_each_other(
+    layout: Layout, purpose: str
+) -> None:
+    """Found by an attacker: in a check such as `python3 solution.py | grep -qx 42`, the
+    agent's code traced the check's own shell (gdb -p $PPID, "call _exit(0)") and the
+    check passed for a wrong answer. In the graders' sandbox no command may trace or
+    write another's memory; the agent's keeps them, for gdb and strace."""
+    import asyncio
+
+    import evalctl
+    from evalctl.plugins.sandboxes import bwrap
+
+    if os.uname().machine != "x86_64":
+        pytest.skip("the syscall numbers in this test are x86_64's")
+    (layout.workspace / "probe.py").write_text(TRACING_PROBE)
+
+    async def probe() -> evalctl.CommandResult:
+        sandbox = await bwrap.create(evalctl.SandboxRequest(
+            workspace=layout.workspace, home=layout.home, tmp=layout.tmp, env=BASE_ENV,
+            purpose=purpose))
+        try:
+            return await sandbox.run("python3 probe.py; true", timeout=60)
+        finally:
+            await sandbox.close()
+
+    done = asyncio.run(probe())
+    expected = "allowed" if purpose == "agent" else "refused"
+    assert done.stdout.splitlines() == [f"ptrace: {expected}",
+                                        f"process_vm_writev: {expected}"], done.output
+
+
 @pytest.mark.skipif(not HAS_CGROUPS, reason="no writable cgroup on this machine")
 def test_a_cgroup_still_charged_with_memory_is_not_reused(layout: Layout) -> None:
     """Found by an attacker: memory an attempt left charged (a memfd held by another

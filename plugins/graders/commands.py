@@ -188,9 +188,10 @@ def evalctl_register_graders(register):
                 "\n  timeout: 30",
         trusts="Trusts the command's exit status, and that the suite wrote the command. The "
                "command runs in the grading sandbox, so it cannot reach outside the workspace "
-               "under "
-               "bwrap; but whatever the agent left in the workspace (a script the command "
-               "calls, say) can decide that exit status.",
+               "under bwrap, where its processes cannot trace each other or write each "
+               "other's memory either: in `python3 solution.py | grep -qx 42` the agent's "
+               "code cannot make the shell report success. But whatever of the agent's the "
+               "command runs last (a script it calls, say) decides that exit status.",
     ))
     register(evalctl.GraderSpec(
         name="tests_pass",

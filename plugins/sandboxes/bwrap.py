@@ -161,6 +161,8 @@ async def create(request: evalctl.SandboxRequest) -> BwrapSandbox:
                 max_processes=int(options.get("max_processes", 512)),
                 memory_mb=int(options.get("memory_mb", 4096)),
                 file_size_mb=int(options.get("file_size_mb", 1024)),
+                # Graders run the agent's code beside their own commands: no tracing.
+                tracing=request.purpose != "grading",
             ),
             hidden=_hidden_paths())
 

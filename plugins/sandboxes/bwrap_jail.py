@@ -954,12 +954,20 @@ class SeccompUnavailable(SandboxError):
     """libseccomp cannot be loaded, so the filter cannot be built."""
 
 
+# Refused outright when commands may not touch each other (BwrapOptions.tracing False:
+# the graders' sandbox).  A check such as `python3 solution.py | grep -qx 42` runs the
+# agent's code beside the verifying command: traced (gdb -p $PPID, "call _exit(0)") or
+# with its memory written, the shell reported success for a wrong answer (an attacker
+# did).  The agent's own sandbox keeps them, for gdb and strace.
+TRACING_SYSCALLS = ("ptrace", "process_vm_writev", "process_vm_readv")
+
+
 @_once
-def seccomp_filter() -> Path:
-    """The BPF program bwrap loads (--seccomp): BLOCKED_SYSCALLS fail with EPERM, calls of
-    another architecture's ABI kill the caller (libseccomp's default), all else is
-    allowed. Built once per process with libseccomp, which knows each architecture's
-    numbers."""
+def seccomp_filter(tracing: bool = True) -> Path:
+    """The BPF program bwrap loads (--seccomp): BLOCKED_SYSCALLS fail with EPERM (and,
+    without `tracing`, TRACING_SYSCALLS), calls of another architecture's ABI kill the
+    caller (libseccomp's default), all else is allowed. Built once per process with
+    libseccomp, which knows each architecture's numbers."""
     try:
         import pyseccomp
     except (ImportError, RuntimeError, OSError) as exc:  # RuntimeError: no libseccomp
@@ -967,13 +975,16 @@ def seccomp_filter() -> Path:
             f"libseccomp cannot be loaded ({exc}); install it (Debian/Ubuntu: apt-get "
             "install libseccomp2; Fedora: dnf install libseccomp)") from exc
     program = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
-    for name in BLOCKED_SYSCALLS:
+    refused = BLOCKED_SYSCALLS if tracing else (*BLOCKED_SYSCALLS, *TRACING_SYSCALLS)
+    for name in refused:
         program.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
     for name, argument in PID_1_CALLS:
+        if name in refused:
+            continue
         # The kernel reads a pid as 32 bits: 1 + 2**32 is pid 1 too.
         program.add_rule(pyseccomp.ERRNO(errno.EPERM), name,
                          pyseccomp.Arg(argument, pyseccomp.MASKED_EQ, 0xFFFFFFFF, 1))
-    path = _shared_dir() / "seccomp.bpf"
+    path = _shared_dir() / ("seccomp.bpf" if tracing else "seccomp-no-tracing.bpf")
     try:
         with open(path, "wb") as out:
             program.export_bpf(out)
@@ -1144,6 +1155,7 @@ class BwrapOptions:
     max_processes: int = 512  # whole attempt (bwrap's init takes 1 per running command)
     memory_mb: int = 4096  # whole attempt with a cgroup; per process with RLIMIT_AS
     file_size_mb: int = 1024  # largest single file any process may write
+    tracing: bool = True  # commands may trace other processes (see TRACING_SYSCALLS)
 
 
 class BwrapJail:
@@ -1514,7 +1526,7 @@ class Launch:
         self._fds: list[int] = []
         try:
             # A descriptor of its own per command: bwrap reads the filter from its offset.
-            self.seccomp_fd = self._keep(os.open(seccomp_filter(),
+            self.seccomp_fd = self._keep(os.open(seccomp_filter(jail.options.tracing),
                                                  os.O_RDONLY | os.O_CLOEXEC))
             self.info_read, self.info_write = (self._keep(fd) for fd in os.pipe())
             self.block_read, self.block_write = (self._keep(fd) for fd in os.pipe())
