@@ -929,25 +929,17 @@ def _environment_size(pid: int) -> int:
         os.close(fd)
 
 
-_SUBREAPER: list[bool] = []  # set once this process is a subreaper
-
-
+@_once
 def _become_subreaper() -> None:
     """Orphans of this process's descendants come to it, not to the host's init: the
     sandboxes' pid 1s, once bwrap's outer process has exited (see Launch.end)."""
-    if _SUBREAPER:
-        return
-    with _ONCE_LOCK:
-        if _SUBREAPER:
-            return
-        import ctypes
+    import ctypes
 
-        pr_set_child_subreaper = 36  # <linux/prctl.h>
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0) != 0:
-            log.warning("cannot become a subreaper (errno %d): the host's init reaps the "
-                        "sandboxes' pid 1s", ctypes.get_errno())
-        _SUBREAPER.append(True)
+    pr_set_child_subreaper = 36  # <linux/prctl.h>
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0) != 0:
+        log.warning("cannot become a subreaper (errno %d): the host's init reaps the "
+                    "sandboxes' pid 1s", ctypes.get_errno())
 
 
 class SeccompUnavailable(SandboxError):
@@ -1185,7 +1177,6 @@ class BwrapJail:
         self._cgroup_dirs: dict[str, Path] = {}
         self._static_args: list[str] | None = None
         self._running: set[Launch] = set()  # launches whose sandbox's pid 1 is not reaped
-        self._parents_key: tuple[tuple[str, Path], ...] | None = None  # see _pool_key
 
     # -- lifecycle
 
@@ -1381,9 +1372,8 @@ class BwrapJail:
     # -- cgroups
 
     def _pool_key(self) -> tuple[object, ...]:
-        if self._parents_key is None:
-            self._parents_key = tuple(sorted(self._cgroups.parents.items()))
-        return (self._parents_key, self.options.max_processes, self.options.memory_mb)
+        return (tuple(sorted(self._cgroups.parents.items())), self.options.max_processes,
+                self.options.memory_mb)
 
     def _create_cgroups(self) -> None:
         setup = self._cgroups
