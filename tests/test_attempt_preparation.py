@@ -156,7 +156,7 @@ def test_an_attempt_made_by_the_run_is_the_one_made_synchronously(tmp_path, writ
     assert Path(attempt.ledger) == run_dir / ".ledgers" / "seeded.jsonl"
     assert Path(attempt.ledger).read_text().count('"event"') >= 3
     state = sorted(p.name for p in (run_dir / ".state" / "seeded").iterdir())
-    assert state == ["grading-home", "grading-tmp", "home", "tmp"]
+    assert state == ["grading", "home", "tmp"]
 
 
 def test_a_seed_of_inline_files_is_hashed_from_its_text_as_a_walk_would_hash_it(tmp_path):
