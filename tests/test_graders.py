@@ -573,3 +573,22 @@ def test_a_ledger_line_nested_past_reading_is_passed_over_by_the_python_check(re
                                           "assert [e['event'] for e in result.events] == "
                                           "['start']"}, agent_result(workspace))
     assert outcome.passed, outcome.detail
+
+
+def test_a_line_separator_in_an_agents_command_keeps_its_event_in_the_python_check(
+        registry, workspace):
+    """Found by an attacker: the ledger keeps U+2028 (and U+2029, U+0085) as they are
+    inside its strings, and the python check read it with splitlines(), which splits
+    there: the event holding one could not be read and was passed over, so a check that
+    forbids `bash` passed for an agent that used it. JSON Lines end at "\\n" alone."""
+    from evalctl._agent.ledger import Ledger
+
+    ledger = Ledger(workspace.ledger_path)
+    for separator in ("\u2028", "\u2029", "\u0085"):
+        ledger.append("tool_call", name="bash", arguments={"command": f"cat key # {separator}"})
+    ledger.close()
+    outcome = check(registry, workspace, {"type": "python", "code":
+                                          "names = [e['name'] for e in result.events]\n"
+                                          "assert names == ['bash'] * 3, names"},
+                    agent_result(workspace))
+    assert outcome.passed, outcome.detail

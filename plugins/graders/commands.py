@@ -142,7 +142,10 @@ def _ledger_events(path: Path | None) -> list[Any]:
     if path is None or not path.is_file():
         return []
     events = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    # JSON Lines end at "\n" alone: splitlines() would also split at U+2028, U+2029 and
+    # U+0085, which the ledger keeps as they are inside strings, and an agent that put
+    # one in a command would lose that event from what the check sees.
+    for line in path.read_text(encoding="utf-8", errors="replace").split("\n"):
         try:
             events.append(json.loads(line))
         except (ValueError, RecursionError):
