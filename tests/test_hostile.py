@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -342,7 +343,7 @@ def test_file_names_that_are_not_utf8_are_reported_escaped(tmp_path):
     assert globbed["content"] == "bad\\xff.py\nok\\xfe.txt"
     assert grepped["content"] == "bad\\xff.py:1:TODO: later"
     markdown = next((tmp_path / "eval_reports").glob("report-*.md")).read_text()
-    assert "bad\\xff.py:1" in markdown
+    assert "bad\\\\xff.py:1" in markdown  # the backslash escaped: it renders as one
     junit = next((tmp_path / "eval_reports").glob("report-*.xml")).read_text()
     assert "bad\\xff.py:1" in junit
 
@@ -360,6 +361,33 @@ def test_control_characters_reach_every_report_escaped(tmp_path):
     assert detail.endswith("bell\\x07 and escape\\x1b[31m red")
     junit = next((tmp_path / "eval_reports").glob("report-*.xml")).read_text()
     assert "bell\\x07 and escape\\x1b[31m red" in junit
+
+
+def test_markup_in_a_checks_output_cannot_forge_a_row_of_the_markdown_table(tmp_path):
+    """GitHub renders HTML tags in a Markdown table: a failing check whose output closes
+    its cell and opens a row of its own would show "passed" for a task of its choosing.
+    Tags, links, pipes and the backslashes that would undo their escapes all reach the
+    table as text: one row per task, the hostile text inside its own cell."""
+    forged = ("\\\\| [x](http://e.invalid) ![i](http://e.invalid/i.png) "
+              "</td></tr><tr><td>honest-1</td><td>✅ passed</td></tr>")
+    result, report = run_in_process(tmp_path, f"""\
+- id: forger
+  prompt: p
+  checks:
+    - type: command
+      command: printf '%s' '{forged}' && exit 1
+""")
+    assert result.exit_code == 1
+    assert task(report, "forger")["status"] == "failed"
+    markdown = next((tmp_path / "eval_reports").glob("report-*.md")).read_text()
+    rows = [line for line in markdown.splitlines() if line.startswith("| ")]
+    assert [row.split(" | ")[0] for row in rows[1:]] == ["| forger", "| honest-1", "| honest-2"]
+    (row,) = [row for row in rows if row.startswith("| forger |")]
+    assert "&lt;/td&gt;&lt;/tr&gt;&lt;tr&gt;&lt;td&gt;honest-1" in row
+    assert "<" not in row and ">" not in row
+    assert "\\\\\\\\\\| \\[x\\](http://e.invalid) !\\[i\\]" in row
+    # Every cell break in the row is the table's own: eight cells, nine unescaped pipes.
+    assert len(re.findall(r"(?<!\\)(?:\\\\)*\|", row)) == 9
 
 
 def test_a_directory_at_a_reports_path_does_not_cost_the_report(tmp_path):

@@ -12,8 +12,17 @@ STATUS_MARK = {"passed": "✅ passed", "failed": "❌ failed", "error": "⚠️ 
                "not_run": "⏸ not run"}
 
 
+# What a table cell must not pass on as Markdown or HTML: a cell holds text the agent
+# wrote (a check's output, its final message), and GitHub renders tags such as <tr> and
+# <details> in a table, so a forged row could read "passed". `|` would end the cell,
+# `[` start a link or an image, and a backslash undo the escapes made here.
+_CELL_ESCAPES = str.maketrans({"\\": "\\\\", "|": "\\|", "[": "\\[", "]": "\\]",
+                               "&": "&amp;", "<": "&lt;", ">": "&gt;"})
+
+
 def _cell(text: str, limit: int = 120) -> str:
-    return evalctl.truncate(" ".join(str(text).split()), limit, keep="head").replace("|", "\\|")
+    return evalctl.truncate(" ".join(str(text).split()), limit, keep="head"
+                            ).translate(_CELL_ESCAPES)
 
 
 def render(run: evalctl.RunResult) -> str:
