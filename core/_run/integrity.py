@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from evalctl._files import ConfinementError, remove_tree, resolve_inside, snapshot
@@ -120,6 +120,28 @@ def remove_bytecode_caches(root: Path) -> None:
                         (caches if entry.name == "__pycache__" else pending).append(entry.path)
     for cache in caches:
         remove_tree(cache)
+
+
+def protected_changes_after_the_agent(task: Task, seed: Mapping[str, str],
+                                      now: Mapping[str, str],
+                                      files_changed: Mapping[str, str],
+                                      verify: Collection[str]) -> CheckOutcome | None:
+    """For a regrade: protected files of a kept workspace that differ from the seed
+    though the agent's record of what it changed does not name them (verify files
+    aside, which grading wrote): code a check executed changed them while the run
+    graded, and the copy keeps that change."""
+    if not task.protected:
+        return None
+    changed = sorted(path for path in {*seed, *now}
+                     if seed.get(path) != now.get(path) and path not in files_changed
+                     and path not in verify
+                     and any(fnmatch.fnmatchcase(path, p) for p in task.protected))
+    if not changed:
+        return None
+    return CheckOutcome(PROTECTED, "mechanical", False,
+                        "suspected gaming: protected file(s) changed while the run's checks "
+                        f"ran (by code a check executed): {', '.join(changed)}",
+                        suspected_gaming=True)
 
 
 def protected_changes_during_grading(task: Task, before: Mapping[str, str],

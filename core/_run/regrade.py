@@ -4,7 +4,8 @@ Nothing of the original run is changed: each graded attempt's workspace, seed co
 ledger and cassette are copied into a new run directory, and the task's checks (the
 suite as it is now, the graders installed now) grade the copy exactly as `evalctl run`
 grades an attempt (`_run.grading`): protected files against the files the agent changed
-(from its ledger's `task_end`), the verify files written again, every check in a fresh
+(from its ledger's `task_end`) and against the seed copy (the copy keeps what code a
+check executed changed while the run graded), the verify files written again, every check in a fresh
 sandbox of the run's kind. No model is called: judge checks are left out, and the
 agent's turns, tokens and cost are the recorded run's. The new run's journal and
 reports say it is a regrade and of which run (`regrade_of`).
@@ -36,9 +37,9 @@ from evalctl._report.journal import (
     now,
     read_journal,
 )
-from evalctl._report.results import ERROR, FAILED, PASSED, RunResult, TaskResult
+from evalctl._report.results import ERROR, FAILED, PASSED, CheckOutcome, RunResult, TaskResult
 from evalctl._run.grading import GradingSandboxFailed, attempt_status, grade_attempt
-from evalctl._run.integrity import SEED_INTEGRITY
+from evalctl._run.integrity import SEED_INTEGRITY, protected_changes_after_the_agent
 from evalctl._run.sandboxing import SandboxChoice, open_sandbox
 from evalctl._sources.patch import patched_files
 from evalctl._suite.builtin import resolve_suite
@@ -207,6 +208,10 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
             workspace.root, home, tmp, sandbox_environment(home, tmp), network=task.network,
             options=prepared.sandbox.options, purpose="grading", attempt=name))
 
+    # What code a check executed changed in the workspace while the run graded is in the
+    # copy: protected files are compared with the seed here, before grading writes.
+    tampered = await asyncio.to_thread(_protected_since_the_agent, task, workspace, agent,
+                                       verify)
     try:
         checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,
                                      open_grading, skip_kinds=(JUDGE,))
@@ -216,8 +221,21 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
                             error=f"the sandbox failed to start: {exc}")
     # The seed copy was checked when the run graded; that evidence is not in the copy.
     checks += [c for c in recorded.checks if c.type == SEED_INTEGRITY and not c.passed]
+    if tampered is not None:
+        checks.append(tampered)
     status = attempt_status(recorded.exit_status, checks, _error_statuses(prepared, recorded))
     return _copy_result(recorded, status, checks, workspace)
+
+
+def _protected_since_the_agent(task: Task, workspace: Workspace, agent: AgentResult,
+                               verify: dict[str, str | None]) -> CheckOutcome | None:
+    if not task.protected:
+        return None
+    from evalctl._files import snapshot
+
+    return protected_changes_after_the_agent(
+        task, workspace.seed, snapshot(workspace.root), agent.files_changed,
+        {*verify, *_patch_paths(task)})
 
 
 def _error_statuses(prepared: PreparedRegrade, recorded: TaskResult) -> set[str]:
