@@ -653,6 +653,22 @@ def test_only_workspace_home_and_tmp_are_writable(
     assert not (layout.run / "new.txt").exists()
 
 
+def test_a_home_that_is_the_tmpdir_is_one_directory_inside_too(layout: Layout) -> None:
+    """The graders' HOME is their TMPDIR (one directory): inside, /home/agent is /tmp, so
+    what is written through either lands in that directory once, and nothing else is
+    writable that was not before."""
+    jail = bs.BwrapJail(layout.workspace, layout.tmp, layout.tmp, bs.BwrapOptions())
+    with jail:
+        done = run(jail, 'echo one > ~/a && echo two > /tmp/b && cat /tmp/a ~/b && '
+                         'cd ~ && pwd -P && echo "HOME=$HOME TMPDIR=$TMPDIR" && '
+                         '( echo x > /home/other ) 2>/dev/null || echo DENIED')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["one", "two", "/tmp", "HOME=/home/agent", "TMPDIR=/tmp",
+                                   "DENIED"]
+    assert sorted(p.name for p in layout.tmp.iterdir()) == ["a", "b"]
+    assert not any(layout.home.iterdir())
+
+
 def test_workspace_under_host_tmp(tmp_path: Path) -> None:
     """A run directory under the host's /tmp still works, with one wrinkle: the path to the
     workspace is then created inside the jail's own tmp (mounted at /tmp), so writes to the

@@ -1044,11 +1044,11 @@ def _order_mounts(mounts: list[_Mount]) -> list[_Mount]:
 
 def _order_with_base(base: _BasePlan, own: list[_Mount]) -> list[_Mount]:
     """_order_mounts([*base.system, *base.code, *own]), with the base's share worked out
-    once per plan: an attempt's own read-write binds only join the order when none of
+    once per plan: an attempt's own read-write binds (and links) only join the order when none of
     them is a place the base mounts, or lies above a read-only bind of the base (then
     it could change what the base keeps, and everything is ordered anew)."""
     dests = [str(m.dest) for m in own]
-    if any(m.kind != "rw" for m in own) or len(set(dests)) != len(dests) or any(
+    if any(m.kind not in ("rw", "symlink") for m in own) or len(set(dests)) != len(dests) or any(
             dest in base.places or any(_within(ro, dest) for ro in base.identity_ro)
             for dest in dests):
         return _order_mounts([*base.system, *base.code, *own])
@@ -1198,8 +1198,13 @@ class BwrapJail:
     def _strip_setid_bits(self) -> None:
         """No setuid or setgid file the sandbox made stays behind: the attempt's files are
         kept after the run, and one owned by root would be a way to root for anyone."""
-        for top in (self.workspace, self.home, self.tmp):
+        for top in self._writable():
             strip_setid_bits(top)
+
+    def _writable(self) -> tuple[Path, ...]:
+        """The directories the sandbox writes to, each once: the graders' HOME and TMPDIR
+        are one directory."""
+        return tuple(dict.fromkeys((self.workspace, self.home, self.tmp)))
 
     def close(self) -> None:
         """Kill whatever still runs: every command's sandbox not yet ended (through its pid 1,
@@ -1246,7 +1251,7 @@ class BwrapJail:
             return False
         if self._static_args is not None and not all(
                 strip_setid_bits(top, budget=entries)
-                for top in (self.workspace, self.home, self.tmp)):
+                for top in self._writable()):
             return False
         if self._cgroup_dirs:  # seen empty and not over-charged above: back to the pool
             _CGROUP_POOL.give(self._pool_key(), self._cgroup_dirs)
@@ -1356,7 +1361,10 @@ class BwrapJail:
                 )
         own = [
             _Mount("rw", str(self.tmp), SANDBOX_TMP),
-            _Mount("rw", str(self.home), SANDBOX_HOME),
+            # The graders' HOME is their TMPDIR: a link, where a second bind of the same
+            # directory would cost bubblewrap another pass over the mount table.
+            _Mount("symlink", str(SANDBOX_TMP), SANDBOX_HOME) if self.home == self.tmp
+            else _Mount("rw", str(self.home), SANDBOX_HOME),
             _Mount("rw", str(self.workspace), self.workspace),
         ]
         args = list(_leading_args(self._bwrap, self.options.network))
