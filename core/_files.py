@@ -273,6 +273,29 @@ def remove_tree(top: str | os.PathLike[str]) -> None:
             os.rmdir(directory)
 
 
+def content_hash(path: str | os.PathLike[str]) -> str | None:
+    """The sha256 of a regular file's content, whatever its size (never through a link;
+    None when it is not a regular file or cannot be read). Blocking."""
+    import hashlib
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    digest = hashlib.sha256()
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        while block := os.read(fd, 1 << 20):
+            digest.update(block)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
+
+
 def snapshot(root: Path) -> dict[str, str]:
     """Relative path -> fingerprint of everything in `root` that is not a directory:
     the content hash of a file, `symlink:TARGET` for a link, `special:KIND` for a FIFO,

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from evalctl._blocking import off_loop
 from evalctl._errors import GraderUnavailable, UsageError
-from evalctl._files import small_tree, snapshot
+from evalctl._files import small_tree
 from evalctl._plugin.registry import Registry
 from evalctl._plugin.specs import CheckResult, GraderSpec
 from evalctl._plugin.types import AgentResult, Sandbox
@@ -22,6 +22,7 @@ from evalctl._report.results import ERROR, FAILED, PASSED, CheckOutcome
 from evalctl._run.integrity import (
     protected_changes,
     protected_changes_during_grading,
+    protected_snapshot,
     remove_bytecode_caches,
     restore_seed,
     write_verify_files,
@@ -119,8 +120,10 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     finally:
         await agent.sandbox.close()
     late = protected_changes_during_grading(
-        task, before_grading, snapshot(workspace.root) if small and small_tree(workspace.root)
-        else await off_loop(snapshot, workspace.root)) if task.protected else None
+        task, before_grading,
+        protected_snapshot(task, workspace.root) if small and small_tree(workspace.root)
+        else await off_loop(protected_snapshot, task, workspace.root)) \
+        if task.protected else None
     if late is not None:
         checks.append(late)
     return checks
@@ -135,11 +138,11 @@ def _before_grading(task: Task, workspace: Workspace, agent: AgentResult,
     files' hashes before the checks run, and the graders' HOME and TMPDIR. `sweep`
     False: the caller has seen that there is no cache to remove."""
     integrity = [outcome for outcome in (
-        protected_changes(task, agent.files_changed), restore_seed(task, workspace),
+        protected_changes(task, agent.files_changed, workspace), restore_seed(task, workspace),
         write_verify_files(verify, workspace)) if outcome is not None]
     if sweep:
         remove_bytecode_caches(workspace.root)
-    return (integrity, snapshot(workspace.root) if task.protected else {},
+    return (integrity, protected_snapshot(task, workspace.root) if task.protected else {},
             grading_state(workspace))
 
 

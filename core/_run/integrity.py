@@ -25,7 +25,13 @@ import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
-from evalctl._files import ConfinementError, remove_tree, resolve_inside, snapshot
+from evalctl._files import (
+    ConfinementError,
+    content_hash,
+    remove_tree,
+    resolve_inside,
+    snapshot,
+)
 from evalctl._report.results import CheckOutcome
 from evalctl._suite.model import Task
 from evalctl._workspace import Workspace, write_seed
@@ -35,12 +41,48 @@ SEED_INTEGRITY = "seed_integrity"
 VERIFY_FILES = "verify_files"
 
 
-def protected_changes(task: Task, files_changed: Mapping[str, str]) -> CheckOutcome | None:
-    """A failed check naming the protected files the agent touched, or None."""
+def _protected(task: Task, path: str) -> bool:
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in task.protected)
+
+
+def protected_snapshot(task: Task, root: Path) -> dict[str, str]:
+    """snapshot(root), with every protected file over HASH_LIMIT_BYTES keyed by its
+    content instead of its size and time: a file's time is the agent's to set back, so
+    a large protected file changed at the same size would otherwise go unseen."""
+    return _with_protected_content(task, root, snapshot(root))
+
+
+def _with_protected_content(task: Task, root: Path, keys: Mapping[str, str]
+                            ) -> dict[str, str]:
+    found = dict(keys)
+    for path, key in keys.items():
+        if key.startswith("size:") and _protected(task, path):
+            found[path] = content_hash(root / path) or key
+    return found
+
+
+def protected_changes(task: Task, files_changed: Mapping[str, str],
+                      workspace: Workspace | None = None) -> CheckOutcome | None:
+    """A failed check naming the protected files the agent touched, or None. With the
+    `workspace`, its protected files too large to hash in the snapshot (fingerprinted
+    by size and time, and a time can be set back) are compared with the seed copy by
+    content: changed at the same size and time they are caught, touched they are not,
+    as a smaller file would be."""
     if not task.protected:
         return None
+    files_changed = dict(files_changed)
+    if workspace is not None:
+        for path, key in workspace.seed.items():
+            if key.startswith("size:") and files_changed.get(path, "modified") == "modified" \
+                    and _protected(task, path):
+                same = content_hash(workspace.root / path) == \
+                    content_hash(workspace.seed_path / path)
+                if same:
+                    files_changed.pop(path, None)
+                else:
+                    files_changed[path] = "modified"
     touched = [f"{path} ({change})" for path, change in files_changed.items()
-               if any(fnmatch.fnmatchcase(path, pattern) for pattern in task.protected)]
+               if _protected(task, path)]
     if not touched:
         return CheckOutcome(PROTECTED, "mechanical", True,
                             f"no protected file was touched ({', '.join(task.protected)})")
@@ -122,20 +164,21 @@ def remove_bytecode_caches(root: Path) -> None:
         remove_tree(cache)
 
 
-def protected_changes_after_the_agent(task: Task, seed: Mapping[str, str],
-                                      now: Mapping[str, str],
+def protected_changes_after_the_agent(task: Task, workspace: Workspace,
                                       files_changed: Mapping[str, str],
                                       verify: Collection[str]) -> CheckOutcome | None:
-    """For a regrade: protected files of a kept workspace that differ from the seed
-    though the agent's record of what it changed does not name them (verify files
-    aside, which grading wrote): code a check executed changed them while the run
-    graded, and the copy keeps that change."""
+    """For a regrade: protected files of a kept workspace that differ from its seed copy
+    (by content, whatever their size: a copy's times are its own) though the agent's
+    record of what it changed does not name them (verify files aside, which grading
+    wrote): code a check executed changed them while the run graded, and the copy keeps
+    that change. Blocking."""
     if not task.protected:
         return None
+    seed = _with_protected_content(task, workspace.seed_path, workspace.seed)
+    now = protected_snapshot(task, workspace.root)
     changed = sorted(path for path in {*seed, *now}
                      if seed.get(path) != now.get(path) and path not in files_changed
-                     and path not in verify
-                     and any(fnmatch.fnmatchcase(path, p) for p in task.protected))
+                     and path not in verify and _protected(task, path))
     if not changed:
         return None
     return CheckOutcome(PROTECTED, "mechanical", False,
@@ -146,12 +189,12 @@ def protected_changes_after_the_agent(task: Task, seed: Mapping[str, str],
 
 def protected_changes_during_grading(task: Task, before: Mapping[str, str],
                                      after: Mapping[str, str]) -> CheckOutcome | None:
-    """A failed check naming protected files that changed while the checks ran."""
+    """A failed check naming protected files that changed while the checks ran (`before`
+    and `after`: protected_snapshot of the workspace)."""
     if not task.protected:
         return None
     changed = sorted(path for path in {*before, *after}
-                     if before.get(path) != after.get(path)
-                     and any(fnmatch.fnmatchcase(path, p) for p in task.protected))
+                     if before.get(path) != after.get(path) and _protected(task, path))
     if not changed:
         return None
     return CheckOutcome(PROTECTED, "mechanical", False,

@@ -229,13 +229,8 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
 
 def _protected_since_the_agent(task: Task, workspace: Workspace, agent: AgentResult,
                                verify: dict[str, str | None]) -> CheckOutcome | None:
-    if not task.protected:
-        return None
-    from evalctl._files import snapshot
-
-    return protected_changes_after_the_agent(
-        task, workspace.seed, snapshot(workspace.root), agent.files_changed,
-        {*verify, *_patch_paths(task)})
+    return protected_changes_after_the_agent(task, workspace, agent.files_changed,
+                                             {*verify, *_patch_paths(task)})
 
 
 def _error_statuses(prepared: PreparedRegrade, recorded: TaskResult) -> set[str]:
