@@ -213,7 +213,9 @@ def test_a_cli_agent_replays_through_the_model_proxy(tmp_path, monkeypatch):
      ":1: expected a header of format evalctl-cassette/1"),
     (lambda lines: lines[:3] + [lines[3].replace("first.txt", "second.txt")],
      ":4: the request does not match its request_hash"),
-], ids=["not-json", "not-a-cassette", "tampered"])
+    (lambda lines: lines[:2] + ['{"event": "exchange", "request": ' + "[" * 100_000
+                                + "]" * 100_000 + "}"] + lines[3:], ":3: not a JSON record"),
+], ids=["not-json", "not-a-cassette", "tampered", "nested-past-reading"])
 def test_a_corrupt_cassette_stops_the_replay_before_any_task(recorded, tmp_path, damage,
                                                              expected):
     path = recorded["run_dir"] / ".cassettes" / "first-word.jsonl"

@@ -379,7 +379,7 @@ def read_cassette(path: Path) -> Cassette:
         try:
             record = json.loads(line)
             event = record["event"]
-        except (ValueError, TypeError, KeyError):
+        except (ValueError, TypeError, KeyError, RecursionError):  # nested past reading
             raise _problem(path, number, "not a JSON record of a cassette") from None
         if cassette is None:
             if event != "cassette" or record.get("format") != CASSETTE_FORMAT:
@@ -400,10 +400,12 @@ def read_cassette(path: Path) -> Cassette:
             key = _rebuilt(record["request"], keys)
             turn = turn_from_dict(record["response"]) if "response" in record else None
             error = None if turn is not None else record["error"]
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            matches = key_hash(key) == record.get("request_hash")
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError,
+                RecursionError) as exc:
             raise _problem(path, number, f"a malformed exchange ({type(exc).__name__}: "
                                          f"{exc})") from None
-        if key_hash(key) != record.get("request_hash"):
+        if not matches:
             raise _problem(path, number, "the request does not match its request_hash")
         keys.append(key)
         cassette.exchanges.append(CassetteExchange(
