@@ -8,6 +8,8 @@ import asyncio
 import threading
 from pathlib import Path
 
+import pytest
+
 from evalctl._files import SMALL_TREE_BYTES, SMALL_TREE_ENTRIES
 from evalctl._plugin.registry import get_registry
 from evalctl._run import grading, runner
@@ -274,3 +276,32 @@ def test_a_ledger_numbers_on_when_opened_again_and_says_why_it_cannot_open(tmp_p
     missing = Ledger(tmp_path / "no-such-dir" / "l.jsonl")
     missing.append("lost")
     assert missing.failure and "cannot open" in missing.failure
+
+
+def test_a_value_nested_past_encoding_or_reading_costs_one_event_not_the_record(tmp_path):
+    """A value nested deeper than JSON's encoder goes (a model's tool input, say) used to
+    escape Ledger.append as RecursionError and end the attempt as an internal error; a
+    ledger line nested past reading ended `evalctl script` with a crash. The event is
+    kept without its fields, and such a line is a problem the reader names."""
+    from evalctl._agent.ledger import Ledger, ledger_spend, read_events
+    from evalctl._errors import UsageError
+    from evalctl._run.scripting import _from_ledger
+
+    deep: list = []
+    inner = deep
+    for _ in range(5000):
+        inner.append([])
+        inner = inner[0]
+    path = tmp_path / "l.jsonl"
+    ledger = Ledger(path)
+    ledger.append("tool_call", name="bash", arguments={"x": deep})
+    ledger.append("after")
+    ledger.close()
+    events = read_events(path)
+    assert [e["event"] for e in events] == ["tool_call", "after"] and ledger.failure is None
+    assert events[0]["unrecorded"].startswith("its fields are nested too deep")
+    with path.open("a") as handle:  # a line nested past reading, as a local agent could add
+        handle.write('{"event": "model_turn", "v": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    assert ledger_spend(path)[1] == 0.0
+    with pytest.raises(UsageError, match="cannot read the ledger"):
+        _from_ledger(path)

@@ -48,8 +48,13 @@ class Ledger:
         record = {"seq": self._seq, "t": round(time.monotonic() - self._start, 4),
                   "event": event, **fields}
         try:
+            line = json_line(record)
+        except RecursionError:  # a value nested past encoding (a model's tool input, say)
+            line = json_line({**{k: record[k] for k in ("seq", "t", "event")},
+                              "unrecorded": "its fields are nested too deep to record"})
+        try:
             # Unbuffered: each event is on its way to the disk before the next happens.
-            write_all(self._fd, (json_line(record) + "\n").encode("utf-8"))
+            write_all(self._fd, (line + "\n").encode("utf-8"))
         except (OSError, ValueError) as exc:  # a full disk must not cost the task its result
             self.failure = f"cannot write {self.path}: {exc}"
             self.close()
@@ -99,7 +104,7 @@ def ledger_spend(path: Path) -> tuple[TokenUsage, float | None]:
                     turn_usage = TokenUsage.from_dict(event.get("usage") or {})
                     turn_cost = event.get("cost")
                     turn_cost = None if turn_cost is None else float(turn_cost)
-                except (ValueError, TypeError, AttributeError):
+                except (ValueError, TypeError, AttributeError, RecursionError):
                     continue
                 usage = usage + turn_usage
                 if turn_cost is None:

@@ -144,7 +144,7 @@ def read_journal(run_dir: str | os.PathLike[str]) -> JournalContents:
                 contents.add_spend(record.get("usage"), record.get("cost"))
             elif kind in ("resume", "end"):
                 contents.sessions.append(record)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             if header is None:
                 raise UsageError(f"{path}:{number}: not an evalctl journal ({exc})") from None
             contents.problems.append(f"{path}:{number}: unreadable line skipped "

@@ -265,7 +265,7 @@ def _recorded_agent(recorded: TaskResult, workspace: Workspace, task: Task,
     final_text, files_changed = None, None
     try:
         ends = [e for e in read_events(workspace.ledger_path) if e.get("event") == "task_end"]
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         ends = []
     if ends and isinstance(ends[-1].get("files_changed"), dict):
         final_text = str(ends[-1].get("final_text") or "")
@@ -304,7 +304,7 @@ def _last_turn_text(ledger: Path) -> str:
 def _json_or_empty(line: str) -> dict[str, Any]:
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
 

@@ -91,7 +91,7 @@ def _from_cassette(path: Path) -> Script:
 def _from_ledger(path: Path) -> Script:
     try:
         events = read_events(path)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise UsageError(f"{path}: cannot read the ledger: {exc}") from None
     script = Script([], path)
     for event in events:

@@ -89,7 +89,7 @@ def _final_text(how: str, model_text: str, result: evalctl.CommandResult) -> str
         key = how.removeprefix("json:")
         try:
             document: Any = json.loads(result.stdout)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, or nested past reading
             return model_text
         value = document.get(key) if isinstance(document, dict) else None
         return value if isinstance(value, str) else model_text

@@ -127,7 +127,7 @@ def _witness(output: str, nonce: str) -> tuple[dict[str, Any] | None, str, int]:
                 reports += 1
                 try:
                     report = report or json.loads(line[len(WITNESS_MARK) + len(nonce) + 1:])
-                except ValueError:
+                except (ValueError, RecursionError):
                     report = None
             continue
         kept.append(line)

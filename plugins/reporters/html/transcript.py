@@ -167,7 +167,7 @@ def read_transcript(ledger: str | Path | None) -> Transcript:
                 event = json.loads(line)
                 if not isinstance(event, dict):
                     raise ValueError("not an object")
-            except ValueError:
+            except (ValueError, RecursionError):
                 reader.note("error", f"ledger line {line_number} is not a JSON event",
                             line_number)
                 continue

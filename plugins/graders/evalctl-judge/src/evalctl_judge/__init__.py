@@ -106,7 +106,7 @@ def parse_verdict(turn: evalctl.ModelTurn) -> tuple[bool, str]:
     if found:
         try:
             return _read(json.loads(found.group(0)))
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past reading
             pass
     raise JudgeError(f"the judge gave no verdict: {(turn.text or '(no text)')[:200]!r}")
 
