@@ -276,6 +276,27 @@ def test_a_long_conversation_is_written_in_linear_space_and_read_back_whole(tmp_
     assert [e.key for e in cassette.exchanges] == [request_key(r, "m") for r in requests]
 
 
+def test_fields_equal_in_python_but_not_in_json_are_written_and_read_back(tmp_path):
+    """Found by an attacker: two requests whose tools differ only by 1 and 1.0 (equal in
+    Python, not in the JSON the hash is taken over) wrote the second without its tools,
+    as unchanged; read back with the first's, it failed its hash, and every replay of
+    the run stopped before any task."""
+    path = tmp_path / "c.jsonl"
+    recorder = CassetteRecorder(path, task_id="t", attempt=1)
+    bodies = [{"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+               "tools": [{"name": "x", "input_schema": {"type": "object", "maxItems": n}}]}
+              for n in (1, 1.0, True)]
+    requests = [evalctl.ModelRequest("", [], [], api_request=body) for body in bodies]
+    for request in requests:
+        recorder.record(request, evalctl.ModelTurn(text="ok"))
+    recorder.close()
+    assert recorder.failure is None
+    cassette = read_cassette(path)
+    assert [e.key for e in cassette.exchanges] == [request_key(r) for r in requests]
+    assert [e.key["tools"][0]["input_schema"]["maxItems"] for e in cassette.exchanges] == \
+        [1, 1.0, True]
+
+
 def test_the_first_difference_is_named_by_its_path():
     before = {"model": "m", "messages": [{"role": "user", "content": [
         {"type": "tool_result", "content": "6"}]}], "tools": [1, 2]}

@@ -301,8 +301,12 @@ class CassetteRecorder:
         stored: dict[str, Any] = {"base": best + 1, "keep": keep,
                                   "messages": key["messages"][keep:]}
         for name in ("model", "system", "tools"):
-            if key[name] != getattr(base, name):
-                stored[name] = key[name]
+            # Told apart as the hash tells them apart, by their JSON: in Python 1 == 1.0
+            # == True, and a field left out as unchanged would be read back as the base's
+            # and fail its hash, which stops the replay of every attempt.
+            mine, theirs = key[name], getattr(base, name)
+            if mine is not theirs and canonical_json(mine) != canonical_json(theirs):
+                stored[name] = mine
         return stored
 
     def close(self) -> None:
