@@ -203,6 +203,18 @@ def test_a_400_is_not_retried(registry, server, tmp_path):
     assert "bad schema" in result.error and len(server.requests) == 1
 
 
+def test_a_413_is_the_requests_own_refusal_not_the_services(registry, server):
+    """Found by an attacker: a CLI agent sent a request past the API's size limit, the
+    API's 413 became a provider error, and the attempt left the score as an error. A 413
+    is the request's own fault, as a 400 is: through the proxy the agent hears it."""
+    server.replies += [error(413, "request_too_large", "Request exceeds the maximum size")]
+    body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    request = evalctl.ModelRequest("", [], [], api_request=body)
+    with pytest.raises(evalctl.RequestRejected, match="too large"):
+        asyncio.run(anthropic(registry).complete(request))
+    assert len(server.requests) == 1  # not retried
+
+
 def test_malformed_json_is_a_provider_error(registry, server, tmp_path):
     server.replies += [(200, {"content-type": "application/json"}, b"{not json")]
     result, _ = run_task(anthropic(registry), tmp_path)

@@ -139,6 +139,9 @@ class AnthropicProvider:
                                          cost=0.0, model=self.model)
             raise evalctl.RequestRejected(f"the API rejected the request: {exc}") from None
         except anthropic.APIStatusError as exc:
+            if exc.status_code == 413:  # the request's own size: as much the agent's as a 400
+                raise evalctl.RequestRejected(
+                    f"the API rejected the request as too large: {exc.message}") from None
             if exc.status_code in RATE_LIMITED:  # the run backs off and asks again
                 raise evalctl.RateLimited(f"HTTP {exc.status_code} after retries: {exc.message}",
                                           retry_after=_retry_after(exc)) from None
