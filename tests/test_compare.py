@@ -142,6 +142,27 @@ def test_gate_reasons():
     assert len(gate(comparison, max_drop=0.25, fail_on_flip=True)) == 1
 
 
+def test_a_task_that_passed_and_is_not_graded_now_fails_the_gate():
+    """Found by an attacker: an agent that ended its attempt in an error (a turn its
+    script did not have) took the task out of the comparison, and `run --baseline`
+    exited 0, "No regression", for a task whose check had failed. A task that passed in
+    the baseline and has no graded attempt now fails the gate, flips allowed or not; one
+    that failed in the baseline and errs now does not (nothing it had is lost)."""
+    base = make_report({"a": ["passed"], "b": ["passed"], "c": ["failed"]})
+    now = make_report({"a": ["passed"], "b": ["error"], "c": ["error"]})
+    comparison = compare_reports(base, now)
+    assert comparison.not_compared == ["b", "c"] and comparison.unverified == ["b"]
+    assert not comparison.regression and comparison.completion_drop == 0
+    for fail_on_flip in (True, False):
+        (reason,) = gate(comparison, max_drop=1.0, fail_on_flip=fail_on_flip)
+        assert reason.startswith("tasks that passed in the baseline were not graded now")
+        assert reason.endswith(": b")
+    assert comparison.to_dict()["unverified"] == ["b"]
+    assert gate(compare_reports(make_report({"c": ["failed"], "a": ["passed"]}),
+                                make_report({"c": ["error"], "a": ["passed"]})),
+                max_drop=0.0, fail_on_flip=True) == []
+
+
 # -- real scripted runs -------------------------------------------------------------
 
 def test_repeat_runs_each_attempt_in_its_own_workspace(tmp_path):

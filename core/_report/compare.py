@@ -39,6 +39,10 @@ class Comparison:
     # In both runs, but with no graded attempt in one of them (errors, not run): left
     # out of the comparison, since an error says nothing about the agent.
     not_compared: list[str] = field(default_factory=list)
+    # Of those, the tasks every attempt of which passed in the baseline and none of which
+    # was graded now: whether they still pass is unknown, and an agent that ends its
+    # attempt in an error would otherwise leave its regressions out of the gate.
+    unverified: list[str] = field(default_factory=list)
     newly_failing: list[str] = field(default_factory=list)
     newly_passing: list[str] = field(default_factory=list)
     common: int = 0
@@ -135,6 +139,7 @@ class Comparison:
             "removed": self.removed,
             "warnings": self.warnings(),
             "not_compared": self.not_compared,
+            "unverified": self.unverified,
             "significance": self.test,
             "spend": self.spend(),
         }
@@ -226,6 +231,7 @@ def compare_reports(baseline: RunResult, current: RunResult,
     result.added = [i for i in now if i not in was]
     result.removed = [i for i in was if i not in now]
     result.not_compared = [i for i in was if i in now and i not in common]
+    result.unverified = [i for i in result.not_compared if i in before and before[i].pass_hat_k]
     result.common = len(common)
     result.newly_failing = [i for i in common if before[i].pass_hat_k and
                             not after[i].pass_hat_k]
@@ -281,4 +287,8 @@ def gate(comparison: Comparison, max_drop: float, fail_on_flip: bool) -> list[st
     if fail_on_flip and comparison.newly_failing:
         reasons.append("tasks that passed in the baseline now fail: "
                        + ", ".join(comparison.newly_failing))
+    if comparison.unverified:  # unknown is not "no regression", flips allowed or not
+        reasons.append("tasks that passed in the baseline were not graded now (an error, or "
+                       "not run), so they may have regressed: "
+                       + ", ".join(comparison.unverified))
     return reasons
