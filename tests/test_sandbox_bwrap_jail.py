@@ -669,6 +669,39 @@ def test_a_home_that_is_the_tmpdir_is_one_directory_inside_too(layout: Layout) -
     assert not any(layout.home.iterdir())
 
 
+def test_read_only_paths_cannot_be_changed_removed_or_replaced(layout: Layout) -> None:
+    """The graders' sandbox keeps the protected files read-only (SandboxRequest.read_only):
+    code a check runs cannot rewrite a protected test and put it back before the
+    comparison after the checks. A bound file cannot be written, truncated, removed,
+    renamed or replaced; a bound directory gains nothing; the rest stays writable. A
+    path that is not there, a link, or one outside the workspace binds nothing."""
+    (layout.workspace / "tests").mkdir()
+    (layout.workspace / "tests" / "test_a.py").write_text("assert True\n")
+    (layout.workspace / "conftest.py").write_text("# seeded\n")
+    (layout.workspace / "calc.py").write_text("x = 1\n")
+    (layout.workspace / "link").symlink_to("/etc")
+    jail = bs.BwrapJail(layout.workspace, layout.tmp, layout.tmp, bs.BwrapOptions(),
+                        read_only=("tests", "conftest.py", "gone.py", "link", "../task-b"))
+    attempts = [
+        "echo x >> conftest.py", ": > conftest.py", "rm -f conftest.py",
+        "mv calc.py conftest.py", "chmod 777 conftest.py", "touch -d @0 conftest.py",
+        "echo x > tests/test_a.py", "rm -rf tests", "touch tests/test_b.py",
+        "mkdir tests/sub", "mv tests tests2",
+    ]
+    script = "\n".join(f'( {a} ) 2>/dev/null && echo "DID {a}" || echo "REFUSED {a}"'
+                       for a in attempts)
+    with jail:
+        done = run(jail, script + "\necho y >> calc.py && touch new.py && echo OTHERS")
+    assert done.returncode == 0, done.stderr
+    for attempt in attempts:
+        assert f"REFUSED {attempt}" in done.stdout, done.stdout
+    assert done.stdout.rstrip().endswith("OTHERS")
+    assert (layout.workspace / "conftest.py").read_text() == "# seeded\n"
+    assert sorted(p.name for p in (layout.workspace / "tests").iterdir()) == ["test_a.py"]
+    assert (layout.workspace / "calc.py").read_text() == "x = 1\ny\n"
+    assert (layout.sibling / "answer.txt").read_text() == "the sibling's answer"
+
+
 def test_workspace_under_host_tmp(tmp_path: Path) -> None:
     """A run directory under the host's /tmp still works, with one wrinkle: the path to the
     workspace is then created inside the jail's own tmp (mounted at /tmp), so writes to the

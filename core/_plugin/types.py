@@ -198,7 +198,11 @@ class SandboxRequest:
     task allows network access. `options` are the sandbox's own, validated against its
     `options_schema`. `purpose` is "setup" (the task's setup commands, before the agent:
     `network` is the setup's own allowance), "agent" or "grading": graders get a fresh
-    sandbox after the agent's has been closed.
+    sandbox after the agent's has been closed. `read_only` names paths in the workspace
+    (relative; "." is the workspace) that commands must not change: the task's
+    protected files, while graders run the agent's code. A sandbox that confines writes
+    should honour it; one that cannot (`local`) leaves it to the comparison evalctl
+    makes after the checks.
     """
 
     workspace: Path
@@ -209,6 +213,7 @@ class SandboxRequest:
     options: Mapping[str, Any] = field(default_factory=dict)
     purpose: str = "agent"
     attempt: str = ""
+    read_only: tuple[str, ...] = ()
 
     def command(self, command: str | Sequence[str],
                 cwd: str | None = None) -> tuple[list[str], Path]:

@@ -23,6 +23,7 @@ from evalctl._run.integrity import (
     protected_changes,
     protected_changes_during_grading,
     protected_snapshot,
+    read_only_paths,
     remove_bytecode_caches,
     restore_seed,
     write_verify_files,
@@ -81,12 +82,14 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
 
 async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
                         verify: Mapping[str, str | None], registry: Registry,
-                        open_grading: Callable[[tuple[Path, Path]], Awaitable[Sandbox]], *,
+                        open_grading: Callable[[tuple[Path, Path], tuple[str, ...]],
+                                               Awaitable[Sandbox]], *,
                         skip_kinds: Collection[str] = ()) -> list[CheckOutcome]:
     """Every check of `task` on `workspace`, after the integrity checks (protected files
     against `agent.files_changed`, the seed copy, the verify files written now), in the
-    sandbox `open_grading(state)` opens with the graders' own HOME and TMPDIR (made here;
-    GradingSandboxFailed when it cannot open). Checks whose grader is of a kind in
+    sandbox `open_grading(state, read_only)` opens with the graders' own HOME and TMPDIR
+    (made here) and the protected files read-only (GradingSandboxFailed when it cannot
+    open). Checks whose grader is of a kind in
     `skip_kinds` are left out (a regrade's judges)."""
     # The walks between the agent and the graders read a small workspace on the loop
     # (nothing changes it meanwhile: the agent's sandbox is closed). What writes (verify
@@ -97,7 +100,7 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
         _before_grading(task, workspace, agent, verify, sweep=False) if small and not verify \
         else await off_loop(_before_grading, task, workspace, agent, verify)
     try:
-        agent.sandbox = await open_grading(state)
+        agent.sandbox = await open_grading(state, read_only_paths(task, before_grading))
     except Exception as exc:
         raise GradingSandboxFailed(str(exc)) from exc
     try:

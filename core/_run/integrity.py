@@ -164,6 +164,45 @@ def remove_bytecode_caches(root: Path) -> None:
         remove_tree(cache)
 
 
+# Each read-only path is a bind mount in a sandbox that honours them, and a sandbox's
+# start reads its mount table again for each bind: past this many, the rest of the
+# protected files are only compared after the checks.
+MAX_READ_ONLY_PATHS = 64
+
+
+def read_only_paths(task: Task, keys: Mapping[str, str]) -> tuple[str, ...]:
+    """What a graders' sandbox keeps read-only (SandboxRequest.read_only): the protected
+    files of the workspace whose snapshot is `keys`, as the directories every file of
+    which is protected (the workspace itself is "."), and elsewhere one by one (a link
+    is not: it is kept only where its directory is). A check that runs the agent's code
+    then cannot change a protected test and put it back before the comparison after the
+    checks. At most MAX_READ_ONLY_PATHS, directories first."""
+    if not task.protected:
+        return ()
+    total: dict[str, int] = {}
+    covered: dict[str, int] = {}
+    files: list[str] = []
+    for path, key in keys.items():
+        protected = _protected(task, path)
+        parts = path.split("/")
+        for depth in range(len(parts)):  # every directory above it, the workspace first
+            directory = "/".join(parts[:depth])
+            total[directory] = total.get(directory, 0) + 1
+            covered[directory] = covered.get(directory, 0) + protected
+        if protected and not key.startswith(("symlink:", "special:")):
+            files.append(path)
+    whole = {d for d, count in total.items() if covered[d] == count}
+
+    def under_whole(path: str) -> bool:
+        parts = path.split("/")
+        return any("/".join(parts[:depth]) in whole for depth in range(len(parts)))
+
+    directories = sorted(d for d in whole if not under_whole(d)) if "" not in whole else [""]
+    chosen = [d or "." for d in directories]
+    chosen += sorted(f for f in files if not under_whole(f))
+    return tuple(chosen[:MAX_READ_ONLY_PATHS])
+
+
 def protected_changes_after_the_agent(task: Task, workspace: Workspace,
                                       files_changed: Mapping[str, str],
                                       verify: Collection[str]) -> CheckOutcome | None:

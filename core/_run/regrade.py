@@ -202,11 +202,13 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
         verify = {**await asyncio.to_thread(patched_files, workspace.seed_path,
                                             task.verify_patch), **verify}
 
-    def open_grading(state: tuple[Path, Path]) -> Awaitable[Sandbox]:
+    def open_grading(state: tuple[Path, Path], read_only: tuple[str, ...]
+                     ) -> Awaitable[Sandbox]:
         home, tmp = state
         return open_sandbox(prepared.sandbox, SandboxRequest(
             workspace.root, home, tmp, sandbox_environment(home, tmp), network=task.network,
-            options=prepared.sandbox.options, purpose="grading", attempt=name))
+            options=prepared.sandbox.options, purpose="grading", attempt=name,
+            read_only=read_only))
 
     # What code a check executed changed in the workspace while the run graded is in the
     # copy: protected files are compared with the seed here, before grading writes.

@@ -321,7 +321,8 @@ def attempt_name(task: Task, attempt: int, repeat: int) -> str:
 
 
 def _sandbox_request(task: Task, workspace: Workspace, prepared: PreparedRun, name: str,
-                     purpose: str, state: tuple[Path, Path] | None = None) -> SandboxRequest:
+                     purpose: str, state: tuple[Path, Path] | None = None,
+                     read_only: tuple[str, ...] = ()) -> SandboxRequest:
     # Graders get a HOME and TMPDIR of their own (`state`, from grading_state): nothing
     # the agent left in its own (a planted config file, say) takes part in grading.
     # Setup prepares the agent's.
@@ -330,7 +331,7 @@ def _sandbox_request(task: Task, workspace: Workspace, prepared: PreparedRun, na
     network = task.setup.network if purpose == "setup" and task.setup else task.network
     return SandboxRequest(workspace.root, home, tmp, sandbox_environment(home, tmp),
                           network=network, options=prepared.sandbox.options,
-                          purpose=purpose, attempt=name)
+                          purpose=purpose, attempt=name, read_only=read_only)
 
 
 async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
@@ -374,9 +375,9 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
         # add failures that are not the agent's (a missing file, say) to the error.
         return _result(task, ERROR, [], agent, workspace, attempt)
 
-    async def open_grading(state: tuple[Path, Path]) -> Sandbox:
+    async def open_grading(state: tuple[Path, Path], read_only: tuple[str, ...]) -> Sandbox:
         return await open_sandbox(prepared.sandbox, _sandbox_request(
-            task, workspace, prepared, name, "grading", state))
+            task, workspace, prepared, name, "grading", state, read_only))
 
     try:
         checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,

@@ -164,7 +164,7 @@ async def create(request: evalctl.SandboxRequest) -> BwrapSandbox:
                 # Graders run the agent's code beside their own commands: no tracing.
                 tracing=request.purpose != "grading",
             ),
-            hidden=_hidden_paths())
+            hidden=_hidden_paths(), read_only=request.read_only)
 
     made: bwrap_jail.BwrapJail | None = None
     if _plugin_code_paths.cache_info().currsize and _hidden_paths.cache_info().currsize:

@@ -1166,10 +1166,12 @@ class BwrapJail:
         *,
         cgroups: CgroupSetup | None = None,  # None: what this machine offers (tests override)
         hidden: tuple[Path, ...] = (),  # directories under a read-only mount shown empty
+        read_only: tuple[str, ...] = (),  # in the workspace, relative ("." is all of it)
     ) -> None:
         self.workspace = _real_path(workspace)
         self.home = _real_path(home)
         self.tmp = _real_path(tmp)
+        self.read_only = read_only
         self.options = options
         self.hidden = _real_paths(tuple(hidden))
         self._cgroups = _machine_cgroups() if cgroups is None else cgroups
@@ -1366,6 +1368,7 @@ class BwrapJail:
             _Mount("symlink", str(SANDBOX_TMP), SANDBOX_HOME) if self.home == self.tmp
             else _Mount("rw", str(self.home), SANDBOX_HOME),
             _Mount("rw", str(self.workspace), self.workspace),
+            *self._read_only_mounts(),
         ]
         args = list(_leading_args(self._bwrap, self.options.network))
         for mount in _order_with_base(base, own):
@@ -1376,6 +1379,26 @@ class BwrapJail:
         # binds (into RAM).  Not recursive: the binds above keep their own flags.
         args += ["--remount-ro", "/"]
         return args
+
+    def _read_only_mounts(self) -> list[_Mount]:
+        """The workspace's read-only paths, bound read-only over its own bind: a bound file
+        can be neither written nor removed nor replaced, a bound directory gains nothing.
+        Only what is there, as a directory or a regular file, and inside the workspace
+        (a link is not followed: its directory is bound where the whole of it is)."""
+        import stat
+
+        mounts = []
+        for relative in self.read_only:
+            path = os.path.normpath(os.path.join(self.workspace, relative))
+            if path != str(self.workspace) and not path.startswith(f"{self.workspace}/"):
+                continue
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+                mounts.append(_Mount("ro", path, Path(path)))
+        return mounts
 
     # -- cgroups
 
