@@ -677,21 +677,28 @@ def test_read_only_paths_cannot_be_changed_removed_or_replaced(layout: Layout) -
     path that is not there, a link, or one outside the workspace binds nothing."""
     (layout.workspace / "tests").mkdir()
     (layout.workspace / "tests" / "test_a.py").write_text("assert True\n")
+    (layout.workspace / "src" / "deep").mkdir(parents=True)
+    (layout.workspace / "src" / "deep" / "test_b.py").write_text("assert True\n")
     (layout.workspace / "conftest.py").write_text("# seeded\n")
     (layout.workspace / "calc.py").write_text("x = 1\n")
     (layout.workspace / "link").symlink_to("/etc")
     jail = bs.BwrapJail(layout.workspace, layout.tmp, layout.tmp, bs.BwrapOptions(),
-                        read_only=("tests", "conftest.py", "gone.py", "link", "../task-b"))
+                        read_only=("tests", "conftest.py", "src/deep/test_b.py", "gone.py",
+                                   "link", "../task-b"))
     attempts = [
         "echo x >> conftest.py", ": > conftest.py", "rm -f conftest.py",
         "mv calc.py conftest.py", "chmod 777 conftest.py", "touch -d @0 conftest.py",
         "echo x > tests/test_a.py", "rm -rf tests", "touch tests/test_b.py",
         "mkdir tests/sub", "mv tests tests2",
+        # The directories above a protected file cannot be moved aside with it inside.
+        "mv src src2", "mv src/deep src/deep2", "rm -rf src",
+        "echo x > src/deep/test_b.py",
     ]
     script = "\n".join(f'( {a} ) 2>/dev/null && echo "DID {a}" || echo "REFUSED {a}"'
                        for a in attempts)
     with jail:
-        done = run(jail, script + "\necho y >> calc.py && touch new.py && echo OTHERS")
+        done = run(jail, script + "\necho y >> calc.py && touch new.py src/deep/new.py && "
+                                  "echo OTHERS")
     assert done.returncode == 0, done.stderr
     for attempt in attempts:
         assert f"REFUSED {attempt}" in done.stdout, done.stdout

@@ -20,6 +20,7 @@ from evalctl._plugin.specs import CheckResult, GraderSpec
 from evalctl._plugin.types import AgentResult, Sandbox
 from evalctl._report.results import ERROR, FAILED, PASSED, CheckOutcome
 from evalctl._run.integrity import (
+    detach_protected_links,
     protected_changes,
     protected_changes_during_grading,
     protected_snapshot,
@@ -145,8 +146,10 @@ def _before_grading(task: Task, workspace: Workspace, agent: AgentResult,
         write_verify_files(verify, workspace)) if outcome is not None]
     if sweep:
         remove_bytecode_caches(workspace.root)
-    return (integrity, protected_snapshot(task, workspace.root) if task.protected else {},
-            grading_state(workspace))
+    protected = protected_snapshot(task, workspace.root) if task.protected else {}
+    if protected:  # a link of the agent's to a protected file would outlast read_only
+        detach_protected_links(task, workspace.root, protected)
+    return integrity, protected, grading_state(workspace)
 
 
 def _around(before: Callable[[], object] | None, after: Callable[[], object] | None,

@@ -164,6 +164,36 @@ def remove_bytecode_caches(root: Path) -> None:
         remove_tree(cache)
 
 
+def detach_protected_links(task: Task, root: Path, keys: Mapping[str, str]) -> None:
+    """Give every protected file that has another hard link (one the agent made, say, to
+    write through while the checks run, where the file itself is read-only) an inode of
+    its own: a copy, renamed over it. Its content is what `keys` (a snapshot of `root`)
+    holds, so the comparison after the checks is unchanged by this."""
+    import shutil
+    import stat
+    import tempfile
+
+    for path, key in keys.items():
+        if key.startswith(("symlink:", "special:")) or not _protected(task, path):
+            continue
+        full = root / path
+        try:
+            info = os.lstat(full)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+                continue
+            fd, copy = tempfile.mkstemp(prefix=".evalctl-", dir=full.parent)
+            os.close(fd)
+            try:
+                shutil.copy2(full, copy, follow_symlinks=False)
+                os.replace(copy, full)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(copy)
+                raise
+        except OSError:
+            continue  # gone or unreadable: the comparison after the checks says so
+
+
 # Each read-only path is a bind mount in a sandbox that honours them, and a sandbox's
 # start reads its mount table again for each bind: past this many, the rest of the
 # protected files are only compared after the checks.

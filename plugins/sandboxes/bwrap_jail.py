@@ -1383,10 +1383,14 @@ class BwrapJail:
     def _read_only_mounts(self) -> list[_Mount]:
         """The workspace's read-only paths, bound read-only over its own bind: a bound file
         can be neither written nor removed nor replaced, a bound directory gains nothing.
-        Only what is there, as a directory or a regular file, and inside the workspace
-        (a link is not followed: its directory is bound where the whole of it is)."""
+        Each directory above one is bound to itself (writable): a mount point cannot be
+        renamed, so a protected file's directory cannot be moved aside with the file in
+        it and a forged one put in its place. Only what is there, as a directory or a
+        regular file, and inside the workspace (a link is not followed: its directory is
+        bound where the whole of it is)."""
         import stat
 
+        pinned: dict[str, None] = {}
         mounts = []
         for relative in self.read_only:
             path = os.path.normpath(os.path.join(self.workspace, relative))
@@ -1398,7 +1402,11 @@ class BwrapJail:
                 continue
             if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
                 mounts.append(_Mount("ro", path, Path(path)))
-        return mounts
+                above = os.path.dirname(path)
+                while above.startswith(f"{self.workspace}/"):
+                    pinned[above] = None
+                    above = os.path.dirname(above)
+        return [*(_Mount("rw", d, Path(d)) for d in pinned), *mounts]
 
     # -- cgroups
 
