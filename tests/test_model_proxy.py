@@ -195,16 +195,39 @@ def test_the_cost_limit_refuses_the_call_after_the_one_that_went_over(tmp_path):
     assert len(harness.events("model_turn")) == 1
 
 
-def test_a_provider_error_ends_the_attempt_with_its_status(tmp_path):
+def test_a_request_past_the_agents_script_is_refused_and_the_attempt_goes_on(tmp_path):
+    """Found by an attacker: a CLI agent that asked for one turn more than its
+    agent_script held ended its attempt as script_error, an error left out of the score,
+    for a task whose check failed. How many requests it sends is the agent's doing: it
+    hears the refusal, as from the API, and the attempt is graded."""
     harness = Harness(tmp_path, [])  # the script has no turn to serve
+
+    async def body(h):
+        with pytest.raises(anthropic.BadRequestError, match="has 0 turn"):
+            await create(h.client(), FIRST)
+
+    harness.run(body)
+    assert harness.proxy.stop_status is None and not harness.proxy.stopped.is_set()
+    assert "agent_script of task 't' has 0 turn(s)" in \
+        harness.events("request_rejected")[0]["error"]
+    assert harness.events("provider_error") == []
+
+
+def test_a_provider_error_ends_the_attempt_with_its_status(tmp_path):
+    class Down:
+        async def complete(self, request):
+            raise evalctl.ProviderError("the service is down", status="provider_error")
+
+    harness = Harness(tmp_path, [])
+    harness.proxy.model_calls = ModelCalls(Down(), harness.ledger)
 
     async def body(h):
         with pytest.raises(anthropic.InternalServerError):
             await create(h.client(), FIRST)
 
     harness.run(body)
-    assert harness.proxy.stop_status == "script_error"
-    assert "agent_script of task 't' has 0 turn(s)" in harness.events("provider_error")[0]["error"]
+    assert harness.proxy.stop_status == "provider_error"
+    assert "the service is down" in harness.events("provider_error")[0]["error"]
 
 
 class RefusesOnce:

@@ -138,10 +138,16 @@ class ScriptedProvider:
         if script is None:
             turn: Mapping[str, Any] = {"text": CANNED_REPLY}
         elif request.turn_index >= len(script):
+            message = (f"the {key} of task '{task_id}' has {len(script)} turn(s) and the "
+                       f"agent asked for turn {request.turn_index + 1}")
+            if request.api_request is not None:
+                # How many requests a CLI agent sends is the agent's own doing: it hears
+                # the refusal and its attempt is graded, or an agent could take a task it
+                # fails out of the score by asking once more than its script holds.
+                raise evalctl.RequestRejected(message)
             raise evalctl.ProviderError(
-                f"the {key} of task '{task_id}' has {len(script)} turn(s) and the agent asked "
-                f"for turn {request.turn_index + 1}; end the script with a turn without "
-                "tool calls", status=SCRIPT_ERROR)
+                f"{message}; end the script with a turn without tool calls",
+                status=SCRIPT_ERROR)
         else:
             turn = script[request.turn_index]
         known = {t.name for t in request.tools}
