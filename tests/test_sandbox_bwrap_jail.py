@@ -707,6 +707,13 @@ def test_read_only_paths_cannot_be_changed_removed_or_replaced(layout: Layout) -
     assert sorted(p.name for p in (layout.workspace / "tests").iterdir()) == ["test_a.py"]
     assert (layout.workspace / "calc.py").read_text() == "x = 1\ny\n"
     assert (layout.sibling / "answer.txt").read_text() == "the sibling's answer"
+    whole = bs.BwrapJail(layout.workspace, layout.tmp, layout.tmp, bs.BwrapOptions(),
+                         read_only=(".",))
+    with whole:
+        done = run(whole, '( echo x >> calc.py ) 2>/dev/null || echo REFUSED; '
+                          '( touch new2.py ) 2>/dev/null || echo REFUSED; echo y > /tmp/ok')
+    assert done.stdout.split() == ["REFUSED", "REFUSED"], done.stdout + done.stderr
+    assert (layout.tmp / "ok").read_text() == "y\n"
 
 
 def test_workspace_under_host_tmp(tmp_path: Path) -> None:

@@ -1367,7 +1367,9 @@ class BwrapJail:
             # directory would cost bubblewrap another pass over the mount table.
             _Mount("symlink", str(SANDBOX_TMP), SANDBOX_HOME) if self.home == self.tmp
             else _Mount("rw", str(self.home), SANDBOX_HOME),
-            _Mount("rw", str(self.workspace), self.workspace),
+            # Read-only all of it, when every file in it is protected (read_only ".").
+            _Mount("ro" if "." in self.read_only else "rw", str(self.workspace),
+                   self.workspace),
             *self._read_only_mounts(),
         ]
         args = list(_leading_args(self._bwrap, self.options.network))
@@ -1394,8 +1396,8 @@ class BwrapJail:
         mounts = []
         for relative in self.read_only:
             path = os.path.normpath(os.path.join(self.workspace, relative))
-            if path != str(self.workspace) and not path.startswith(f"{self.workspace}/"):
-                continue
+            if not path.startswith(f"{self.workspace}/"):
+                continue  # the workspace itself is its own bind's, outside is not ours
             try:
                 mode = os.lstat(path).st_mode
             except OSError:
