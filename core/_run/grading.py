@@ -101,7 +101,9 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
         _before_grading(task, workspace, agent, verify, sweep=False) if small and not verify \
         else await off_loop(_before_grading, task, workspace, agent, verify)
     try:
-        agent.sandbox = await open_grading(state, read_only_paths(task, before_grading))
+        written = [path for path, content in verify.items() if content is not None]
+        agent.sandbox = await open_grading(state, read_only_paths(task, before_grading,
+                                                                  written))
     except Exception as exc:
         raise GradingSandboxFailed(str(exc)) from exc
     try:

@@ -200,15 +200,18 @@ def detach_protected_links(task: Task, root: Path, keys: Mapping[str, str]) -> N
 MAX_READ_ONLY_PATHS = 64
 
 
-def read_only_paths(task: Task, keys: Mapping[str, str]) -> tuple[str, ...]:
+def read_only_paths(task: Task, keys: Mapping[str, str],
+                    verify: Collection[str] = ()) -> tuple[str, ...]:
     """What a graders' sandbox keeps read-only (SandboxRequest.read_only): the protected
     files of the workspace whose snapshot is `keys`, as the directories every file of
     which is protected (the workspace itself is "."), and elsewhere one by one (a link
-    is not: it is kept only where its directory is). A check that runs the agent's code
-    then cannot change a protected test and put it back before the comparison after the
-    checks. At most MAX_READ_ONLY_PATHS, directories first."""
+    is not: it is kept only where its directory is), then the verify files just written
+    (`verify`: hidden tests, which code a check runs must not rewrite before pytest reads
+    them). A check that runs the agent's code then cannot change a protected test and
+    put it back before the comparison after the checks. At most MAX_READ_ONLY_PATHS,
+    directories first."""
     if not task.protected:
-        return ()
+        return tuple(sorted(verify)[:MAX_READ_ONLY_PATHS])
     total: dict[str, int] = {}
     covered: dict[str, int] = {}
     files: list[str] = []
@@ -230,6 +233,7 @@ def read_only_paths(task: Task, keys: Mapping[str, str]) -> tuple[str, ...]:
     directories = sorted(d for d in whole if not under_whole(d)) if "" not in whole else [""]
     chosen = [d or "." for d in directories]
     chosen += sorted(f for f in files if not under_whole(f))
+    chosen += sorted(f for f in verify if f not in files and not under_whole(f))
     return tuple(chosen[:MAX_READ_ONLY_PATHS])
 
 
