@@ -408,3 +408,27 @@ def test_a_hidden_test_cannot_be_rewritten_by_code_a_check_runs(tmp_path, requir
     assert task.status == "failed", task.checks
     tests = next(c for c in task.checks if c.type == "tests_pass")
     assert "test_calc.py::test_add" in tests.detail, tests.detail
+
+
+def test_read_only_paths_are_directories_only_where_a_glob_covers_all_they_could_hold():
+    """A directory is kept read-only whole only where a glob protects whatever it could
+    hold (a plain prefix and `*`, which also matches "/"): `tests/test_*.py` keeps the
+    two tests one by one, so a test may still write its output beside them."""
+    from evalctl._run.integrity import MAX_READ_ONLY_PATHS, read_only_paths
+    from evalctl._suite.model import Task
+
+    def paths(protected, keys, verify=()):
+        return read_only_paths(Task(id="t", prompt="p", checks=[], protected=protected),
+                               keys, verify)
+
+    files = {"calc.py": "h", "tests/test_a.py": "h", "tests/sub/test_b.py": "h",
+             "conftest.py": "symlink:elsewhere", "tests/data": "special:p"}
+    assert paths(("tests/*",), files) == ("tests",)
+    assert paths(("tests/test_*.py", "conftest.py", "tests/sub/*.py"), files) == (
+        "tests/sub/test_b.py", "tests/test_a.py")
+    assert paths(("*",), files) == (".",)
+    assert paths(("test*", "calc.py"), {**files, "testdata/x": "h"}, ["v/t.py"]) == (
+        "testdata", "tests", "calc.py", "v/t.py")
+    assert paths((), files, ["tests/hidden.py"]) == ("tests/hidden.py",)
+    many = {f"t/test_{n}.py": "h" for n in range(100)}
+    assert len(paths(("t/test_*.py",), many)) == MAX_READ_ONLY_PATHS

@@ -203,35 +203,35 @@ MAX_READ_ONLY_PATHS = 64
 def read_only_paths(task: Task, keys: Mapping[str, str],
                     verify: Collection[str] = ()) -> tuple[str, ...]:
     """What a graders' sandbox keeps read-only (SandboxRequest.read_only): the protected
-    files of the workspace whose snapshot is `keys`, as the directories every file of
-    which is protected (the workspace itself is "."), and elsewhere one by one (a link
-    is not: it is kept only where its directory is), then the verify files just written
-    (`verify`: hidden tests, which code a check runs must not rewrite before pytest reads
-    them). A check that runs the agent's code then cannot change a protected test and
-    put it back before the comparison after the checks. At most MAX_READ_ONLY_PATHS,
-    directories first."""
-    if not task.protected:
-        return tuple(sorted(verify)[:MAX_READ_ONLY_PATHS])
-    total: dict[str, int] = {}
-    covered: dict[str, int] = {}
+    files of the workspace whose snapshot is `keys` — as directories where a glob
+    protects whatever a directory could hold (`tests/*`: the directory `tests`; `*`: the
+    workspace, "."), one by one elsewhere (a link is not: it is kept only where its
+    directory is) — then the verify files just written (`verify`: hidden tests, which
+    code a check runs must not rewrite before pytest reads them). A check that runs the
+    agent's code then cannot change a protected test and put it back before the
+    comparison after the checks. At most MAX_READ_ONLY_PATHS, directories first."""
+    # A glob that is a plain prefix and a trailing `*` (which also matches "/") matches
+    # every path under a directory that starts with that prefix.
+    prefixes = [p.rstrip("*") for p in task.protected
+                if p.endswith("*") and not any(c in p.rstrip("*") for c in "*?[")]
+
+    def whole(directory: str) -> bool:  # "" is the workspace
+        below = f"{directory}/" if directory else ""
+        return any(below.startswith(prefix) for prefix in prefixes)
+
+    def under_whole(path: str) -> bool:  # a directory above `path` is whole
+        parts = path.split("/")
+        return any(whole("/".join(parts[:depth])) for depth in range(len(parts)))
+
+    directories: set[str] = set()
     files: list[str] = []
     for path, key in keys.items():
-        protected = _protected(task, path)
         parts = path.split("/")
-        for depth in range(len(parts)):  # every directory above it, the workspace first
-            directory = "/".join(parts[:depth])
-            total[directory] = total.get(directory, 0) + 1
-            covered[directory] = covered.get(directory, 0) + protected
-        if protected and not key.startswith(("symlink:", "special:")):
+        directories.update("/".join(parts[:depth]) for depth in range(len(parts)))
+        if not key.startswith(("symlink:", "special:")) and _protected(task, path):
             files.append(path)
-    whole = {d for d, count in total.items() if covered[d] == count}
-
-    def under_whole(path: str) -> bool:
-        parts = path.split("/")
-        return any("/".join(parts[:depth]) in whole for depth in range(len(parts)))
-
-    directories = sorted(d for d in whole if not under_whole(d)) if "" not in whole else [""]
-    chosen = [d or "." for d in directories]
+    chosen = ["."] if whole("") else sorted(
+        d for d in directories if d and whole(d) and not under_whole(d))
     chosen += sorted(f for f in files if not under_whole(f))
     chosen += sorted(f for f in verify if f not in files and not under_whole(f))
     return tuple(chosen[:MAX_READ_ONLY_PATHS])
