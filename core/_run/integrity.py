@@ -195,8 +195,8 @@ def detach_protected_links(task: Task, root: Path, keys: Mapping[str, str]) -> N
 
 
 # Each read-only path is a bind mount in a sandbox that honours them, and a sandbox's
-# start reads its mount table again for each bind: past this many, the rest of the
-# protected files are only compared after the checks.
+# start reads its mount table again for each bind: past this many, directories are
+# kept read-only instead of the files in them.
 MAX_READ_ONLY_PATHS = 64
 
 
@@ -209,7 +209,8 @@ def read_only_paths(task: Task, keys: Mapping[str, str],
     directory is) — then the verify files just written (`verify`: hidden tests, which
     code a check runs must not rewrite before pytest reads them). A check that runs the
     agent's code then cannot change a protected test and put it back before the
-    comparison after the checks. At most MAX_READ_ONLY_PATHS, directories first."""
+    comparison after the checks. At most MAX_READ_ONLY_PATHS: past that, their
+    directories (see _at_most)."""
     # A glob that is a plain prefix and a trailing `*` (which also matches "/") matches
     # every path under a directory that starts with that prefix.
     prefixes = [p.rstrip("*") for p in task.protected
@@ -234,7 +235,23 @@ def read_only_paths(task: Task, keys: Mapping[str, str],
         d for d in directories if d and whole(d) and not under_whole(d))
     chosen += sorted(f for f in files if not under_whole(f))
     chosen += sorted(f for f in verify if f not in files and not under_whole(f))
-    return tuple(chosen[:MAX_READ_ONLY_PATHS])
+    return _at_most(chosen, MAX_READ_ONLY_PATHS)
+
+
+def _at_most(paths: list[str], limit: int) -> tuple[str, ...]:
+    """`paths` (relative; "." the workspace), or, past `limit` of them, the deepest
+    replaced by their directories until `limit` cover them all: a directory kept
+    read-only whole also keeps the files beside a protected one, which is better than
+    leaving a protected file writable."""
+    kept = list(dict.fromkeys(paths))
+    while len(kept) > limit:
+        deepest = max(path.count("/") for path in kept if path != ".")
+        raised = [(os.path.dirname(p) or ".") if p != "." and p.count("/") == deepest else p
+                  for p in kept]
+        unique = list(dict.fromkeys(raised))
+        kept = [p for p in unique if not any(
+            other != p and (other == "." or p.startswith(f"{other}/")) for other in unique)]
+    return tuple(kept)
 
 
 def protected_changes_after_the_agent(task: Task, workspace: Workspace,
