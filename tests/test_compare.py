@@ -161,6 +161,13 @@ def test_a_task_that_passed_and_is_not_graded_now_fails_the_gate():
     assert gate(compare_reports(make_report({"c": ["failed"], "a": ["passed"]}),
                                 make_report({"c": ["error"], "a": ["passed"]})),
                 max_drop=0.0, fail_on_flip=True) == []
+    # With repeats: one attempt turned into an error, the other passed. Found by an
+    # attacker: the task "passed every attempt" that was graded, and the gate said no
+    # regression.
+    repeated = compare_reports(make_report({"t": ["passed", "passed"], "u": ["passed"] * 2}),
+                               make_report({"t": ["error", "passed"], "u": ["passed"] * 2}))
+    assert repeated.unverified == ["t"] and repeated.newly_failing == []
+    assert len(gate(repeated, max_drop=1.0, fail_on_flip=False)) == 1
 
 
 # -- real scripted runs -------------------------------------------------------------

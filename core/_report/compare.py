@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalctl._report.results import RunResult, TaskAggregate
+from evalctl._report.results import ERROR, NOT_RUN, RunResult, TaskAggregate
 from evalctl._report.stats import bootstrap_interval, mcnemar_exact
 from evalctl._text import money, percent
 
@@ -39,9 +39,10 @@ class Comparison:
     # In both runs, but with no graded attempt in one of them (errors, not run): left
     # out of the comparison, since an error says nothing about the agent.
     not_compared: list[str] = field(default_factory=list)
-    # Of those, the tasks every attempt of which passed in the baseline and none of which
-    # was graded now: whether they still pass is unknown, and an agent that ends its
-    # attempt in an error would otherwise leave its regressions out of the gate.
+    # The tasks every attempt of which passed in the baseline and some attempt of which
+    # was not graded now (an error, or not run): whether they still pass every time is
+    # unknown, and an agent that ends a failing attempt in an error would otherwise keep
+    # its regressions out of the gate (and its other attempts' passes in).
     unverified: list[str] = field(default_factory=list)
     newly_failing: list[str] = field(default_factory=list)
     newly_passing: list[str] = field(default_factory=list)
@@ -231,7 +232,9 @@ def compare_reports(baseline: RunResult, current: RunResult,
     result.added = [i for i in now if i not in was]
     result.removed = [i for i in was if i not in now]
     result.not_compared = [i for i in was if i in now and i not in common]
-    result.unverified = [i for i in result.not_compared if i in before and before[i].pass_hat_k]
+    ungraded = {t.task_id for t in current.tasks if t.status in (ERROR, NOT_RUN)}
+    result.unverified = [i for i in was if i in ungraded and i in before
+                         and before[i].pass_hat_k]
     result.common = len(common)
     result.newly_failing = [i for i in common if before[i].pass_hat_k and
                             not after[i].pass_hat_k]
