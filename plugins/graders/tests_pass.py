@@ -53,6 +53,9 @@ CONFIG_FILES = (("pytest.toml", None), (".pytest.toml", None), ("pytest.ini", No
                 (".pytest.ini", None), ("pyproject.toml", "[tool.pytest"),
                 ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
 CONFIG_NAMES = frozenset(name for name, _ in CONFIG_FILES)
+# Where the test run's interpreter looks for bytecode caches: under /proc, where no
+# directory can be made, so none is ever found there or written.
+NO_BYTECODE = "/proc/evalctl-no-bytecode"
 FAILING = ("failed", "error")
 
 # Runs in the sandbox: reads its plan from stdin, writes the seeded configuration (if
@@ -233,10 +236,15 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
                      "pytest configuration was used")
     nonce = secrets.token_hex(16)
     named = [str(t) for t in check.get("tests", [])]
+    # No conftest.py above the workspace is read (an earlier check could write one into
+    # a directory the sandbox made), and no bytecode cache is: the prefix is a place no
+    # process can write, so a cache forged mid-run cannot stand in for a test.
     args = [*named, "-p", "evalctl_pytest_witness", f"--evalctl-witness={nonce}",
-            "-p", "no:cacheprovider", "--import-mode=append", f"--rootdir={workspace}", "-q"]
+            "-p", "no:cacheprovider", "--import-mode=append", f"--rootdir={workspace}",
+            f"--confcutdir={workspace}", "-q"]
     plan = {"witness_dir": str(WITNESS_DIR), "args": args, "config": config}
-    ran = await result.sandbox.run([interpreter, "-I", "-c", RUNNER], timeout=timeout,
+    ran = await result.sandbox.run([interpreter, "-I", "-X", f"pycache_prefix={NO_BYTECODE}",
+                                    "-c", RUNNER], timeout=timeout,
                                    stdin=json.dumps(plan) + "\n", merge_stderr=True)
     report, output, reports = _witness(ran.stdout, nonce)
     if reports > 1:
@@ -293,8 +301,10 @@ def _gaming_evidence(report: Mapping[str, Any], workspace: Path, result: evalctl
     changed = set(_touched(workspace, result, frozenset(PurePosixPath(p).name
                                                         for p in suspects)))
     # One that is not there any more was written while the tests ran and removed before
-    # they ended (a conftest.py that made every report pass, say): the agent's too.
-    changed |= {p for p in suspects if not (workspace / p).is_file()}
+    # they ended (a conftest.py that made every report pass, say): the agent's too, as is
+    # one in the run's fresh HOME or TMPDIR (the witness names those by absolute path).
+    changed |= {p for p in suspects
+                if PurePosixPath(p).is_absolute() or not (workspace / p).is_file()}
     agents = sorted(plugin_files & changed)
     if check.get("trust_agent_conftest", False):
         agents = [p for p in agents if PurePosixPath(p).name != "conftest.py"]

@@ -63,6 +63,13 @@ def _lookup(module: str, owner: str | None, name: str) -> Any:
 
 
 _ORIGINAL = {f"{m}.{o + '.' if o else ''}{n}": _lookup(m, o, n) for m, o, n in _GUARDED}
+# Where bytecode caches are looked for (the grader's unwritable prefix): moved, a cache
+# forged in a writable place could stand in for a test not yet imported.
+_PYCACHE_PREFIX = sys.pycache_prefix
+# The run's own fresh HOME and TMPDIR: nothing there defines a plugin or a test but code
+# the run itself wrote there.
+_FRESH = tuple(os.path.realpath(d) for d in (os.environ.get("HOME"), os.environ.get("TMPDIR"))
+               if d and d != "/")
 
 
 def pytest_addoption(parser: Any) -> None:
@@ -102,11 +109,16 @@ def _defined_in(thing: Any) -> str | None:
         return None
 
 
-def _in_root(path: str | None, root: str) -> str | None:
+def _in_root(path: str | None, roots: tuple[str, ...]) -> str | None:
+    """`path` relative to the first of `roots` it is in, as named (a link in the
+    workspace to a file elsewhere is the workspace's) or else as resolved."""
     if not path:
         return None
-    real = os.path.realpath(path)
-    return os.path.relpath(real, root) if real.startswith(root + os.sep) else None
+    for candidate in (os.path.abspath(path), os.path.realpath(path)):
+        for root in roots:
+            if candidate.startswith(root + os.sep):
+                return os.path.relpath(candidate, root)
+    return None
 
 
 def pytest_runtest_logreport(report: Any) -> None:
@@ -126,15 +138,24 @@ def pytest_unconfigure(config: Any) -> None:
     for key, (module, owner, name) in zip(_ORIGINAL, _GUARDED, strict=True):
         if _ORIGINAL[key] is not None and _lookup(module, owner, name) is not _ORIGINAL[key]:
             _state["tampered"].append(key)
-    root = os.path.realpath(str(config.rootpath))
+    if sys.pycache_prefix != _PYCACHE_PREFIX:
+        _state["tampered"].append("sys.pycache_prefix")
+    roots = tuple(dict.fromkeys((os.path.abspath(str(config.rootpath)),
+                                 os.path.realpath(str(config.rootpath)))))
     for plugin in config.pluginmanager.get_plugins():
-        where = _in_root(_defined_in(plugin), root)
+        defined = _defined_in(plugin)
+        where = _in_root(defined, roots)
         if where is not None:
             _state["workspace_plugins"].append(where)
+        elif _in_root(defined, _FRESH) is not None:  # written during the run
+            _state["workspace_plugins"].append(os.path.abspath(str(defined)))
     for item in _items:  # a test whose code was swapped for code from another file
-        test_file = _in_root(str(getattr(item, "path", "")), root)
-        where = _in_root(_defined_in(getattr(item, "obj", None)), root)
+        test_file = _in_root(str(getattr(item, "path", "")), roots)
+        defined = _defined_in(getattr(item, "obj", None))
+        where = _in_root(defined, roots)
         if where is not None and where != test_file:
             _state["foreign_code"][item.nodeid] = where
+        elif where is None and _in_root(defined, _FRESH) is not None:
+            _state["foreign_code"][item.nodeid] = os.path.abspath(str(defined))
     line = f"\nevalctl-witness:{nonce}:{json.dumps(_state)}\n"
     _write(_STDOUT, line.encode("utf-8", "backslashreplace"))
