@@ -67,9 +67,14 @@ _ORIGINAL = {f"{m}.{o + '.' if o else ''}{n}": _lookup(m, o, n) for m, o, n in _
 # forged in a writable place could stand in for a test not yet imported.
 _PYCACHE_PREFIX = sys.pycache_prefix
 # The run's own fresh HOME and TMPDIR: nothing there defines a plugin or a test but code
-# the run itself wrote there.
+# the run itself wrote there. The Python installation and this module's directory may lie
+# below them (mounted read-only, as a test's site-packages under the host's /tmp): not
+# those. Taken at import, before anything of the workspace's ran.
 _FRESH = tuple(os.path.realpath(d) for d in (os.environ.get("HOME"), os.environ.get("TMPDIR"))
                if d and d != "/")
+_INSTALLED = tuple(dict.fromkeys(os.path.realpath(d) for d in (
+    sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+    os.path.dirname(os.path.abspath(__file__)))))
 
 
 def pytest_addoption(parser: Any) -> None:
@@ -121,6 +126,11 @@ def _in_root(path: str | None, roots: tuple[str, ...]) -> str | None:
     return None
 
 
+def _written_during_the_run(path: str | None) -> bool:
+    """In the run's fresh HOME or TMPDIR, and not in the Python installation."""
+    return _in_root(path, _FRESH) is not None and _in_root(path, _INSTALLED) is None
+
+
 def pytest_runtest_logreport(report: Any) -> None:
     outcomes = _state["outcomes"]
     if report.failed:
@@ -147,7 +157,7 @@ def pytest_unconfigure(config: Any) -> None:
         where = _in_root(defined, roots)
         if where is not None:
             _state["workspace_plugins"].append(where)
-        elif _in_root(defined, _FRESH) is not None:  # written during the run
+        elif _written_during_the_run(defined):
             _state["workspace_plugins"].append(os.path.abspath(str(defined)))
     for item in _items:  # a test whose code was swapped for code from another file
         test_file = _in_root(str(getattr(item, "path", "")), roots)
@@ -155,7 +165,7 @@ def pytest_unconfigure(config: Any) -> None:
         where = _in_root(defined, roots)
         if where is not None and where != test_file:
             _state["foreign_code"][item.nodeid] = where
-        elif where is None and _in_root(defined, _FRESH) is not None:
+        elif where is None and _written_during_the_run(defined):
             _state["foreign_code"][item.nodeid] = os.path.abspath(str(defined))
     line = f"\nevalctl-witness:{nonce}:{json.dumps(_state)}\n"
     _write(_STDOUT, line.encode("utf-8", "backslashreplace"))
