@@ -470,11 +470,14 @@ def test_a_conftest_written_and_removed_while_the_tests_run_is_the_agents(tmp_pa
 DODGES = Path(__file__).parent / "data" / "witness_dodges"
 
 
-@pytest.mark.parametrize("name", ["forged_bytecode", "linked_conftest", "parent_conftest"])
+@pytest.mark.parametrize("name", ["forged_bytecode", "moved_bytecode_prefix",
+                                  "linked_conftest", "parent_conftest"])
 def test_what_an_earlier_round_slipped_past_the_test_run_is_seen(require_bwrap, name):
     """forged_bytecode: the agent's module, imported while pytest collected the first
     hidden test, wrote a bytecode cache for the second with the real source's hash and a
-    body that passes (pytest now looks for caches only where none can be written).
+    body that passes (pytest now looks for caches only where none can be written);
+    moved_bytecode_prefix: the same, the module first pointing sys.pycache_prefix at a
+    writable place (the witness reports the prefix moved).
     linked_conftest: a conftest.py linked to a hook file in the graders' /tmp, removed at
     exit (the witness names a plugin by its path as linked, and one in the fresh HOME or
     TMPDIR is the agent's). parent_conftest: an earlier check wrote conftest.py into the
