@@ -475,7 +475,7 @@ DODGES = Path(__file__).parent / "data" / "witness_dodges"
 def test_what_an_earlier_round_slipped_past_the_test_run_is_seen(require_bwrap, name):
     """forged_bytecode: the agent's module, imported while pytest collected the first
     hidden test, wrote a bytecode cache for the second with the real source's hash and a
-    body that passes (pytest now looks for caches only where none can be written);
+    body that passes (beside a read-only file, __pycache__ is now empty and read-only);
     moved_bytecode_prefix: the same, the module first pointing sys.pycache_prefix at a
     writable place (the witness reports the prefix moved).
     linked_conftest: a conftest.py linked to a hook file in the graders' /tmp, removed at

@@ -53,9 +53,6 @@ CONFIG_FILES = (("pytest.toml", None), (".pytest.toml", None), ("pytest.ini", No
                 (".pytest.ini", None), ("pyproject.toml", "[tool.pytest"),
                 ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
 CONFIG_NAMES = frozenset(name for name, _ in CONFIG_FILES)
-# Where the test run's interpreter looks for bytecode caches: under /proc, where no
-# directory can be made, so none is ever found there or written.
-NO_BYTECODE = "/proc/evalctl-no-bytecode"
 FAILING = ("failed", "error")
 
 # Runs in the sandbox: reads its plan from stdin, writes the seeded configuration (if
@@ -237,14 +234,12 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
     nonce = secrets.token_hex(16)
     named = [str(t) for t in check.get("tests", [])]
     # No conftest.py above the workspace is read (an earlier check could write one into
-    # a directory the sandbox made), and no bytecode cache is: the prefix is a place no
-    # process can write, so a cache forged mid-run cannot stand in for a test.
+    # a directory the sandbox made).
     args = [*named, "-p", "evalctl_pytest_witness", f"--evalctl-witness={nonce}",
             "-p", "no:cacheprovider", "--import-mode=append", f"--rootdir={workspace}",
             f"--confcutdir={workspace}", "-q"]
     plan = {"witness_dir": str(WITNESS_DIR), "args": args, "config": config}
-    ran = await result.sandbox.run([interpreter, "-I", "-X", f"pycache_prefix={NO_BYTECODE}",
-                                    "-c", RUNNER], timeout=timeout,
+    ran = await result.sandbox.run([interpreter, "-I", "-c", RUNNER], timeout=timeout,
                                    stdin=json.dumps(plan) + "\n", merge_stderr=True)
     report, output, reports = _witness(ran.stdout, nonce)
     if reports > 1:

@@ -601,15 +601,18 @@ def python_paths() -> list[Path]:
 
 @dataclass(frozen=True)
 class _Mount:
-    """One bwrap filesystem operation: a read-only or read-write bind, or a symlink."""
+    """One bwrap filesystem operation: a read-only or read-write bind, a symlink, or an
+    empty read-only directory laid over a place ("empty"; no source)."""
 
-    kind: str  # "ro", "rw", "symlink"
+    kind: str  # "ro", "rw", "symlink", "empty"
     source: str
     dest: Path
 
     def args(self) -> list[str]:
         if self.kind == "symlink":
             return ["--symlink", self.source, str(self.dest)]
+        if self.kind == "empty":
+            return ["--tmpfs", str(self.dest), "--remount-ro", str(self.dest)]
         return ["--ro-bind" if self.kind == "ro" else "--bind", self.source, str(self.dest)]
 
 
@@ -1387,12 +1390,15 @@ class BwrapJail:
         can be neither written nor removed nor replaced, a bound directory gains nothing.
         Each directory above one is bound to itself (writable): a mount point cannot be
         renamed, so a protected file's directory cannot be moved aside with the file in
-        it and a forged one put in its place. Only what is there, as a directory or a
-        regular file, and inside the workspace (a link is not followed: its directory is
-        bound where the whole of it is)."""
+        it and a forged one put in its place. Beside a read-only file, `__pycache__` is an
+        empty read-only directory: no bytecode cache forged while the commands run can
+        stand in for it (the graders remove the caches before each check). Only what is
+        there, as a directory or a regular file, and inside the workspace (a link is not
+        followed: its directory is bound where the whole of it is)."""
         import stat
 
         pinned: dict[str, None] = {}
+        no_caches: dict[str, None] = {}
         mounts = []
         for relative in self.read_only:
             path = os.path.normpath(os.path.join(self.workspace, relative))
@@ -1404,11 +1410,14 @@ class BwrapJail:
                 continue
             if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
                 mounts.append(_Mount("ro", path, Path(path)))
+                if stat.S_ISREG(mode):
+                    no_caches[os.path.join(os.path.dirname(path), "__pycache__")] = None
                 above = os.path.dirname(path)
                 while above.startswith(f"{self.workspace}/"):
                     pinned[above] = None
                     above = os.path.dirname(above)
-        return [*(_Mount("rw", d, Path(d)) for d in pinned), *mounts]
+        return [*(_Mount("rw", d, Path(d)) for d in pinned), *mounts,
+                *(_Mount("empty", "", Path(d)) for d in no_caches)]
 
     # -- cgroups
 
