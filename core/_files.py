@@ -204,7 +204,7 @@ def small_tree(root: str | os.PathLike[str], *, entries: int = SMALL_TREE_ENTRIE
                size: int = SMALL_TREE_BYTES, without: frozenset[str] = frozenset()) -> bool:
     """Whether the tree under `root` has at most `entries` entries (directories and
     what walk() skips included), `size` bytes of regular files, no directory over
-    SMALL_DIRECTORY_BYTES and no directory named in `without` (what a step would have to
+    SMALL_DIRECTORY_BYTES and no entry named in `without` (what a step would have to
     remove: removing, like creating, is not the loop's to do). Stops at the first entry
     past a bound, and stats a directory before listing it, so its own cost is bounded
     too."""
@@ -225,10 +225,10 @@ def small_tree(root: str | os.PathLike[str], *, entries: int = SMALL_TREE_ENTRIE
                 seen += 1
                 if seen > entries:
                     return False
+                if entry.name in without:  # a directory, or a link or file of that name
+                    return False
                 try:
                     if entry.is_dir(follow_symlinks=False):
-                        if entry.name in without:
-                            return False
                         pending.append(entry.path)
                         continue
                     info = entry.stat(follow_symlinks=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -498,3 +499,29 @@ def test_what_an_earlier_round_slipped_past_the_test_run_is_seen(require_bwrap, 
             tests.detail
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def test_anything_named_pycache_is_swept_before_a_check(tmp_path):
+    """A link named __pycache__ to a directory of forged caches elsewhere in the
+    workspace would serve them as the caches of the tests beside it; the sweep removed
+    only directories of that name. Links and files of that name go too (never followed),
+    and a workspace holding one is not small enough to skip the sweep."""
+    from evalctl._files import small_tree
+    from evalctl._run.grading import CACHES
+    from evalctl._run.integrity import remove_bytecode_caches
+
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "forged").mkdir()
+    (tmp_path / "forged" / "test_calc.cpython-311.pyc").write_bytes(b"forged")
+    (tmp_path / "tests" / "__pycache__").symlink_to("../forged")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "__pycache__").write_text("a file")
+    (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    assert not small_tree(tmp_path / "tests", without=CACHES)
+    assert not small_tree(tmp_path / "lib", without=CACHES)
+    remove_bytecode_caches(tmp_path)
+    assert not os.path.lexists(tmp_path / "tests" / "__pycache__")
+    assert not os.path.lexists(tmp_path / "lib" / "__pycache__")
+    assert not os.path.lexists(tmp_path / "pkg" / "__pycache__")
+    assert (tmp_path / "forged" / "test_calc.cpython-311.pyc").read_bytes() == b"forged"
+    assert small_tree(tmp_path / "tests", without=CACHES)

@@ -150,9 +150,11 @@ def _write_replacing(root: Path, relative: str, content: str | None) -> None:
 
 
 def remove_bytecode_caches(root: Path) -> None:
-    """Remove every __pycache__ directory under `root` (not following links). Iterative,
-    walk and removal both: the agent decides how deep the workspace goes."""
-    caches = []
+    """Remove everything named __pycache__ under `root`: a directory, and a link or file of
+    that name too (a link to a directory of forged caches elsewhere would serve them as
+    the caches of the files beside it). Links are not followed. Iterative, walk and
+    removal both: the agent decides how deep the workspace goes."""
+    caches, others = [], []
     pending = [os.fspath(root)]
     while pending:
         with contextlib.suppress(OSError), os.scandir(pending.pop()) as entries:
@@ -160,8 +162,13 @@ def remove_bytecode_caches(root: Path) -> None:
                 with contextlib.suppress(OSError):
                     if entry.is_dir(follow_symlinks=False):
                         (caches if entry.name == "__pycache__" else pending).append(entry.path)
+                    elif entry.name == "__pycache__":
+                        others.append(entry.path)
     for cache in caches:
         remove_tree(cache)
+    for other in others:
+        with contextlib.suppress(OSError):
+            os.unlink(other)
 
 
 def detach_protected_links(task: Task, root: Path, keys: Mapping[str, str]) -> None:
