@@ -127,8 +127,16 @@ def _in_root(path: str | None, roots: tuple[str, ...]) -> str | None:
 
 
 def _written_during_the_run(path: str | None) -> bool:
-    """In the run's fresh HOME or TMPDIR, and not in the Python installation."""
-    return _in_root(path, _FRESH) is not None and _in_root(path, _INSTALLED) is None
+    """In the run's fresh HOME or TMPDIR, not in the Python installation, and not on a
+    read-only mount (code the sandbox mounts from below the host's /tmp shows up under
+    its /tmp too: that is no file of the run's). A mount's flag, not the file's mode,
+    which its writer could have taken away."""
+    if _in_root(path, _FRESH) is None or _in_root(path, _INSTALLED) is not None:
+        return False
+    try:
+        return not os.statvfs(str(path)).f_flag & os.ST_RDONLY
+    except OSError:  # gone: written, and removed before the end
+        return True
 
 
 def pytest_runtest_logreport(report: Any) -> None:
