@@ -524,6 +524,9 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     with view:
         result = _interruptible(execute(prepared, progress=view.update))
     view.print_summary(result)
+    for task in result.tasks:
+        for problem in task.record_problems:
+            click.echo(f"warning: {result.label(task)}: {problem}", err=True)
     if prepared.journal_failure:
         click.echo(f"warning: the journal stopped being written ({prepared.journal_failure}); "
                    "these reports are complete, but a resume of this run would rerun the "

@@ -305,3 +305,32 @@ def test_a_value_nested_past_encoding_or_reading_costs_one_event_not_the_record(
     assert ledger_spend(path)[1] == 0.0
     with pytest.raises(UsageError, match="cannot read the ledger"):
         _from_ledger(path)
+
+
+def test_a_cassette_that_stops_being_written_is_named_in_the_result(tmp_path, write_suite,
+                                                                    monkeypatch):
+    """A request the recorder cannot keep (nested past encoding, say) stops the cassette
+    and a replay of the attempt ends there; the run did not say so anywhere. The result,
+    its journal line and the JSON report name it, and `evalctl run` warns."""
+    import json
+
+    from click.testing import CliRunner
+
+    from evalctl._agent import cassette as cassettes
+    from evalctl._cli import cli
+
+    def refuse(self, request, turn, error, status):
+        raise RecursionError("maximum recursion depth exceeded while encoding")
+
+    monkeypatch.setattr(cassettes.CassetteRecorder, "_record", refuse)
+    suite = write_suite(SUITE)
+    result = CliRunner().invoke(cli, ["run", str(suite), "--sandbox", "local", "--out",
+                                      str(tmp_path / "out"), "--report", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    (task,) = json.loads((tmp_path / "r.json").read_text())["tasks"]
+    (problem,) = task["record_problems"]
+    assert problem.startswith("its cassette (a replay stops there) stopped being written: "
+                              "RecursionError")
+    assert f"warning: seeded: {problem}" in result.output
+    journal = next((tmp_path / "out").glob("workspaces-*/journal.jsonl")).read_text()
+    assert '"record_problems"' in journal

@@ -112,6 +112,9 @@ class TaskResult:
     tags: tuple[str, ...] = ()
     attempt: int = 1
     host: str | None = None  # where it ran, when an executor ran it elsewhere
+    # Why its ledger or cassette stopped being written, if one did (a full disk, a request
+    # nested past encoding): its record, or its replay, ends there.
+    record_problems: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -172,6 +175,8 @@ class TaskResult:
         }
         if self.host is not None:
             data["host"] = self.host
+        if self.record_problems:
+            data["record_problems"] = list(self.record_problems)
         return data
 
     @classmethod
@@ -185,6 +190,7 @@ class TaskResult:
             duration=float(data.get("duration", 0.0)), workspace=data.get("workspace"),
             ledger=data.get("ledger"), tags=tuple(data.get("tags", ())),
             attempt=int(data.get("attempt", 1)), host=data.get("host"),
+            record_problems=tuple(str(p) for p in data.get("record_problems") or ()),
         )
 
 

@@ -362,6 +362,8 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
         _close(cassette, ledger)
         raise
     try:
+        if ledger is None:  # after setup's events: opened here, so its failure is seen
+            ledger = await off_loop(Ledger, workspace.ledger_path)
         agent = await run_agent(task, prepared.provider, workspace, sandbox,
                                 agent=prepared.agent.spec.run, options=prepared.agent.options,
                                 name=prepared.agent.name, env=sandbox_request.env,
@@ -373,7 +375,8 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
     if agent.turns == 0 and agent.exit_status in prepared.error_statuses:
         # The model never answered: the workspace is the seed, and grading it would only
         # add failures that are not the agent's (a missing file, say) to the error.
-        return _result(task, ERROR, [], agent, workspace, attempt)
+        return _recorded(_result(task, ERROR, [], agent, workspace, attempt), cassette,
+                         ledger)
 
     async def open_grading(state: tuple[Path, Path], read_only: tuple[str, ...]) -> Sandbox:
         return await open_sandbox(prepared.sandbox, _sandbox_request(
@@ -389,7 +392,16 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
             if check.usage is not None:
                 budget.charge(check.usage, check.cost)
     status = attempt_status(agent.exit_status, checks, prepared.error_statuses)
-    return _result(task, status, checks, agent, workspace, attempt)
+    return _recorded(_result(task, status, checks, agent, workspace, attempt), cassette,
+                     ledger)
+
+
+def _recorded(result: TaskResult, cassette: CassetteRecorder, ledger: Ledger) -> TaskResult:
+    """`result`, naming its ledger's or cassette's failure to be written, if any."""
+    result.record_problems = tuple(f"its {what} stopped being written: {why}" for what, why in (
+        ("ledger", ledger.failure), ("cassette (a replay stops there)", cassette.failure))
+        if why)
+    return result
 
 
 def _start_attempt(task: Task, prepared: PreparedRun, name: str, attempt: int
