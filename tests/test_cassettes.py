@@ -750,3 +750,33 @@ def test_a_request_the_service_refused_is_refused_alike_in_replay(tmp_path):
     replay = ReplayProvider("run", read_cassettes(tmp_path / ".cassettes"), None)
     with pytest.raises(evalctl.RequestRejected, match="max_tokens: -1"):
         asyncio.run(replay.complete(request))
+
+
+def test_a_request_nested_past_matching_is_a_replay_mismatch_not_a_crash(tmp_path, registry):
+    """A request nested too deep to hash stopped the recording, and its replay ended with
+    "the provider raised RecursionError" (found by an attacker round). It is a replay
+    mismatch that says so, naming where the recording stopped."""
+    recorder = CassetteRecorder(tmp_path / "t.jsonl", task_id="t", attempt=1)
+    body = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    recorder.record(evalctl.ModelRequest("", [], [], api_request=body), evalctl.ModelTurn(
+        text="ok"))
+    deep: list = []
+    inner = deep
+    for _ in range(5000):
+        inner.append([])
+        inner = inner[0]
+    nested = {**body, "messages": [{"role": "user", "content": deep}]}
+    recorder.record(evalctl.ModelRequest("", [], [], api_request=nested),
+                    evalctl.ModelTurn(text="ok"))
+    recorder.close()
+    assert recorder.broken and "RecursionError" in recorder.broken
+    replay = registry.providers["replay"].create({"cassettes": str(tmp_path)})
+    task = {"id": "t"}
+    first = asyncio.run(replay.complete(evalctl.ModelRequest(
+        "", [], [], api_request=body, task=task, attempt=1)))
+    assert first.text == "ok"
+    with pytest.raises(evalctl.ProviderError, match="nested too deep to match") as raised:
+        asyncio.run(replay.complete(evalctl.ModelRequest("", [], [], api_request=nested,
+                                                         task=task, attempt=1)))
+    assert raised.value.status == "replay_mismatch"
+    assert "the recording stopped there: RecursionError" in str(raised.value)

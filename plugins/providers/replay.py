@@ -70,9 +70,17 @@ class ReplayProvider:
                 f"attempt {request.attempt} (recorded: "
                 f"{', '.join(sorted(f'{t}#{a}' for t, a in self.by_attempt)) or 'none'})",
                 status=REPLAY_MISMATCH)
-        key = evalctl.Cassette.key(request, self.model if self.model is not None
-                                   else cassette.model)
-        wanted, used = self._hash(key), self.used[where]
+        try:
+            key = evalctl.Cassette.key(request, self.model if self.model is not None
+                                       else cassette.model)
+            wanted = self._hash(key)
+        except RecursionError:  # as the recorder could not keep it: no recording answers
+            broken = f" (the recording stopped there: {cassette.broken})" if cassette.broken \
+                else ""
+            raise evalctl.ProviderError(
+                f"replay mismatch: task '{cassette.task_id}' attempt {cassette.attempt} sent a "
+                f"request nested too deep to match{broken}", status=REPLAY_MISMATCH) from None
+        used = self.used[where]
         hashes = self.hashes[where]
         index = next((i for i, h in enumerate(hashes) if i not in used and h == wanted), None)
         if index is None:
