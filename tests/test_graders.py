@@ -227,6 +227,11 @@ def test_no_placeholders_blames_only_the_agents_lines(registry, workspace):
     ("LOREM IPSUM\n", "lorem ipsum"),
     ("raise NotImplementedError()\n", "NotImplementedError"),
     ("XXX: later\n", "TODO/FIXME/XXX"),
+    # Found by an attacker: Python reads identifiers in NFKC, so fullwidth letters raise
+    # the real NotImplementedError; lines are matched in that form.
+    ("raise \uff2e\uff4f\uff54\uff29\uff4d\uff50\uff4c\uff45\uff4d\uff45\uff4e\uff54"
+     "\uff45\uff44\uff25\uff52\uff52\uff4f\uff52('later')\n", "NotImplementedError"),
+    ("# \uff34\uff2f\uff24\uff2f: later\n", "TODO/FIXME/XXX"),
 ])
 def test_no_placeholders_catches(registry, workspace, content, label):
     (workspace.root / "made.py").write_text(content)

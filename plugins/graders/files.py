@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import functools
 import os
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,7 +206,14 @@ def _placeholders(code: bool) -> list[tuple[Any, str, tuple[str, ...]]]:
 def _folded(text: str) -> str:
     """`text` case-folded as the clues are matched: IGNORECASE also matches the dotless
     ı to i, which casefold() keeps."""
-    return text.casefold().replace("\u0131", "i")
+    return _compatible(text).casefold().replace("\u0131", "i")
+
+
+def _compatible(text: str) -> str:
+    """`text` in Unicode's compatibility form (NFKC), as Python reads identifiers: a
+    `ＮｏｔＩｍｐｌｅｍｅｎｔｅｄＥｒｒｏｒ` in fullwidth letters raises NotImplementedError,
+    and is matched as it."""
+    return text if text.isascii() else unicodedata.normalize("NFKC", text)
 
 
 def _dotted(line: str) -> str:
@@ -304,7 +312,7 @@ def _scan(relative: str, handle: BinaryIO, seeded: set[str], found: _Findings) -
             line = line.rstrip("\r")
             if line in seeded:
                 continue  # the agent did not write this line
-            probe = _dotted(line)
+            probe = _dotted(_compatible(line))
             for pattern, label, _ in patterns:
                 if pattern.search(probe):
                     found.hit_count += 1
