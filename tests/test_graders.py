@@ -597,3 +597,19 @@ def test_a_line_separator_in_an_agents_command_keeps_its_event_in_the_python_che
                                           "assert names == ['bash'] * 3, names"},
                     agent_result(workspace))
     assert outcome.passed, outcome.detail
+
+
+def test_a_line_ended_with_crlf_or_cr_still_ends_at_dollar(registry, workspace):
+    """Found by an attacker: `DEBUG = False\\nDEBUG = True\\r\\n` passed a negated
+    `^DEBUG = True$`, though Python reads the file with DEBUG True. Lines end as Python
+    reads them: at \\n, \\r\\n or \\r."""
+    for ending in ("\r\n", "\r"):
+        (workspace.root / "settings.py").write_bytes(
+            f"DEBUG = False\nDEBUG = True{ending}x = 1".encode())
+        negated = check(registry, workspace, {"type": "file_contains", "path": "settings.py",
+                                              "regex": "^DEBUG = True$", "negate": True},
+                        agent_result(workspace))
+        assert not negated.passed, (ending, negated.detail)
+        plain = check(registry, workspace, {"type": "file_contains", "path": "settings.py",
+                                            "regex": "^x = 1$"}, agent_result(workspace))
+        assert plain.passed, (ending, plain.detail)

@@ -107,6 +107,9 @@ def grade_file_contains(check: dict[str, Any], workspace: Path,
                 data = handle.read(SCAN_LIMIT + 1)
                 partial = len(data) > SCAN_LIMIT
                 content = data[:SCAN_LIMIT].decode("utf-8", errors="replace")
+                # Lines end as Python reads them (universal newlines): a `$` after
+                # `DEBUG = True` must match where the agent ended the line with "\r\n".
+                content = content.replace("\r\n", "\n").replace("\r", "\n")
                 regex = _file_contains_regex(check["regex"])
                 found = regex.search(content) is not None
                 read, start = min(len(data), SCAN_LIMIT), content[:200]
@@ -166,7 +169,8 @@ _CODE_PLACEHOLDER_PATTERNS = [
 
 def _file_contains_regex(pattern: str) -> Any:
     """A file_contains regex, compiled with ^ and $ at every line (as Python's
-    re.MULTILINE); UsageError, saying why, when RE2 cannot match it."""
+    re.MULTILINE; lines end at "\n", "\r\n" or "\r", made "\n" before matching);
+    UsageError, saying why, when RE2 cannot match it."""
     try:
         return _linear("(?m)" + pattern)
     except ValueError as exc:
@@ -391,7 +395,8 @@ def evalctl_register_graders(register):
                 "regex": {"type": "string", "minLength": 1,
                           "description": "A regular expression in Python's syntax without "
                                          "lookaround or backreferences (matched by RE2, in "
-                                         "linear time; multiline: ^ and $ at every line), "
+                                         "linear time; multiline: ^ and $ at every line, "
+                                         "a line ending at \\n, \\r\\n or \\r), "
                                          "within the file's first 5 MB: a bigger file that "
                                          "does not match there fails, negated or not."},
                 "negate": {"type": "boolean", "description": "Pass when it is NOT there."},
