@@ -722,7 +722,8 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
     and significance.
 
     Exit 0 when there is no regression (no significant drop in completion), 1 when
-    there is one, 2 when a report is unusable.
+    there is one or cannot be ruled out (a task that passed in the baseline was not
+    graded now), 2 when a report is unusable.
     """
     import json
 
@@ -748,7 +749,11 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
     if html_reporter is not None and html_path is not None:
         after.comparison = comparison
         click.echo(f"wrote {html_reporter.write(after, html_path)}", err=True)
-    ctx.exit(EXIT_FAILED if comparison.regression else EXIT_OK)
+    if comparison.unverified:
+        click.echo("tasks that passed in the baseline were not graded now (an error, or not "
+                   "run), so they may have regressed: " + ", ".join(comparison.unverified),
+                   err=True)
+    ctx.exit(EXIT_FAILED if comparison.regression or comparison.unverified else EXIT_OK)
 
 
 @cli.command()

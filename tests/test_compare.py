@@ -308,3 +308,15 @@ def test_an_unusable_baseline_stops_the_run_before_any_task(tmp_path):
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--baseline", "base.json")
     assert result.exit_code == 2 and "not an evalctl JSON report" in result.output
     assert not (tmp_path / "eval_reports").exists()
+
+
+def test_compare_cannot_say_no_regression_over_tasks_not_graded_now(tmp_path):
+    """Found by an attacker: turning failures into errors left `evalctl compare` saying
+    "No regression", exit 0, with the tasks only under "not compared"."""
+    base = write(tmp_path, "base.json", make_report({"a": ["passed"], "b": ["passed"]}))
+    now = write(tmp_path, "now.json", make_report({"a": ["passed"], "b": ["error"]}))
+    result = CliRunner().invoke(cli, ["compare", str(base), str(now)])
+    assert result.exit_code == 1, result.output
+    assert "**A regression cannot be ruled out:** 1 task(s)" in result.output
+    assert "### Passed in the baseline, not graded now (1)" in result.output
+    assert "may have regressed: b" in result.output

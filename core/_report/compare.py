@@ -153,7 +153,11 @@ class Comparison:
             return "n/a" if value is None else f"{value * 100:+.1f} pts"
 
         statement = self.test.get("statement", "")
-        if gate_reasons is None:
+        if gate_reasons is None and self.unverified and not self.regression:
+            verdict = (f"**A regression cannot be ruled out:** {len(self.unverified)} task(s) "
+                       "that passed in the baseline were not graded now (an error, or not "
+                       f"run). {statement}")
+        elif gate_reasons is None:
             verdict = f"**{'Regression' if self.regression else 'No regression'}.** {statement}"
         elif gate_reasons:
             verdict = (f"**Regression against the baseline:** {'; '.join(gate_reasons)}.\n\n"
@@ -185,6 +189,7 @@ class Comparison:
                 lines.append(f"| {key.replace('_', ' ')} | {row['baseline']} | "
                              f"{row['current']} | {row['delta']:+d} |")
         for title, ids in (("Newly failing", self.newly_failing),
+                           ("Passed in the baseline, not graded now", self.unverified),
                            ("Newly passing", self.newly_passing),
                            ("Added tasks (not compared)", self.added),
                            ("Removed tasks (not compared)", self.removed),
