@@ -267,6 +267,23 @@ def test_grounding_accepts_deleted_files(registry, workspace):
     assert outcome.passed
 
 
+def test_grounding_does_not_follow_a_link_out_of_the_workspace(registry, workspace):
+    """Found by an attacker: report.md, a link to /etc/hostname, counted as the report the
+    summary named. A link that leads out names no file of the workspace, named whole or
+    by its last parts; one that stays inside does."""
+    (workspace.root / "docs").mkdir()
+    (workspace.root / "docs" / "report.md").symlink_to("/etc/hostname")
+    (workspace.root / "real.md").write_text("# real\n")
+    (workspace.root / "docs" / "inside.md").symlink_to("../real.md")
+    for claim in ("docs/report.md", "report.md"):
+        outcome = check(registry, workspace, {"type": "grounding"},
+                        agent_result(workspace, f"Wrote {claim}."))
+        assert not outcome.passed and claim in outcome.detail, (claim, outcome.detail)
+    outcome = check(registry, workspace, {"type": "grounding"},
+                    agent_result(workspace, "Wrote docs/inside.md and inside.md."))
+    assert outcome.passed, outcome.detail
+
+
 GROUNDING_CASES = [
     ("Created hello.txt.", ["hello.txt"]),
     ("Wrote `src/app.py` and `tests/test_app.py`.", ["src/app.py", "tests/test_app.py"]),

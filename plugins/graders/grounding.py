@@ -108,16 +108,20 @@ class _Suffixes:
 
     def __init__(self, files: list[str]):
         self.parts = [f.split("/") for f in files]
-        self.by_depth: dict[int, set[str]] = {}
+        self.by_depth: dict[int, dict[str, list[str]]] = {}
 
-    def __contains__(self, relative: str) -> bool:
+    def paths(self, relative: str) -> list[str]:
+        """The workspace's files whose last parts are `relative`."""
         depth = relative.count("/") + 1
         if depth > SUFFIX_DEPTHS:
-            return False
+            return []
         if depth not in self.by_depth:
-            self.by_depth[depth] = {"/".join(parts[-depth:]) for parts in self.parts
-                                    if len(parts) >= depth}
-        return relative in self.by_depth[depth]
+            table: dict[str, list[str]] = {}
+            for parts in self.parts:
+                if len(parts) >= depth:
+                    table.setdefault("/".join(parts[-depth:]), []).append("/".join(parts))
+            self.by_depth[depth] = table
+        return self.by_depth[depth].get(relative, [])
 
 
 def _exists(workspace: Path, path: str, result: evalctl.AgentResult,
@@ -125,14 +129,21 @@ def _exists(workspace: Path, path: str, result: evalctl.AgentResult,
     relative = path.rstrip("/")
     if result.files_changed.get(relative) == "deleted":
         return True  # "I removed old.py" is a true statement
-    candidate = workspace / relative
-    try:
-        if candidate.is_dir() if path.endswith("/") else candidate.exists():
-            return True
-    except OSError:  # a name too long to look up: not a file of the workspace
-        pass
+    if _in_workspace(workspace, relative, directory=path.endswith("/")):
+        return True
     # Named relative to a subdirectory ("utils/x.py" for "src/utils/x.py").
-    return relative in every_file
+    return any(_in_workspace(workspace, full) for full in every_file.paths(relative))
+
+
+def _in_workspace(workspace: Path, relative: str, *, directory: bool = False) -> bool:
+    """Whether `relative` is there, confined as file_exists is: a link that leads out of
+    the workspace names no file of the agent's work ("report.md" linked to /etc/hostname
+    is not a report)."""
+    try:
+        candidate = evalctl.resolve_in_workspace(workspace, relative)
+        return candidate.is_dir() if directory else candidate.exists()
+    except (OSError, ValueError):  # leads out, or too long to look up: not the workspace's
+        return False
 
 
 def grade_grounding(check: dict[str, Any], workspace: Path,
@@ -168,5 +179,6 @@ def evalctl_register_graders(register):
         description="Does every file path named in the agent's final summary exist in the "
                     "workspace? Reported as its own grounding_rate as well.",
         trusts="Trusts the agent's final message only to name paths; whether each exists is "
-               "read from the workspace. Talk-only: it cannot keep a task honest alone.",
+               "read from the workspace (a link that leads out of it names nothing there). "
+               "Talk-only: it cannot keep a task honest alone.",
     ))
