@@ -517,11 +517,19 @@ def test_anything_named_pycache_is_swept_before_a_check(tmp_path):
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "__pycache__").write_text("a file")
     (tmp_path / "pkg" / "__pycache__").mkdir(parents=True)
+    # Tool caches too, where snapshot sees no change: code hidden there (found by an
+    # attacker: a stub in .pytest_cache/impl.py, imported) would be no file it changed.
+    (tmp_path / "pkg" / ".pytest_cache").mkdir()
+    (tmp_path / "pkg" / ".pytest_cache" / "impl.py").write_text("# TODO\n")
+    (tmp_path / ".mypy_cache").mkdir()
+    assert not small_tree(tmp_path / "pkg", without=CACHES)
     assert not small_tree(tmp_path / "tests", without=CACHES)
     assert not small_tree(tmp_path / "lib", without=CACHES)
     remove_bytecode_caches(tmp_path)
     assert not os.path.lexists(tmp_path / "tests" / "__pycache__")
     assert not os.path.lexists(tmp_path / "lib" / "__pycache__")
     assert not os.path.lexists(tmp_path / "pkg" / "__pycache__")
+    assert not os.path.lexists(tmp_path / "pkg" / ".pytest_cache")
+    assert not os.path.lexists(tmp_path / ".mypy_cache")
     assert (tmp_path / "forged" / "test_calc.cpython-311.pyc").read_bytes() == b"forged"
     assert small_tree(tmp_path / "tests", without=CACHES)

@@ -20,6 +20,7 @@ from evalctl._plugin.specs import CheckResult, GraderSpec
 from evalctl._plugin.types import AgentResult, Sandbox
 from evalctl._report.results import ERROR, FAILED, PASSED, CheckOutcome
 from evalctl._run.integrity import (
+    CACHE_NAMES,
     detach_protected_links,
     protected_changes,
     protected_changes_during_grading,
@@ -36,7 +37,7 @@ from evalctl._workspace import Workspace, grading_state
 T = TypeVar("T")
 
 # Directories a sweep before a check removes (remove_bytecode_caches).
-CACHES = frozenset({"__pycache__"})
+CACHES = CACHE_NAMES
 
 
 class GradingSandboxFailed(Exception):

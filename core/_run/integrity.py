@@ -11,8 +11,10 @@ rests on what evalctl observed rather than on anything the agent could edit.
   written into the workspace only now, replacing whatever the agent left at those
   paths (or deleting them, where the patch deletes a file), and never through a link
   that leads out of the workspace.
-- Bytecode caches: every `__pycache__` the agent left is removed before grading, so a
-  forged cache cannot stand in for a test or a module evalctl seeded.
+- Caches: every `__pycache__` the agent left is removed before grading (and before
+  each check), so a forged cache cannot stand in for a test or a module evalctl
+  seeded; `.pytest_cache`, `.mypy_cache` and `.ruff_cache` too, since no change in
+  them is seen (code hidden there and imported would be no file the agent changed).
 - After grading, protected files are checked again: a check that runs the agent's code
   could otherwise change one for the checks after it.
 """
@@ -149,11 +151,18 @@ def _write_replacing(root: Path, relative: str, content: str | None) -> None:
         handle.write(content)
 
 
+# What the sweep before each check removes: bytecode caches (a forged one stands in for
+# its source), and the tool caches no change is seen in (snapshot passes over them, so
+# code the agent hid there, imported by its solution, would be no file it changed).
+CACHE_NAMES = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+
+
 def remove_bytecode_caches(root: Path) -> None:
-    """Remove everything named __pycache__ under `root`: a directory, and a link or file of
-    that name too (a link to a directory of forged caches elsewhere would serve them as
-    the caches of the files beside it). Links are not followed. Iterative, walk and
-    removal both: the agent decides how deep the workspace goes."""
+    """Remove everything named as a cache (CACHE_NAMES) under `root`: a directory, and a
+    link or file of that name too (a link named __pycache__ to a directory of forged
+    caches elsewhere would serve them as the caches of the files beside it). Links are
+    not followed. Iterative, walk and removal both: the agent decides how deep the
+    workspace goes."""
     caches, others = [], []
     pending = [os.fspath(root)]
     while pending:
@@ -161,8 +170,8 @@ def remove_bytecode_caches(root: Path) -> None:
             for entry in entries:
                 with contextlib.suppress(OSError):
                     if entry.is_dir(follow_symlinks=False):
-                        (caches if entry.name == "__pycache__" else pending).append(entry.path)
-                    elif entry.name == "__pycache__":
+                        (caches if entry.name in CACHE_NAMES else pending).append(entry.path)
+                    elif entry.name in CACHE_NAMES:
                         others.append(entry.path)
     for cache in caches:
         remove_tree(cache)
