@@ -286,6 +286,8 @@ def test_grounding_does_not_follow_a_link_out_of_the_workspace(registry, workspa
 
 GROUNDING_CASES = [
     ("Created hello.txt.", ["hello.txt"]),
+    ("Wrote notes_é.md and `résumé.txt`; the café is closed.", ["notes_é.md", "résumé.txt"]),
+    ("Updated docs/übersicht.md.", ["docs/übersicht.md"]),
     ("Wrote `src/app.py` and `tests/test_app.py`.", ["src/app.py", "tests/test_app.py"]),
     ('Saved the data to "out/data.json".', ["out/data.json"]),
     ("See ./scripts/run.sh for details", ["scripts/run.sh"]),

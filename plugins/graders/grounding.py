@@ -38,7 +38,9 @@ LINE_SUFFIX = re.compile(r"(?::\d+){1,2}$|#L\d+(?:-L?\d+)?$")
 VERSION = re.compile(r"^v?\d++(?:\.\d++)++(?:[-+.]?[a-z0-9]++)*+$", re.IGNORECASE)
 ABBREVIATION = re.compile(r"^(?:[a-zA-Z]\.){2,}$|^(?:etc|vs|approx|incl|cf|no)\.$",
                           re.IGNORECASE)
-SEGMENT = re.compile(r"^[A-Za-z0-9_.@+~-]+$")
+# Letters of any script: `résumé.txt` names a file as much as `resume.txt` does (an
+# attacker's summary named two that did not exist, and neither was checked).
+SEGMENT = re.compile(r"^[\w.@+~-]+$")
 TOP_LEVEL_DOMAINS = frozenset([
     "com", "org", "net", "io", "dev", "ai", "edu", "gov", "app", "co", "uk", "de", "fr",
     "info", "biz", "us", "ca", "eu", "jp", "cn", "ru", "nl", "au", "ch", "se", "no", "es",
