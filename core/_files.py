@@ -276,23 +276,35 @@ def remove_tree(top: str | os.PathLike[str]) -> None:
 def content_hash(path: str | os.PathLike[str]) -> str | None:
     """The sha256 of a regular file's content, whatever its size (never through a link;
     None when it is not a regular file or cannot be read). Blocking."""
-    import hashlib
     import stat
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    digest = hashlib.sha256()
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        while block := os.read(fd, 1 << 20):
-            digest.update(block)
+        return _digest(fd)
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _digest(fd: int, limit: int | None = None) -> str:
+    """The sha256 of what `fd` reads, in raw reads of 1 MB, to its end or `limit` bytes."""
+    import hashlib  # here: plugins import this module, and list-plugins should stay quick
+
+    digest = hashlib.sha256()
+    left = limit
+    while left is None or left > 0:
+        block = os.read(fd, 1 << 20 if left is None else min(left, 1 << 20))
+        if not block:
+            break
+        digest.update(block)
+        if left is not None:
+            left -= len(block)
     return digest.hexdigest()
 
 
@@ -302,7 +314,6 @@ def snapshot(root: Path) -> dict[str, str]:
     socket or device (never read: opening one could block or read for ever), and
     `size:N:MTIME` for a file over HASH_LIMIT_BYTES. Blocking work: callers on an event
     loop run it in a thread."""
-    import hashlib  # here: plugins import this module, and list-plugins should stay quick
     import stat
 
     found: dict[str, str] = {}
@@ -321,7 +332,6 @@ def snapshot(root: Path) -> dict[str, str]:
             fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             continue
-        digest = hashlib.sha256()
         try:  # raw reads: a buffered file object costs three more system calls a file
             kind = os.fstat(fd).st_mode
             if not stat.S_ISREG(kind):  # swapped for a FIFO since the stat: still not read
@@ -329,18 +339,11 @@ def snapshot(root: Path) -> dict[str, str]:
                 continue
             # What the stat measured (and a byte more, so growth still changes the
             # hash): a file another process keeps growing cannot hold the walk.
-            left = info.st_size + 1
-            while left > 0:
-                block = os.read(fd, min(left, 1 << 20))
-                if not block:
-                    break
-                digest.update(block)
-                left -= len(block)
+            found[relative] = _digest(fd, info.st_size + 1)
         except OSError:
             continue
         finally:
             os.close(fd)
-        found[relative] = digest.hexdigest()
     return found
 
 
