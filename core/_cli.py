@@ -749,11 +749,10 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
     if html_reporter is not None and html_path is not None:
         after.comparison = comparison
         click.echo(f"wrote {html_reporter.write(after, html_path)}", err=True)
-    if comparison.unverified:
-        click.echo("tasks that passed in the baseline were not graded now (an error, or not "
-                   "run), so they may have regressed: " + ", ".join(comparison.unverified),
-                   err=True)
-    ctx.exit(EXIT_FAILED if comparison.regression or comparison.unverified else EXIT_OK)
+    unverified = comparison.unverified_reason()
+    if unverified:
+        click.echo(unverified, err=True)
+    ctx.exit(EXIT_FAILED if comparison.regression or unverified else EXIT_OK)
 
 
 @cli.command()

@@ -507,8 +507,7 @@ def test_anything_named_pycache_is_swept_before_a_check(tmp_path):
     only directories of that name. Links and files of that name go too (never followed),
     and a workspace holding one is not small enough to skip the sweep."""
     from evalctl._files import small_tree
-    from evalctl._run.grading import CACHES
-    from evalctl._run.integrity import remove_bytecode_caches
+    from evalctl._run.integrity import CACHE_NAMES, remove_bytecode_caches
 
     (tmp_path / "tests").mkdir()
     (tmp_path / "forged").mkdir()
@@ -522,9 +521,9 @@ def test_anything_named_pycache_is_swept_before_a_check(tmp_path):
     (tmp_path / "pkg" / ".pytest_cache").mkdir()
     (tmp_path / "pkg" / ".pytest_cache" / "impl.py").write_text("# TODO\n")
     (tmp_path / ".mypy_cache").mkdir()
-    assert not small_tree(tmp_path / "pkg", without=CACHES)
-    assert not small_tree(tmp_path / "tests", without=CACHES)
-    assert not small_tree(tmp_path / "lib", without=CACHES)
+    assert not small_tree(tmp_path / "pkg", without=CACHE_NAMES)
+    assert not small_tree(tmp_path / "tests", without=CACHE_NAMES)
+    assert not small_tree(tmp_path / "lib", without=CACHE_NAMES)
     remove_bytecode_caches(tmp_path)
     assert not os.path.lexists(tmp_path / "tests" / "__pycache__")
     assert not os.path.lexists(tmp_path / "lib" / "__pycache__")
@@ -532,4 +531,4 @@ def test_anything_named_pycache_is_swept_before_a_check(tmp_path):
     assert not os.path.lexists(tmp_path / "pkg" / ".pytest_cache")
     assert not os.path.lexists(tmp_path / ".mypy_cache")
     assert (tmp_path / "forged" / "test_calc.cpython-311.pyc").read_bytes() == b"forged"
-    assert small_tree(tmp_path / "tests", without=CACHES)
+    assert small_tree(tmp_path / "tests", without=CACHE_NAMES)

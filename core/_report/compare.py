@@ -57,6 +57,14 @@ class Comparison:
             return 0.0
         return max(0.0, round(before - after, 6))
 
+    def unverified_reason(self) -> str | None:
+        """Why no regression can be ruled out though completion did not drop: the
+        unverified tasks, named; None when there are none."""
+        if not self.unverified:
+            return None
+        return ("tasks that passed in the baseline were not graded now (an error, or not "
+                "run), so they may have regressed: " + ", ".join(self.unverified))
+
     @property
     def regression(self) -> bool:
         """A drop in completion over the common tasks that is more than noise."""
@@ -295,8 +303,7 @@ def gate(comparison: Comparison, max_drop: float, fail_on_flip: bool) -> list[st
     if fail_on_flip and comparison.newly_failing:
         reasons.append("tasks that passed in the baseline now fail: "
                        + ", ".join(comparison.newly_failing))
-    if comparison.unverified:  # unknown is not "no regression", flips allowed or not
-        reasons.append("tasks that passed in the baseline were not graded now (an error, or "
-                       "not run), so they may have regressed: "
-                       + ", ".join(comparison.unverified))
+    unverified = comparison.unverified_reason()
+    if unverified:  # unknown is not "no regression", flips allowed or not
+        reasons.append(unverified)
     return reasons

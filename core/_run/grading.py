@@ -36,9 +36,6 @@ from evalctl._workspace import Workspace, grading_state
 
 T = TypeVar("T")
 
-# Directories a sweep before a check removes (remove_bytecode_caches).
-CACHES = CACHE_NAMES
-
 
 class GradingSandboxFailed(Exception):
     """The grading sandbox could not start (the cause is chained): the attempt is an
@@ -97,7 +94,7 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     # (nothing changes it meanwhile: the agent's sandbox is closed). What writes (verify
     # files, bytecode caches to remove) goes off it: on ext4 a create or a removal can
     # wait for the journal to commit.
-    small = task.small_seed() and small_tree(workspace.root, without=CACHES)
+    small = task.small_seed() and small_tree(workspace.root, without=CACHE_NAMES)
     integrity, before_grading, state = \
         _before_grading(task, workspace, agent, verify, sweep=False) if small and not verify \
         else await off_loop(_before_grading, task, workspace, agent, verify)
@@ -120,7 +117,7 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
             then = clean if index + 1 < len(graded) and \
                 not inspect.iscoroutinefunction(spec.grade) else None
             # A small workspace with no cache to remove needs no sweep (nor a trip).
-            swept = cleaned or (small and small_tree(workspace.root, without=CACHES))
+            swept = cleaned or (small and small_tree(workspace.root, without=CACHE_NAMES))
             checks.append(await grade(check, spec, workspace.root, agent,
                                       before=None if swept else clean, after=then))
             cleaned = then is not None

@@ -63,8 +63,9 @@ def _lookup(module: str, owner: str | None, name: str) -> Any:
 
 
 _ORIGINAL = {f"{m}.{o + '.' if o else ''}{n}": _lookup(m, o, n) for m, o, n in _GUARDED}
-# Where bytecode caches are looked for (the grader's unwritable prefix): moved, a cache
-# forged in a writable place could stand in for a test not yet imported.
+# Where bytecode caches are looked for (None: beside each source, where the graders'
+# sandbox keeps none beside a protected or hidden test): moved, a cache forged in a
+# writable place could stand in for a test not yet imported.
 _PYCACHE_PREFIX = sys.pycache_prefix
 # The run's own fresh HOME and TMPDIR: nothing there defines a plugin or a test but code
 # the run itself wrote there. The Python installation and this module's directory may lie
