@@ -307,6 +307,29 @@ def test_a_value_nested_past_encoding_or_reading_costs_one_event_not_the_record(
         _from_ledger(path)
 
 
+def test_fields_given_as_json_text_are_written_as_values_after_the_others(tmp_path):
+    """append_encoded puts JSON texts made elsewhere (a cassette's request, from the texts
+    its hash was taken over) into the line as values; a line whose other fields cannot be
+    encoded keeps none of its fields, those included."""
+    from evalctl._agent.ledger import Ledger, read_events
+
+    path = tmp_path / "l.jsonl"
+    ledger = Ledger(path)
+    ledger.append_encoded("exchange", {"request": '{"a":[1,"\\ud800"],"b":null}',
+                                       "n": "1.0"}, note="é")
+    deep: list = []
+    inner = deep
+    for _ in range(5000):
+        inner.append([])
+        inner = inner[0]
+    ledger.append_encoded("exchange", {"request": "{}"}, deep=deep)
+    ledger.close()
+    first, second = read_events(path)
+    assert list(first) == ["seq", "t", "event", "note", "request", "n"]
+    assert first["request"] == {"a": [1, "\ud800"], "b": None} and first["n"] == 1.0
+    assert "request" not in second and second["unrecorded"].startswith("its fields are")
+
+
 def test_a_cassette_that_stops_being_written_is_named_in_the_result(tmp_path, write_suite,
                                                                     monkeypatch):
     """A request the recorder cannot keep (nested past encoding, say) stops the cassette

@@ -272,6 +272,10 @@ def test_a_long_conversation_is_written_in_linear_space_and_read_back_whole(tmp_
     recorder.close()
     # Whole requests would hold 40*41/2 tool results of 5 kB; deltas hold each once.
     assert path.stat().st_size < 40 * 5_000 * 1.5
+    # Written from the texts the hashes were taken over: still UTF-8 (each lone
+    # surrogate an escape), and the tools' text only in the first request.
+    text = path.read_bytes().decode("utf-8")
+    assert text.count('"input_schema"') == len(evalctl.tool_definitions())
     cassette = read_cassette(path)
     assert [e.key for e in cassette.exchanges] == [request_key(r, "m") for r in requests]
 
@@ -473,8 +477,10 @@ def test_script_bad_input_is_exit_2_without_a_traceback(recorded, tmp_path):
     assert "has attempts 1 to 1, not 2" in script(run_dir, "first-word", "--attempt", "2")
     cassette = recorded["run_dir"] / ".cassettes" / "first-word.jsonl"
     lines = cassette.read_text().splitlines()
-    assert '"keep": 1' in lines[2]  # the second request: the prompt, then what is new
-    lines[2] = lines[2].replace('"keep": 1', '"keep": 99')
+    second = json.loads(lines[2])
+    assert second["request"]["keep"] == 1  # the second request: the prompt, then what is new
+    second["request"]["keep"] = 99
+    lines[2] = json.dumps(second)
     cassette.write_text("\n".join(lines) + "\n")
     assert f"{cassette}:3: a malformed exchange (ValueError: keep 99 is more messages " \
         "than exchange 1 had)" in script(run_dir, "first-word")

@@ -116,11 +116,16 @@ def _tools_key(tools: list[Any]) -> list[dict[str, Any]]:
     return translated
 
 
+# Made once (json.dumps with options builds one for every call); it keeps no state
+# between calls, so threads may share it.
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                              default=str)
+
+
 def canonical_json(value: Any) -> str:
     """The one JSON text of `value` that its hash is taken over: sorted keys, no spaces,
     ASCII (a lone surrogate is its escape, so any text hashes)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      default=str)
+    return _CANONICAL.encode(value)
 
 
 _tools_text: tuple[Any, str] = (None, "")
@@ -132,21 +137,35 @@ def key_hash(key: Mapping[str, Any], message_texts: list[str] | None = None) -> 
     _tools_key) is encoded once, not at every exchange, and the messages' from
     `message_texts` (canonical_json of each message) when the caller has them; the text
     is the same either way, its keys in sorted order."""
-    global _tools_text
-    if key.keys() == {"messages", "model", "system", "tools"}:
-        tools = key["tools"]
-        seen, tools_text = _tools_text
-        if seen is not tools:
-            tools_text = canonical_json(tools)
-            _tools_text = (tools, tools_text)
-        messages = canonical_json(key["messages"]) if message_texts is None else \
-            "[" + ",".join(message_texts) + "]"
-        text = (f'{{"messages":{messages},'
-                f'"model":{canonical_json(key["model"])},'
-                f'"system":{canonical_json(key["system"])},"tools":{tools_text}}}')
-    else:
-        text = canonical_json(key)
+    parts = _key_parts(key, message_texts)
+    return _text_hash(canonical_json(key) if parts is None else _object_text(parts))
+
+
+def _text_hash(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _key_parts(key: Mapping[str, Any], message_texts: list[str] | None = None
+               ) -> dict[str, str] | None:
+    """The canonical JSON of each field of a key of request_key's shape, in sorted order;
+    None for a key of another shape."""
+    global _tools_text
+    if key.keys() != {"messages", "model", "system", "tools"}:
+        return None
+    tools = key["tools"]
+    seen, tools_text = _tools_text
+    if seen is not tools:
+        tools_text = canonical_json(tools)
+        _tools_text = (tools, tools_text)
+    messages = canonical_json(key["messages"]) if message_texts is None else \
+        "[" + ",".join(message_texts) + "]"
+    return {"messages": messages, "model": canonical_json(key["model"]),
+            "system": canonical_json(key["system"]), "tools": tools_text}
+
+
+def _object_text(parts: Mapping[str, str]) -> str:
+    """A JSON object from its fields' JSON texts (the names are plain identifiers)."""
+    return "{" + ",".join(f'"{name}":{text}' for name, text in parts.items()) + "}"
 
 
 def first_difference(recorded: Any, given: Any, where: str = "") -> str | None:
@@ -275,8 +294,18 @@ class CassetteRecorder:
         self._written.append(_Written(key["model"], key["system"], key["tools"], hashes))
         answer: dict[str, Any] = {"response": turn_to_dict(turn)} if turn is not None else \
             {"error": {"message": error or "", "status": status}}
-        self._ledger.append("exchange", request_hash=key_hash(key, texts), request=stored,
-                            **answer)
+        parts = _key_parts(key, texts) if texts is not None else None
+        if parts is None:
+            self._ledger.append("exchange", request_hash=key_hash(key), request=stored,
+                                **answer)
+            return
+        # The request as written is made of the texts its hash was taken over (the
+        # tools' several KB were encoded once for the whole run), not encoded again.
+        stored_parts = {name: str(value) if name in ("base", "keep") else parts[name]
+                        for name, value in stored.items() if name != "messages"}
+        stored_parts["messages"] = "[" + ",".join(texts[stored.get("keep", 0):]) + "]"
+        self._ledger.append_encoded("exchange", {"request": _object_text(stored_parts)},
+                                    request_hash=_text_hash(_object_text(parts)), **answer)
 
     def _delta(self, key: Mapping[str, Any], hashes: list[str]) -> dict[str, Any]:
         """The request as written: whole, or against the earlier exchange that shares the

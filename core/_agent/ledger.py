@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,11 @@ class Ledger:
         self._start = time.monotonic()
 
     def append(self, event: str, **fields: Any) -> None:
+        self.append_encoded(event, {}, **fields)
+
+    def append_encoded(self, event: str, encoded: Mapping[str, str], **fields: Any) -> None:
+        """An event with some fields given as their JSON texts already (`encoded`, by
+        name: valid JSON, names that need no escaping), written after the others."""
         self._seq += 1
         if self._fd is None:
             return
@@ -52,6 +58,10 @@ class Ledger:
         except RecursionError:  # a value nested past encoding (a model's tool input, say)
             line = json_line({**{k: record[k] for k in ("seq", "t", "event")},
                               "unrecorded": "its fields are nested too deep to record"})
+            encoded = {}
+        if encoded:
+            line = line[:-1] + "".join(f',"{name}":{text}' for name, text in encoded.items()) \
+                + "}"
         try:
             # Unbuffered: each event is on its way to the disk before the next happens.
             write_all(self._fd, (line + "\n").encode("utf-8"))
