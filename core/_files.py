@@ -353,6 +353,25 @@ def write_all(fd: int, data: bytes) -> None:
         data = data[os.write(fd, data):]
 
 
+def write_new_file(directory: Path, name: str, data: bytes, mode: int = 0o644) -> None:
+    """`name` in `directory` made anew holding `data`, never written through a link: a
+    link (or file) a sandbox left at that name is removed first, and the new file is
+    created exclusively. For evalctl's own files in a directory a sandbox shared (an
+    attempt's TMPDIR after its setup ran), which a plain open would follow anywhere."""
+    parent = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=parent)
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     mode, dir_fd=parent)
+    finally:
+        os.close(parent)
+    try:
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
 def _umask() -> int:
     current = os.umask(0)
     os.umask(current)

@@ -412,6 +412,30 @@ def test_a_cli_agent_in_bwrap_sees_no_secret_writes_nothing_outside_and_leaves_n
     assert not (run_dir.parent / "evalctl-agent-escape").exists()
 
 
+def test_a_link_the_setup_left_in_tmpdir_is_not_written_through(tmp_path, require_bwrap):
+    """Found by an attacker: a setup command (a repository's own `pip install`, say)
+    linked $TMPDIR/evalctl-forwarder.py to a file outside, and evalctl wrote the proxy's
+    forwarder through it on the host: any file of the user's (here the run's own
+    journal, by a relative link) was overwritten. The forwarder is made anew, not
+    opened; the socket's name is unlinked before it is bound."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("ORIGINAL\n")
+    suite = WRITE_HELLO.replace("    agent_script:", f"""\
+    setup:
+      commands:
+        - ln -s ../../../journal.jsonl "$TMPDIR/evalctl-forwarder.py"
+        - ln -s {victim} "$TMPDIR/evalctl-model.sock"
+    agent_script:""", 1)
+    run = run_suite(suite, sandbox="bwrap", agent="command", out_dir=tmp_path / "out",
+                    sandbox_options={"ro_paths": [str(SDK_AGENT.parent)]},
+                    agent_options=sdk_options())
+    task = run.tasks[0]
+    assert victim.read_text() == "ORIGINAL\n"
+    assert task.status == "passed", (task.error, task.checks)  # the forwarder worked
+    journal = Path(run.run_directory, "journal.jsonl").read_text()
+    assert journal.startswith('{"kind": "run", "format": "evalctl-journal/1"')
+
+
 def test_the_sdk_agent_in_bwrap(tmp_path, require_bwrap):
     run = run_suite(WRITE_HELLO, sandbox="bwrap", agent="command", agent_options=sdk_options(),
                     sandbox_options={"ro_paths": [str(SDK_AGENT.parent)]})

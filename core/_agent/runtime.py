@@ -24,7 +24,7 @@ from evalctl._agent.loop import SYSTEM_PROMPT, run_loop
 from evalctl._agent.proxy import SOCKET_NAME, ModelProxy, forwarder_source
 from evalctl._agent.throttle import UNTHROTTLED, CallThrottle, ModelCalls, SpendCallback
 from evalctl._blocking import off_loop
-from evalctl._files import small_tree
+from evalctl._files import small_tree, write_new_file
 from evalctl._plugin.types import (
     AgentContext,
     AgentLimits,
@@ -178,7 +178,9 @@ async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, le
     full_env = dict(env)
     shown = script
     if model_proxy:
-        (workspace.tmp / FORWARDER_NAME).write_text(forwarder_source(), encoding="utf-8")
+        # The setup's sandbox shared this TMPDIR: a link it left here is replaced, not
+        # followed (a write of evalctl's anywhere on the host).
+        write_new_file(workspace.tmp, FORWARDER_NAME, forwarder_source().encode("utf-8"))
         proxy = ModelProxy(provider, ledger, limits, task.as_request_data(),
                            workspace.tmp / SOCKET_NAME, calls=calls)
         await proxy.start()
