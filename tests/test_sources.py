@@ -477,6 +477,50 @@ def test_a_patch_that_does_not_apply_is_an_attempt_error_before_the_agent(tmp_pa
     assert "verify_patch does not apply to the source" in task.error
 
 
+def test_a_patch_cannot_copy_a_host_file_through_a_link_in_the_repository(tmp_path,
+                                                                         monkeypatch):
+    """Found by an attacker: a repository holding `procself -> /proc/self` and a link to a
+    host directory, with a test patch of `copy from procself/environ`, put evalctl's own
+    environment (the API key) and the host file into the workspace, where the hidden
+    test printed them into the report. Links among a patched path's directories must
+    stay inside the source."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-FAKE-MARKER-1234")
+    secret_dir = tmp_path / "secretdir"
+    secret_dir.mkdir()
+    (secret_dir / "secret.txt").write_text("TOP-SECRET-HOST-FILE\n")
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "procself").symlink_to("/proc/self")
+    (repo / "sdir").symlink_to(secret_dir)
+    (repo / "inner").symlink_to("tests")  # a link that stays inside is followed
+    base = commit(repo, {"tests/__init__.py": "", "tests/known.txt": "kept\n"}, "base")
+    for source, target in (("procself/environ", "tests/env.txt"),
+                           ("sdir/secret.txt", "tests/secret.txt"),
+                           ("inner/known.txt", "tests/copied.txt")):
+        patch = (f"diff --git a/{source} b/{target}\nsimilarity index 100%\n"
+                 f"copy from {source}\ncopy to {target}\n")
+        suite = tmp_path / "suite.yaml"
+        suite.write_text(f"- id: leak\n  prompt: Nothing.\n  source:\n    git: proj\n"
+                         f"    rev: {base}\n  verify_patch: |\n{indented(patch, 4)}"
+                         "  checks:\n    - type: file_exists\n      path: tests/__init__.py\n"
+                         "  script:\n    - text: Done.\n")
+        run = evalctl.testing.run_suite(suite, out_dir=tmp_path / f"out-{target[6:-4]}")
+        task = run.tasks[0]
+        copied = Path(task.workspace, target)
+        if source.startswith("inner"):
+            assert task.status == "passed" and copied.read_text() == "kept\n", task.error
+            continue
+        assert (task.status, task.exit_status) == ("error", "setup_error")
+        assert f"verify_patch: '{source}' is reached through a link that leads out" in \
+            task.error
+        assert not copied.exists()
+        files = [p for p in Path(run.run_directory).rglob("*")
+                 if p.is_file() and not p.is_symlink()]
+        assert [p for p in files if b"FAKE-MARKER" in p.read_bytes()
+                or b"TOP-SECRET" in p.read_bytes()] == []
+
+
 def test_a_patch_that_leaves_the_workspace_is_refused_at_its_line(tmp_path, project):
     repo, base, _ = project
     suite = tmp_path / "suite.yaml"

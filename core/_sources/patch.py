@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
 
+from evalctl._files import ConfinementError, resolve_inside
 from evalctl._sources.git import SourceError, _failed, _neutral_environment, git
 
 _HEADER = re.compile(r"^(?:--- |\+\+\+ )(.*?)(?:\t.*)?$")
@@ -74,6 +75,20 @@ def patch_problems(patch: str) -> list[str]:
             or "\\" in path]
 
 
+def _inside(seed: Path, relative: str) -> Path:
+    """`relative` in `seed`, its directories resolved there: a link among them that
+    leads out (a repository may hold `procself -> /proc/self`) is refused, never followed
+    to copy a file of the host's (evalctl's own environment, say) into the workspace.
+    The last component is not followed: a link there is left out, as before."""
+    path = PurePosixPath(relative)
+    try:
+        parent = resolve_inside(seed, str(path.parent)) if path.parent.parts else seed
+    except ConfinementError as exc:
+        raise SourceError(f"verify_patch: {relative!r} is reached through a link that "
+                          f"leads out of the source ({exc})") from None
+    return Path(parent) / path.name
+
+
 def patched_files(seed: Path, patch: str) -> dict[str, str | None]:
     """Path -> the content the patch gives it (None: the patch deletes it), for every
     path the patch touches, applied to the files in `seed`. SourceError when it does
@@ -86,7 +101,7 @@ def patched_files(seed: Path, patch: str) -> dict[str, str | None]:
         scratch = Path(scratch_name) / "tree"
         scratch.mkdir()
         for relative in paths:
-            original = seed / relative
+            original = _inside(seed, relative)
             if original.is_file() and not original.is_symlink():
                 destination = scratch / relative
                 destination.parent.mkdir(parents=True, exist_ok=True)
