@@ -36,6 +36,19 @@ def test_a_file_of_that_name_wins_over_the_built_in(tmp_path):
     assert [t["id"] for t in json.loads((tmp_path / "r.json").read_text())["tasks"]] == ["mine"]
 
 
+def test_a_directory_of_that_name_does_not_hide_the_built_in(tmp_path):
+    """Found by a newcomer: the README's `evalctl run core --scripted`, from the checkout
+    the install step leaves you in, failed with "it is a directory" (evalctl's own
+    `core/` package). A directory is not a suite: the built-in runs."""
+    (tmp_path / "harness").mkdir()
+    result = run_cli(tmp_path, "harness", "--report", "r.json")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "r.json").read_text())["suite"]["name"] == "harness"
+    (tmp_path / "mine").mkdir()  # no built-in of that name: the directory is refused
+    result = run_cli(tmp_path, "mine")
+    assert result.exit_code == 2 and "it is a directory" in result.output
+
+
 def test_an_unknown_name_says_there_is_no_such_file_nor_built_in(tmp_path):
     result = run_cli(tmp_path, "harnes")
     assert result.exit_code == 2

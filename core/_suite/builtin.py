@@ -72,15 +72,19 @@ def builtin_suites() -> list[BuiltinSuite]:
 
 
 def resolve_suite(argument: str | Path) -> Path:
-    """The suite file an argument names: the path itself when it exists or is not a bare
-    name, else the built-in suite of that name. A bare name that is neither is a
-    SuiteError that says both, with the built-in names."""
+    """The suite file an argument names: the path itself when it is not a bare name or a
+    file of that name exists, else the built-in suite of that name. A directory of the
+    name is not a suite, so the built-in wins over it (`core` run from evalctl's own
+    checkout, which holds a `core/` package). A bare name that is none of these is a
+    SuiteError that says so, with the built-in names."""
     path = Path(argument)
-    if path.exists() or not BARE_NAME.match(str(argument)):
+    if not BARE_NAME.match(str(argument)) or (path.exists() and not path.is_dir()):
         return path
     known = builtin_paths()
     if path.name in known:
         return known[path.name]
+    if path.exists():  # a directory: the loader says why it is not a suite
+        return path
     close = difflib.get_close_matches(path.name, list(known), n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     listed = f"; built-in suites: {', '.join(known)} (evalctl suites describes them)" \
