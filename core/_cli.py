@@ -531,8 +531,9 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         click.echo(f"warning: the journal stopped being written ({prepared.journal_failure}); "
                    "these reports are complete, but a resume of this run would rerun the "
                    "attempts it is missing", err=True)
-    if baseline_report is not None:  # before writing: reporters show the comparison too
+    if baseline_report is not None:  # before writing: reporters show the gate's verdict too
         result.comparison = compare_reports(baseline_report, result)
+        result.comparison.gate_reasons = gate(result.comparison, max_drop, fail_on_flip)
     written, failures = write_reports(result, registry, reporter_names, options.out_dir, report)
     for path in written:
         click.echo(f"wrote {path}")
@@ -548,10 +549,10 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
                    "--max-cost/--max-tokens", err=True)
     if result.comparison is not None:
         comparison = result.comparison
-        reasons = gate(comparison, max_drop, fail_on_flip)
+        reasons = comparison.gate_reasons or []
         for warning in comparison.warnings():
             click.echo(f"warning: {warning}", err=True)
-        click.echo(comparison.to_markdown(gate_reasons=reasons))
+        click.echo(comparison.to_markdown())
         for reason in reasons:
             click.echo(f"regression against {baseline}: {reason}", err=True)
         ctx.exit(EXIT_FAILED if reasons or failures else EXIT_OK)

@@ -401,7 +401,11 @@ def test_a_run_with_a_baseline_shows_the_comparison_in_its_html_report(run, tmp_
     (tmp_path / "base.json").write_text(json.dumps(baseline))
     again = viewer_run(tmp_path, "--baseline", str(tmp_path / "base.json"), exit_code=1)
     html = again.html_path.read_text()
-    assert 'data-figure="verdict">\n    No regression</p>' in html
+    # The gate's verdict, the one the exit code gave (found by a newcomer: the page said
+    # "No regression", the significance test's, in green).
+    assert '<p class="verdict regression" data-figure="verdict">\n    Regression against ' \
+        'the baseline</p>' in html
+    assert "tasks that passed in the baseline now fail: lazy" in html
     assert re.search(r'data-list="newly_failing">\s*<li><a href="#task=lazy">lazy</a>', html)
     assert 'data-figure="p_value">1.0<' in html
     assert "Against the baseline" in html and "exact McNemar" in html

@@ -3,7 +3,7 @@ completion is more than noise."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evalctl._report.results import ERROR, NOT_RUN, RunResult, TaskAggregate
@@ -49,6 +49,10 @@ class Comparison:
     common: int = 0
     common_completion: tuple[float | None, float | None] = (None, None)
     test: dict[str, Any] = field(default_factory=dict)
+    # Why `run --baseline`'s gate failed the run (empty: it passed); None when no gate
+    # judged it (`evalctl compare`). Set, every report of the run says the gate's verdict,
+    # the one its exit code gives.
+    gate_reasons: list[str] | None = None
 
     @property
     def completion_drop(self) -> float:
@@ -69,6 +73,22 @@ class Comparison:
     def regression(self) -> bool:
         """A drop in completion over the common tasks that is more than noise."""
         return self.completion_drop > 0 and bool(self.test.get("significant"))
+
+    def verdict(self) -> tuple[str, str]:
+        """(kind, headline) of the comparison, the same in every report: kind is
+        "regression", "uncertain" or "no-regression". With `gate_reasons` it is the gate's
+        verdict; without, whether completion dropped more than noise would, and a drop
+        too small to tell from noise is not called "no regression"."""
+        if self.gate_reasons is not None:
+            return ("regression", "Regression against the baseline") if self.gate_reasons \
+                else ("no-regression", "No regression against the baseline")
+        if self.regression:
+            return "regression", "Regression"
+        if self.unverified:
+            return "uncertain", "A regression cannot be ruled out"
+        if self.newly_failing or self.completion_drop > 0:
+            return "uncertain", "No significant regression"
+        return "no-regression", "No regression"
 
     def warnings(self) -> list[str]:
         """What makes the comparison weaker than it looks: the suites differ, or the runs
@@ -138,6 +158,8 @@ class Comparison:
             "baseline": _identity(self.baseline),
             "current": _identity(self.current),
             "regression": self.regression,
+            "verdict": dict(zip(("kind", "headline"), self.verdict(), strict=True)),
+            "gate_reasons": self.gate_reasons,
             "rates": self.rates(),
             "common_tasks": self.common,
             "common_completion": {"baseline": self.common_completion[0],
@@ -153,25 +175,32 @@ class Comparison:
             "spend": self.spend(),
         }
 
+    def verdict_text(self) -> tuple[str, str]:
+        """The headline, ending in its punctuation, and what it rests on."""
+        kind, headline = self.verdict()
+        statement = self.test.get("statement", "")
+        if self.gate_reasons:
+            return f"{headline}:", f"{'; '.join(self.gate_reasons)}.\n\n{statement}"
+        if kind == "uncertain" and self.unverified and not self.regression:
+            return f"{headline}:", (f"{len(self.unverified)} task(s) that passed in the "
+                                    "baseline were not graded now (an error, or not run). "
+                                    f"{statement}")
+        if kind == "uncertain":
+            return f"{headline}:", (f"{len(self.newly_failing)} task(s) newly failing, too "
+                                    "few to tell from chance (`run --baseline` fails on any "
+                                    f"task that passed before and fails now). {statement}")
+        return f"{headline}.", statement
+
     def to_markdown(self, gate_reasons: list[str] | None = None) -> str:
-        """The comparison for people. With `gate_reasons` (from `gate`, for `run
-        --baseline`), the headline is the gate's verdict, the one the exit code gives;
-        without, it is whether completion dropped significantly."""
+        """The comparison for people, headed by `verdict()`. `gate_reasons` (from `gate`,
+        for `run --baseline`) stands for the comparison's own when given."""
         def points(value: float | None) -> str:
             return "n/a" if value is None else f"{value * 100:+.1f} pts"
 
-        statement = self.test.get("statement", "")
-        if gate_reasons is None and self.unverified and not self.regression:
-            verdict = (f"**A regression cannot be ruled out:** {len(self.unverified)} task(s) "
-                       "that passed in the baseline were not graded now (an error, or not "
-                       f"run). {statement}")
-        elif gate_reasons is None:
-            verdict = f"**{'Regression' if self.regression else 'No regression'}.** {statement}"
-        elif gate_reasons:
-            verdict = (f"**Regression against the baseline:** {'; '.join(gate_reasons)}.\n\n"
-                       f"{statement}")
-        else:
-            verdict = f"**No regression against the baseline.** {statement}"
+        if gate_reasons is not None and gate_reasons != self.gate_reasons:
+            return replace(self, gate_reasons=gate_reasons).to_markdown()
+        headline, detail = self.verdict_text()
+        verdict = f"**{headline}** {detail}".rstrip()
         lines = ["## evalctl compare", ""]
         lines += [f"> **Warning:** {warning}\n" for warning in self.warnings()]
         lines += [verdict, "", "| | baseline | current | change |", "|---|---:|---:|---:|"]

@@ -171,10 +171,12 @@ def comparison(run: evalctl.RunResult) -> dict[str, Any] | None:
         return "n/a" if value is None else f"{value * 100:+.1f} pts"
 
     test = compared.test
+    kind, headline = compared.verdict()  # the gate's, in a run with --baseline
     return {
         "regression": compared.regression,
+        "verdict": {"kind": kind, "headline": headline},
         "warnings": compared.warnings(),
-        "statement": test.get("statement", ""),
+        "statement": compared.verdict_text()[1],
         "method": test.get("method"),
         "p_value": test.get("p_value"),
         "interval": test.get("interval"),
