@@ -257,6 +257,11 @@ def test_run_against_a_baseline_fails_on_a_flip_and_prints_it(tmp_path, write_su
                     if line.startswith("**Regression against the baseline:** "))
     assert headline.endswith("; tasks that passed in the baseline now fail: write-file.")
     assert "warning: the suite changed between the runs" in result.output
+    # The Markdown report says it too (found by a newcomer: it said nothing of the gate).
+    markdown = max((tmp_path / "eval_reports").glob("report-*.md"),
+                   key=lambda path: path.stat().st_mtime_ns).read_text()
+    assert "\n### evalctl compare\n\n> **Warning:** the suite changed" in markdown
+    assert headline in markdown and "- `write-file`" in markdown
     tolerant = run_cli(tmp_path, str(suite), "--baseline", "base.json", "--allow-flips",
                        "--max-drop", "0.25")
     assert tolerant.exit_code == 0, tolerant.output

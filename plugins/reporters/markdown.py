@@ -115,6 +115,8 @@ def render(run: evalctl.RunResult) -> str:
                   "| Task | Verdict | Reason |", "|---|---|---|"]
         lines += [f"| {_cell(label, 60)} | {'pass' if c.passed else 'fail'} | "
                   f"{_cell(c.detail)} |" for label, c in judged]
+    if run.comparison is not None:  # a run with --baseline: the gate's verdict, as printed
+        lines += ["", "#" + run.comparison.to_markdown().rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
