@@ -297,6 +297,36 @@ def test_an_agent_that_exits_non_zero_failed_and_says_why():
     assert task.error == "the agent exited with code 3: cannot go on"
 
 
+@pytest.mark.parametrize("argv", ["no-such-agent-program {prompt}",
+                                  f"{sys.executable} /nonexistent/agent.py {{prompt}}",
+                                  "bash -c 'exec /etc/hostname' {prompt}"])
+def test_an_agent_that_cannot_start_is_an_error_not_a_failure(argv):
+    """Found by a newcomer: an agent not installed, or not visible in the sandbox, was
+    scored as the agent failing (completion 0%, grounding 100%). A command that ends as
+    a program that never ran (126, 127, a script that cannot be opened) before any model
+    call is an error of the attempt, with what to check."""
+    suite = WRITE_HELLO.replace("agent_script:", "unused_script:", 1) \
+        .split("    unused_script:")[0] + "    checks:\n      - type: file_exists\n" \
+        "        path: hello.txt\n"
+    run = run_suite(suite, sandbox="local", agent="command",
+                    agent_options={"argv": argv, "model_proxy": False})
+    task = run.tasks[0]
+    assert (task.status, task.exit_status, task.error_kind) == \
+        ("error", "agent_not_started", "agent"), task.error
+    assert task.error.startswith("the agent's command could not start (exit ")
+    assert "visible in the sandbox" in task.error and task.checks == []
+
+
+def test_an_agent_that_called_the_model_and_exited_127_is_graded():
+    """After a model call the agent did run: exit 127 then is its own, graded."""
+    argv = f"bash -c '{sys.executable} {SDK_AGENT} \"$0\" && exit 127' {{prompt}}"
+    run = run_suite(WRITE_HELLO, sandbox="local", agent="command",
+                    agent_options={"argv": argv})
+    task = run.tasks[0]
+    assert (task.status, task.exit_status, task.turns) == ("passed", "agent_failed", 2), \
+        task.error
+
+
 def test_the_tasks_seconds_end_a_cli_agent():
     suite = WRITE_HELLO.replace("seconds: 60", "seconds: 1.5")
     started = time.monotonic()
@@ -614,5 +644,7 @@ def test_the_console_says_why_a_cli_agent_exited(tmp_path):
                    "--agent-option", "argv=evalctl-no-such-agent {prompt}", "--out",
                    str(tmp_path / "out"))
     assert done.exit_code == 1, done.output
-    assert "agent_failed hello: the agent exited with code 127" in done.output, done.output
+    # ...and such an agent never started: an error, not the agent's failure (newcomer, r9)
+    assert "error (agent) hello: the agent's command could not start (exit 127" in \
+        done.output, done.output
     assert "evalctl-no-such-agent" in done.output

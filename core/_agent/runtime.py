@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -168,6 +169,17 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
     )
 
 
+# How a program that never ran ends: a shell's "not found" (127) or "not executable"
+# (126), or an interpreter that cannot open its script (python's exit 2 with this line).
+_NOT_STARTED_EXITS = frozenset({126, 127})
+_SCRIPT_NOT_OPENED = re.compile(r"can't open file .*\[Errno (?:2|13)\]")
+
+
+def _could_not_start(result: CommandResult) -> bool:
+    return result.exit_code in _NOT_STARTED_EXITS or (
+        result.exit_code == 2 and _SCRIPT_NOT_OPENED.search(result.stderr) is not None)
+
+
 async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, ledger: Ledger,
                       provider: Any, task: Task, limits: AgentLimits, env: Mapping[str, str],
                       stdin: str | None, model_proxy: bool, timeout: float,
@@ -229,6 +241,13 @@ async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, le
         ledger.append("limit", limit="seconds", value=limits.seconds)
         outcome = AgentOutcome(ExitStatus.TIMEOUT, final_text,
                                f"stopped after {limits.seconds:g}s")
+    elif result.exit_code != 0 and (proxy is None or proxy.calls == 0) and \
+            _could_not_start(result):
+        tail = truncate(result.stderr.strip() or result.stdout.strip(), 600, keep="tail")
+        outcome = AgentOutcome(ExitStatus.AGENT_NOT_STARTED, final_text,
+                               f"the agent's command could not start (exit "
+                               f"{result.exit_code}: {tail or 'no output'}); is it installed, "
+                               "and is its directory visible in the sandbox (docs/agents.md)?")
     elif result.exit_code != 0:
         tail = truncate(result.stderr.strip() or result.stdout.strip(), 600, keep="tail")
         outcome = AgentOutcome(ExitStatus.AGENT_FAILED, final_text,

@@ -34,11 +34,14 @@ class ExitStatus:
     # The executor could not run the attempt: a cluster that lost it more times than it
     # retries, a worker with other versions of evalctl or the plugins.
     EXECUTOR_ERROR = "executor_error"
+    # A CLI agent's command that could not start (not found, not executable, a script
+    # not there) before its first model call: the setup's fault, not the agent's work.
+    AGENT_NOT_STARTED = "agent_not_started"
 
     # Statuses where the model could not do its work at all: the task is an error,
     # counted apart from failures. Providers add their own (ProviderSpec.error_statuses).
     ERRORS = frozenset({PROVIDER_ERROR, INTERNAL_ERROR, SETUP_ERROR, SANDBOX_ERROR,
-                        EXECUTOR_ERROR})
+                        EXECUTOR_ERROR, AGENT_NOT_STARTED})
     # A CLI agent's process that exited with a non-zero code (it crashed, or gave up):
     # a failure of the agent, graded like any other.
     AGENT_FAILED = "agent_failed"

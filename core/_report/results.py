@@ -49,6 +49,10 @@ ERROR_KINDS = {
              "its output); fix the task and resume with --retry-errors",
     "grader": "a check could not run here (its detail says what to install or set), or "
               "its grader crashed; fix that and resume with --retry-errors",
+    "agent": "the agent's command could not start (not found, not executable, or its "
+             "script is not there) before it called the model: install it, or make its "
+             "directory visible in the sandbox (docs/agents.md), then resume with "
+             "--retry-errors",
     "executor": "the executor could not run the attempt (a cluster that kept losing it, a "
                 "worker with other versions of evalctl or the plugins); fix that and resume "
                 "with --retry-errors",
@@ -128,7 +132,8 @@ class TaskResult:
     @property
     def error_kind(self) -> str | None:
         """For an errored attempt, what failed that was not the agent's work: provider,
-        sandbox, setup, executor, grader or internal (ERROR_KINDS). None for any other attempt."""
+        sandbox, setup, agent (its command never started), executor, grader or internal
+        (ERROR_KINDS). None for any other attempt."""
         if self.status != ERROR:
             return None
         if self.exit_status == ExitStatus.SANDBOX_ERROR:
@@ -137,6 +142,8 @@ class TaskResult:
             return "setup"
         if self.exit_status == ExitStatus.EXECUTOR_ERROR:
             return "executor"
+        if self.exit_status == ExitStatus.AGENT_NOT_STARTED:
+            return "agent"
         if self.exit_status == ExitStatus.INTERNAL_ERROR:
             return "internal"
         if self.exit_status is not None and self.exit_status not in ExitStatus.AGENT:
