@@ -421,7 +421,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     from evalctl._report.console import RunView
     from evalctl._report.journal import attempts_to_run, read_journal
     from evalctl._report.results import load_report
-    from evalctl._report.writing import write_reports
+    from evalctl._report.writing import report_path_problem, write_reports
     from evalctl._run.config import load_config
     from evalctl._run.runner import (
         RunOptions,
@@ -495,6 +495,9 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     loaded = load_suite(suite_path, registry)
     for warning in loaded.warnings:
         click.echo(str(warning), err=True)
+    unwritable = report_path_problem(report, suite_path) if report is not None else None
+    if unwritable:  # found now, not after a run that may have cost hours and dollars
+        raise UsageError(f"--report {report}: it {unwritable}")
     # The JSON report is always written: it is the run's record, and what compare and
     # --baseline read. --reporter (or the config's reporters) choose the others.
     reporter_names = tuple(dict.fromkeys(
@@ -589,10 +592,14 @@ def report_command(ctx: click.Context, run_dir: Path, reporters: tuple[str, ...]
     reported not run) all render. Exit 0 when every report was written, 1 when a
     reporter failed, 2 when there is no run there.
     """
+    from evalctl._errors import UsageError
     from evalctl._report.rundir import read_run
-    from evalctl._report.writing import write_reports
+    from evalctl._report.writing import report_path_problem, write_reports
     from evalctl._run.config import load_config
 
+    unwritable = report_path_problem(report) if report is not None else None
+    if unwritable:
+        raise UsageError(f"--report {report}: it {unwritable}")
     stored = read_run(run_dir)
     for problem in stored.problems:
         click.echo(f"warning: {problem}", err=True)
@@ -637,11 +644,15 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
     checks are not asked again. Exit 0 all passed, 1 a task failed or errored, 2 no run
     or nothing to regrade there.
     """
+    from evalctl._errors import UsageError
     from evalctl._report.console import RunView
-    from evalctl._report.writing import write_reports
+    from evalctl._report.writing import report_path_problem, write_reports
     from evalctl._run.config import load_config
     from evalctl._run.regrade import execute_regrade, plan_regrade, summary_line
 
+    unwritable = report_path_problem(report, suite) if report is not None else None
+    if unwritable:
+        raise UsageError(f"--report {report}: it {unwritable}")
     registry = _registry(ctx)
     names = tuple(dict.fromkeys((ALWAYS_REPORTED, *(
         reporters or load_config().get("reporters", DEFAULT_REPORTERS)))))

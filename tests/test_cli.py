@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import types
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -13,7 +14,7 @@ from evalctl._cli import cli
 from evalctl._plugin.registry import PluginSource, entry_point_sources, load_registry, set_registry
 from evalctl._suite.schema import registry_schema, schema_text
 
-from .conftest import ROOT
+from .conftest import ROOT, SUITES, run_cli
 
 
 def _install_broken_plugin() -> None:
@@ -166,3 +167,27 @@ def test_sigterm_before_a_run_can_report_is_an_interruption_not_a_traceback(tmp_
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "interrupted", done.stderr
+
+
+@pytest.mark.parametrize("target", ["suite", "other", "device"])
+def test_report_never_overwrites_what_is_not_a_report(tmp_path, target):
+    """Found by a newcomer: `--report` replaced the suite being run, and `--report
+    /dev/null` wrote /dev/null-2 (as root). A path that is the suite, a file that is not
+    an earlier JSON report, or a device is refused before the run, exit 2."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text((SUITES / "harness.yaml").read_text())
+    other = tmp_path / "notes.json"
+    other.write_text('{"mine": true}\n')
+    path = {"suite": suite, "other": other, "device": Path("/dev/null")}[target]
+    before = path.read_bytes() if target != "device" else b""
+    result = run_cli(tmp_path, str(suite), "--report", str(path), "--out", "out")
+    assert result.exit_code == 2, result.output
+    assert f"--report {path}: it " in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists() and not Path("/dev/null-2").exists()
+    if target != "device":
+        assert path.read_bytes() == before
+    # An earlier report at the path is what CI writes every run: replaced.
+    assert run_cli(tmp_path, str(suite), "--report", "r.json").exit_code == 0
+    first = (tmp_path / "r.json").read_text()
+    assert run_cli(tmp_path, str(suite), "--report", "r.json").exit_code == 0
+    assert (tmp_path / "r.json").read_text() != first

@@ -52,3 +52,33 @@ def free_path(path: Path) -> Path:
         if not candidate.exists():
             return candidate
     return path  # let the reporter fail, and say why
+
+
+# How much of a file at --report's path is read to tell an earlier report from anything
+# else: the format is the JSON report's second key.
+_SNIFF_BYTES = 4096
+
+
+def report_path_problem(path: Path, suite: Path | None = None) -> str | None:
+    """Why `--report PATH` must not be written, known before the run: it is the suite,
+    something other than a file or a directory (a device: a report is written by a
+    rename, which would replace it), or a file that is not an earlier JSON report (it
+    would be lost). None when it may be written: a new path, a directory in the way (the
+    report goes beside it), or an earlier report (CI writes the same path every run)."""
+    if not path.exists() or path.is_dir():
+        return None
+    if not path.is_file():
+        return ("is not a regular file (a device, a pipe or a socket); a report is a file: "
+                "name a path for it")
+    try:
+        if suite is not None and suite.exists() and path.samefile(suite):
+            return "is the suite being run; name another path for the report"
+        with open(path, "rb") as handle:
+            head = handle.read(_SNIFF_BYTES)
+    except OSError as exc:
+        return f"cannot be read to see what it holds: {exc.strerror or exc}"
+    if b'"format": "evalctl-run/' not in head and b'"format":"evalctl-run/' not in head:
+        return ("exists and is not an evalctl JSON report, so writing it would lose it; "
+                "remove it or name another path")
+    return None
+
