@@ -540,6 +540,31 @@ def test_a_regex_re2_cannot_match_stops_the_run_before_any_task(tmp_path):
     assert not list(tmp_path.glob("eval_reports/workspaces-*/t"))  # no task started
 
 
+def test_every_bad_regex_and_uncompilable_check_stops_the_run_saying_what_is_wrong(
+        tmp_path):
+    """Found by a newcomer: '(a' was said to be unmatchable "in linear time" (it is not a
+    regex), in RE2's bytes, and only the first bad regex was named; a python check whose
+    code does not compile was scored as every agent's failure. Both stop the run before
+    any task, exit 2, naming each."""
+    from .conftest import run_cli
+
+    (tmp_path / "suite.yaml").write_text(
+        "- id: t\n  prompt: p\n  checks:\n    - type: file_contains\n      path: a.md\n"
+        "      regex: '(a'\n    - type: file_contains\n      path: a.md\n"
+        "      regex: 'port(?= = 8080)'\n"
+        "- id: u\n  prompt: p\n  checks:\n    - type: python\n"
+        "      code: 'assert (workspace / \"a.md\").exists('\n")
+    result = run_cli(tmp_path, "suite.yaml", "--sandbox", "local")
+    assert result.exit_code == 2, result.output
+    assert "file_contains regex '(a' is not a regular expression: missing )" in result.output
+    assert "regex 'port(?= = 8080)' cannot be matched in linear time: invalid perl " \
+        "operator: (?=" in result.output and "b'" not in result.output
+    assert "the python check starting 'assert (workspace / \"a.md\").exists(' does not " \
+        "compile: line 1: " in result.output
+    assert "Traceback" not in result.output
+    assert not list(tmp_path.glob("eval_reports/workspaces-*/t"))  # no task started
+
+
 def test_a_token_of_the_final_text_cannot_make_grounding_backtrack():
     # `1.1`, 29 letters and `_`: about 20 s of backtracking before the pattern was made
     # possessive (27 letters took 5 s, each letter more doubles it).

@@ -192,6 +192,7 @@ def _preflight(registry: Registry, tasks: list[Task]) -> None:
     for task in tasks:
         for check in task.checks:
             checks.setdefault(check["type"], []).append(dict(check))
+    problems = []  # every grader's: one run of the suite names them all
     for name, of_type in checks.items():
         spec = registry.graders[name]
         if spec.preflight is None:
@@ -202,12 +203,14 @@ def _preflight(registry: Registry, tasks: list[Task]) -> None:
                 if inspect.isawaitable(answer):
                     _wait_for(answer)
         except UsageError as exc:
-            raise UsageError(f"the {name} checks cannot run: {exc}") from None
+            problems.append(f"the {name} checks cannot run: {exc}")
         except Exception as exc:  # a broken preflight must not let a doomed run start
             owner = registry.plugin_of("grader", name)
-            raise UsageError(f"the {name} checks cannot run: the grader's preflight failed"
-                             f"{f' ({owner.label})' if owner else ''}: "
-                             f"{type(exc).__name__}: {exc}") from None
+            problems.append(f"the {name} checks cannot run: the grader's preflight failed"
+                            f"{f' ({owner.label})' if owner else ''}: "
+                            f"{type(exc).__name__}: {exc}")
+    if problems:
+        raise UsageError("\n".join(problems))
 
 
 def _wait_for(awaitable: Any) -> Any:

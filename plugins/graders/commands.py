@@ -138,6 +138,23 @@ async def grade_python(check: dict[str, Any], workspace: Path,
     return evalctl.CheckResult(False, _explain_failure(output, ran.exit_code))
 
 
+def preflight_python(checks: list[dict[str, Any]]) -> None:
+    """Every check's code compiled before any task starts (as the runner compiles it):
+    code that cannot run is the suite's mistake, exit 2, not a failure of every agent."""
+    problems = []
+    for check in checks:
+        code = check["code"].replace("\r\n", "\n").replace("\r", "\n")
+        try:
+            compile(code, "<check>", "exec")
+        except (SyntaxError, ValueError) as exc:  # ValueError: a NUL in the code
+            where = f"line {exc.lineno}: " if getattr(exc, "lineno", None) else ""
+            first = code.strip().splitlines()[0][:60] if code.strip() else ""
+            problems.append(f"the python check starting {first!r} does not compile: {where}"
+                            f"{getattr(exc, 'msg', None) or exc}")
+    if problems:
+        raise evalctl.UsageError("; ".join(problems))
+
+
 def _ledger_events(path: Path | None) -> list[Any]:
     if path is None or not path.is_file():
         return []
@@ -227,6 +244,7 @@ def evalctl_register_graders(register):
     register(evalctl.GraderSpec(
         name="python",
         grade=grade_python,
+        preflight=preflight_python,
         params_schema={
             "type": "object",
             "properties": {

@@ -171,9 +171,16 @@ def _file_contains_regex(pattern: str) -> Any:
     """A file_contains regex, compiled with ^ and $ at every line (as Python's
     re.MULTILINE; lines end at "\n", "\r\n" or "\r", made "\n" before matching);
     UsageError, saying why, when RE2 cannot match it."""
+    import re
+
     try:
         return _linear("(?m)" + pattern)
     except ValueError as exc:
+        try:
+            re.compile(pattern)
+        except re.error as invalid:  # not a regex at all: say so, not "linear time"
+            raise evalctl.UsageError(f"file_contains regex {pattern!r} is not a regular "
+                                     f"expression: {invalid}") from None
         raise evalctl.UsageError(
             f"file_contains regex {pattern!r} cannot be matched in linear time: {exc} "
             "(file_contains matches with RE2: Python's syntax without lookaround or "
@@ -182,10 +189,17 @@ def _file_contains_regex(pattern: str) -> Any:
 
 def preflight_file_contains(checks: list[dict[str, Any]]) -> None:
     """Every regex compiled before any task starts: one RE2 cannot match is the suite's
-    mistake, exit 2, not an error in every attempt."""
+    mistake, exit 2, not an error in every attempt. Every bad one is named, not the
+    first alone."""
+    problems = []
     for check in checks:
         if "regex" in check:
-            _file_contains_regex(check["regex"])
+            try:
+                _file_contains_regex(check["regex"])
+            except evalctl.UsageError as exc:
+                problems.append(str(exc))
+    if problems:
+        raise evalctl.UsageError("; ".join(dict.fromkeys(problems)))
 
 
 def _linear(pattern: str) -> Any:
@@ -198,7 +212,10 @@ def _linear(pattern: str) -> Any:
     try:
         return re2.compile(pattern, options)
     except re2.error as exc:
-        raise ValueError(str(exc)) from None
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):  # RE2 says why in bytes: shown as text
+            reason = reason.decode("utf-8", "replace")
+        raise ValueError(str(reason)) from None
 
 
 @functools.cache
