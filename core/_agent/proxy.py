@@ -10,7 +10,10 @@ call goes through the attempt's `ModelCalls`, as the built-in loop's do: the run
 throttle (rate limits), its budget (each turn's spend), and turns, tokens, cache reads and
 writes and cost counted in memory the same way; it is written to the task's ledger exactly
 as the built-in loop writes its turns (the audit trail, never read back). The task's turn
-and cost limits refuse further calls and end the attempt.
+and cost limits refuse further calls and end the attempt (under a cost limit its calls are
+made one at a time, so that each is refused once the spend is over). A request that asks
+the API for more than the model (server tools, MCP servers, data fetched by URL) is refused:
+the socket is the sandbox's only way out, and it leads to the model only.
 """
 
 from __future__ import annotations
@@ -288,6 +291,82 @@ def _unsendable(payload: Mapping[str, Any], headers: Mapping[str, str]) -> str |
     return None
 
 
+# What the model proxy serves is the model, nothing more: a request that would have the
+# API act for the agent beyond answering it is refused. Found by an attacker: server
+# tools (web_fetch, web_search, code execution), `mcp_servers` and a URL an image or
+# document is fetched from made the API reach any address for an agent in a sandbox
+# without network (a way out of it, under the user's key), and server tools are billed
+# apart from tokens, past the cost limit. Tools are allowed by kind, not refused by name,
+# so a server tool added to the API later is refused too.
+#
+# The tools an agent runs itself: its own (a name and an input_schema; no type, or
+# "custom", as Claude Code and the SDKs send them) and the Anthropic-defined client tools,
+# whose schema the API supplies but whose every call the agent carries out, in the sandbox.
+_CLIENT_TOOL_TYPE = re.compile(r"custom|(?:bash|text_editor|computer|memory)_[0-9]{8}")
+# Request fields that have the API connect out or run code for the agent.
+_SERVER_FIELDS = ("mcp_servers", "container")
+# Betas that turn on what acts outside the sandbox (a server tool, MCP servers, the Files
+# API's files of the user's account, containers, skills). A second line only: what they
+# enable is refused by the checks of the request's fields, tools and sources, so this is
+# by name, and a beta of Claude Code's own (context management, thinking, effort, and
+# the ones its next version adds) goes through as it is.
+_SERVER_BETA_PARTS = ("mcp", "web-fetch", "web-search", "code-execution", "files-api",
+                      "skills", "container")
+# The sources an image or document block may hold: its data, in the request. A "url"
+# source is fetched by the API; a "file" source is a file of the user's account.
+_INLINE_SOURCES = ("base64", "text", "content")
+_BLOCKS_WITH_SOURCES = ("image", "document")
+
+
+def _beyond_the_model(payload: Mapping[str, Any], betas: list[str]) -> str | None:
+    """Why a Messages request asks the API for more than a model's answer (to reach the
+    network, run code, read the account's files), or None."""
+    for name in _SERVER_FIELDS:
+        if name in payload:
+            return f"{name} is not served: the API would act outside the sandbox"
+    tools = payload.get("tools")
+    for index, tool in enumerate(tools if isinstance(tools, list) else []):
+        kind = tool.get("type") if isinstance(tool, Mapping) else None
+        if kind is not None and not (isinstance(kind, str) and _CLIENT_TOOL_TYPE.fullmatch(kind)):
+            return f"tools[{index}]: type {str(kind)[:80]!r} is a server tool, not served " \
+                   "(only tools the agent runs itself: a name and an input_schema)"
+    fetched = _fetched_source(payload.get("messages"))
+    if fetched is not None:
+        return fetched
+    for beta in betas:
+        if any(part in beta.lower() for part in _SERVER_BETA_PARTS):
+            return f"anthropic-beta {beta[:80]!r} is not served: it enables server-side " \
+                   "tools or resources"
+    return None
+
+
+def _fetched_source(messages: Any) -> str | None:
+    """Why a message's content names data the API would fetch (an image or document by
+    URL or by file id, a container upload), or None. Walks content blocks, the blocks of
+    tool results and of documents, without recursion (a body may nest deep)."""
+    pending = [message.get("content") for message in messages
+               if isinstance(message, Mapping)] if isinstance(messages, list) else []
+    while pending:
+        blocks = pending.pop()
+        for block in blocks if isinstance(blocks, list) else []:
+            if not isinstance(block, Mapping):
+                continue
+            kind = block.get("type")
+            if kind == "container_upload":
+                return "a container_upload block is not served: it names a file of the " \
+                       "account's"
+            if kind == "tool_result":
+                pending.append(block.get("content"))
+            elif kind in _BLOCKS_WITH_SOURCES and isinstance(block.get("source"), Mapping):
+                source = block["source"]
+                if source.get("type") not in _INLINE_SOURCES:
+                    return f"a {kind} block's source of type " \
+                           f"{str(source.get('type'))[:40]!r} is not served: send its " \
+                           "data in the request (base64 or text)"
+                pending.append(source.get("content"))
+    return None
+
+
 def _shown_model(model: Any) -> str | None:
     """The model a request names, as the ledger records it: text, cut short (an
     attacker's model nested 970 levels deep broke the python grader's reading of the
@@ -330,6 +409,7 @@ class ModelProxy:
         self.stop_error: str | None = None
         self.stopped = asyncio.Event()
         self._over_cost = False
+        self._one_at_a_time = asyncio.Lock()  # the model calls, under a cost limit
         self._unpriced_noted = False
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -419,11 +499,29 @@ class ModelProxy:
             estimate = (len(json.dumps(payload)) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
             return _response(200, json.dumps({"input_tokens": estimate}).encode())
         betas = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
+        beyond = _beyond_the_model(payload, betas)
+        if beyond is not None:
+            # The agent's request, refused as one the service refuses (a 400, and the
+            # attempt goes on), and recorded: it is what an agent trying the way out did.
+            self.ledger.append("request_rejected", error=beyond, via="proxy")
+            return _error(400, "invalid_request_error", f"evalctl model proxy: {beyond}")
         if betas:  # what the agent asked of the API goes with its request
             payload["betas"] = betas
         return await self._messages(payload)
 
     async def _messages(self, body: Mapping[str, Any]) -> bytes:
+        if self.limits.cost is None:
+            return await self._served(body)
+        # A cost limit is checked against what the turns cost, known only once each has
+        # come back: calls in flight together would all be served whatever they add up to
+        # (found by an attacker: 30 calls at once, $1.20 spent under a $0.05 limit). So
+        # under a cost limit one call is made at a time; the next waits for the one before
+        # to be counted, then is refused if the spend is over. (A waiting call is a task
+        # of the proxy's: the agent's end or the attempt's cancels it with the rest.)
+        async with self._one_at_a_time:
+            return await self._served(body)
+
+    async def _served(self, body: Mapping[str, Any]) -> bytes:
         refusal = self._refusal()
         if refusal is not None:
             return _error(403, "permission_error", f"evalctl model proxy: {refusal}")

@@ -176,12 +176,16 @@ class AnthropicProvider:
         if stop == "stop_sequence":
             stop = evalctl.StopReason.END_TURN
         model = response.model or self.model
+        # Server tools (web search, web fetch...) are billed apart from tokens, and the
+        # price table has no rows for them: a turn that used any has no known cost, never
+        # the tokens' alone (an under-count a cost limit would not see).
+        cost = cost_of(model, usage) if server_tool_calls(raw) == 0 else None
         return evalctl.ModelTurn(
             text="\n".join(text_parts),
             tool_calls=calls,
             stop_reason=stop,
             usage=usage,
-            cost=cost_of(model, usage),
+            cost=cost,
             model=model,
             raw_content=raw_content,
         )
@@ -193,6 +197,29 @@ MAX_TOKEN_COUNT = 10_000_000
 # Longer than any model name or tool id the API sends: such a text would be written to
 # the ledger (and an id sent back with every later request) whole.
 MAX_NAME_LENGTH = 256
+
+
+def server_tool_calls(usage: Any) -> int | None:
+    """How many server-side tool calls a response's usage reports (`server_tool_use`:
+    web searches, web fetches, and whatever the API counts there later), 0 when none;
+    None when the counts are not counts, which is as unpriced as any."""
+    used = getattr(usage, "server_tool_use", None)
+    if used is None:
+        return 0
+    # The SDK's object, read as it holds the counts (its fields and any it does not know
+    # yet): serializing it would warn about a count that is not one.
+    counts = used if isinstance(used, Mapping) else \
+        dict(used) if hasattr(type(used), "model_fields") else None
+    if not isinstance(counts, Mapping):
+        return None
+    total = 0
+    for count in counts.values():
+        if count is None:
+            continue
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            return None
+        total += count
+    return total
 
 
 def _unusable(response: Any) -> str | None:
@@ -247,7 +274,8 @@ def forwarded_request(body: Mapping[str, Any], model: str) -> dict[str, Any]:
     model instead of the agent's (both sides of a comparison use the model the run
     names), its `anthropic-beta` values (`betas`) as the SDK's, and every other field of
     the body as it is (`extra_body`), so fields this SDK does not know still reach the
-    API."""
+    API. What would have the API act outside the agent's sandbox (server tools, MCP
+    servers, data by URL) the proxy refused before the request got here."""
     rest = {k: v for k, v in body.items() if k not in ("model", "stream", "betas",
                                                         *FORWARDED_AS_PARAMS)}
     arguments: dict[str, Any] = {"model": model, "max_tokens": body.get("max_tokens", 1024),
