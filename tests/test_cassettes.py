@@ -786,3 +786,98 @@ def test_a_request_nested_past_matching_is_a_replay_mismatch_not_a_crash(tmp_pat
                                                          task=task, attempt=1)))
     assert raised.value.status == "replay_mismatch"
     assert "the recording stopped there: RecursionError" in str(raised.value)
+
+
+def _edited_response(change):
+    """A damage for test_a_response_no_recording_holds_...: the first exchange's
+    response changed by `change` (the request, and so its hash, left as recorded)."""
+    def damage(lines: list[str]) -> list[str]:
+        record = json.loads(lines[1])
+        change(record)
+        return [lines[0], json.dumps(record), *lines[2:]]
+    return damage
+
+
+def _as_error(status):
+    def change(record):
+        del record["response"]
+        record["error"] = {"message": "the provider failed", "status": status}
+    return change
+
+
+@pytest.mark.parametrize("change, expected", [
+    (lambda r: r["response"].update(cost=-1000.0), "the response's cost -1000.0 is not a cost"),
+    (lambda r: r["response"].update(cost=float("nan")), "the response's cost NaN is not a cost"),
+    (lambda r: r["response"].update(cost=float("inf")),
+     "the response's cost Infinity is not a cost"),
+    (lambda r: r["response"].update(cost="0.1"), "the response's cost \"0.1\" is not a cost"),
+    (lambda r: r["response"]["usage"].update(input_tokens=-1_000_000),
+     "the response's usage.input_tokens -1000000 is not a count of tokens"),
+    (lambda r: r["response"]["usage"].update(output_tokens=10**30),
+     f"the response's usage.output_tokens {10**30} is not a count of tokens"),
+    (lambda r: r["response"]["usage"].update(cache_read_tokens=1.5),
+     "the response's usage.cache_read_tokens 1.5 is not a count of tokens"),
+    (_as_error("executor_error"), "the error's status \"executor_error\" is not one a "
+                                  "provider's error carries"),
+    (_as_error("completed"), "the error's status \"completed\" is not one"),
+    (_as_error(7), "the error's status 7 is not one"),
+], ids=["negative-cost", "nan-cost", "infinite-cost", "text-cost", "negative-tokens",
+        "huge-tokens", "fractional-tokens", "executor-error", "agent-status", "number-status"])
+def test_a_response_no_recording_holds_stops_the_replay_before_any_task(
+        recorded, tmp_path, change, expected):
+    """Found by an attacker round: only requests are hashed, so a cassette's responses
+    could be edited at will and replayed as they were: a NaN cost made the report invalid
+    JSON, a negative one kept every cost limit from being reached, and an error recorded
+    as `executor_error` turned the attempt into an error left out of completion. Each is
+    a corrupt cassette, refused at its line before any task."""
+    path = recorded["run_dir"] / ".cassettes" / "first-word.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(_edited_response(change)(lines)) + "\n")
+    result = replay(tmp_path, recorded["suite"], recorded["run_dir"], "corrupt.json")
+    assert result.exit_code == 2, result.output
+    assert f"{path}:2: {expected}" in result.output, result.output
+    assert "a corrupt cassette" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "corrupt.json").exists()
+
+
+def test_every_status_a_recording_holds_reads_and_replays_as_a_provider_error(tmp_path):
+    """What the recorder writes for a failed call still reads: no status (a provider
+    that raised something else), provider_error, a provider's own status; each replays
+    as provider_error, and an unpriced turn (cost null) still replays."""
+    from evalctl._agent.cassette import read_cassettes
+    from evalctl.plugins.providers.replay import ReplayProvider
+
+    path = tmp_path / "t.jsonl"
+    recorder = CassetteRecorder(path, task_id="t", attempt=1)
+    requests = [evalctl.ModelRequest("", [evalctl.UserMessage(f"call {n}")], [],
+                                     task={"id": "t"}, attempt=1) for n in range(4)]
+    recorder.record(requests[0], error="boom")
+    recorder.record(requests[1], error="down", status="provider_error")
+    recorder.record(requests[2], error="script ran out", status="script_error")
+    recorder.record(requests[3], evalctl.ModelTurn(text="ok", cost=None))
+    recorder.close()
+    replay_provider = ReplayProvider("run", read_cassettes(path), None)
+    for request in requests[:3]:
+        with pytest.raises(evalctl.ProviderError) as raised:
+            asyncio.run(replay_provider.complete(request))
+        assert raised.value.status == "provider_error"
+    assert "(recorded as script_error)" in str(raised.value)
+    turn = asyncio.run(replay_provider.complete(requests[3]))
+    assert (turn.text, turn.cost) == ("ok", None)
+
+
+def test_a_cassette_made_in_code_cannot_make_its_attempt_another_kind_of_error():
+    """The replay provider holds a Cassette built without reading a file to the same
+    rule: a failed call replays as provider_error whatever status the exchange says."""
+    from evalctl._agent.cassette import CassetteExchange
+    from evalctl.plugins.providers.replay import ReplayProvider
+
+    request = evalctl.ModelRequest("", [evalctl.UserMessage("hi")], [], task={"id": "t"},
+                                   attempt=1)
+    key = evalctl.Cassette.key(request, None)
+    cassette = evalctl.Cassette(Path("t.jsonl"), "t", 1, exchanges=[CassetteExchange(
+        1, key, evalctl.Cassette.hash_of(key), None, "lost", "executor_error")])
+    with pytest.raises(evalctl.ProviderError) as raised:
+        asyncio.run(ReplayProvider("run", [cassette], None).complete(request))
+    assert raised.value.status == "provider_error"
+    assert "lost (recorded as executor_error)" in str(raised.value)

@@ -210,6 +210,61 @@ def test_malformed_instances_are_reported_at_their_lines_and_nothing_is_written(
     assert not (tmp_path / "out.yaml").exists()
 
 
+def test_a_repo_that_is_not_owner_name_is_refused_at_its_line(tmp_path, instances):
+    """Found by an attacker round: `repo` went into the repo_url template unchecked, so
+    with a mirror's template '../t1/repo' named a repository outside the mirror (here one
+    that exists, so the suite validated). Only owner/name is a repository's name."""
+    outside = tmp_path / "t1" / "repo"
+    outside.mkdir(parents=True)
+    git(outside, "init", "-q", "-b", "main")
+    good = json.loads(instances.read_text())
+    commit(outside, {"calc.py": BUGGY}, "elsewhere")
+    bad_repos = ["../t1/repo", "acme/..", "./calc", "acme/calc/more", "acme", "acme/calc\n",
+                 "acme/c alc", "/abs/path"]
+    lines = [json.dumps({**good, "instance_id": f"i{n}", "repo": repo})
+             for n, repo in enumerate(bad_repos, 1)]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    result = import_cli(tmp_path, "swebench", str(bad), "-o", "out.yaml", "--option",
+                        "repo_url=" + str(tmp_path / "mirror") + "/{repo}")
+    assert result.exit_code == 2, result.output
+    for number, repo in enumerate(bad_repos, 1):
+        assert (f"{bad}:{number}: error: instance 'i{number}': repo {repo!r} is not a "
+                "repository's owner/name") in result.output, result.output
+    assert not (tmp_path / "out.yaml").exists()
+    # An owner/name still imports.
+    fine = tmp_path / "fine.jsonl"
+    fine.write_text(json.dumps({**good, "repo": "acme/calc"}) + "\n")
+    assert import_cli(tmp_path, "swebench", str(fine), "--option",
+                      "repo_url=" + str(tmp_path / "mirror") + "/{repo}").exit_code == 0
+
+
+def test_line_separators_inside_json_strings_do_not_split_an_instance(tmp_path, instances):
+    """Found by an attacker round: the input was split with str.splitlines(), which also
+    splits at U+2028, U+2029 and U+0085, legal raw inside a JSON string, so such an
+    instance was refused as "not JSON" (and the lines after it numbered wrong). Lines
+    end at "\\n", a "\\r" before it dropped."""
+    good = json.loads(instances.read_text())
+    first = {**good, "problem_statement": "add() subtracts\u2028badly.\u2029Fix\u0085it.\n"}
+    second = {**good, "instance_id": "acme__calc-2", "problem_statement": "Again\u2028."}
+    text = (json.dumps(first, ensure_ascii=False) + "\r\n\n"
+            + json.dumps(second, ensure_ascii=False) + "\r\n")
+    seps = tmp_path / "seps.jsonl"
+    seps.write_text(text + "{not json\n", encoding="utf-8", newline="")
+    mirror = "repo_url=" + str(tmp_path / "mirror") + "/{repo}"
+    refused = import_cli(tmp_path, "swebench", str(seps), "--option", mirror)
+    assert refused.exit_code == 2
+    # The one bad line, at its own number: the instances before it were read whole.
+    assert refused.output.count("error:") == 1, refused.output
+    assert f"{seps}:4: error: not JSON" in refused.output
+    seps.write_text(text, encoding="utf-8", newline="")
+    made = import_cli(tmp_path, "swebench", str(seps), "--option", mirror)
+    assert made.exit_code == 0, made.output
+    tasks = parse(made.output, "stdout").data["tasks"]
+    assert [t["prompt"] for t in tasks] == ["add() subtracts\u2028badly.\u2029Fix\u0085it.\n",
+                                            "Again\u2028.\n"]
+
+
 def test_a_suite_the_schema_refuses_is_reported_at_the_instance_line(tmp_path, instances):
     """The importer's output is validated like any suite: here the repository the URL
     template names does not exist, found at validation (a local path)."""

@@ -296,6 +296,135 @@ def test_an_archive_link_that_leads_out_is_refused(tmp_path):
     assert "member 'up' is a link that leads outside the workspace (../../x)" in result.output
 
 
+def make_zip(path: Path, members: dict[str, str], links: dict[str, str]) -> Path:
+    """A zip of files and links (a link is a member whose mode says so, its target the
+    content), in the order given: files first."""
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, content in members.items():
+            archive.writestr(name, content)
+        for name, target in links.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o120777 << 16)
+            archive.writestr(info, target)
+    return path
+
+
+def chain_out_of(secret: Path, depth: int = 40) -> dict[str, str]:
+    """Found by an attacker round: links each harmless by its text, out of the workspace
+    together. l1 goes back to the top (inside); l2 goes into l1 and up depth+1 times,
+    which by its text alone ends inside again, but from the top goes past the root of
+    the file system, then down to `secret`; esc leads to l2."""
+    deep = "/".join(f"d{n}" for n in range(depth))
+    return {f"{deep}/l1": "../" * depth,
+            f"{deep}/l2": "l1/" + "../" * (depth + 1) + str(secret).lstrip("/"),
+            "esc": f"{deep}/l2"}
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar"])
+def test_a_chain_of_links_that_leads_out_is_refused_whole(tmp_path, kind):
+    from evalctl._sources.archive import unpack
+    from evalctl._sources.git import SourceError
+
+    secret = tmp_path / "secretdir"
+    secret.mkdir()
+    (secret / "secret.txt").write_text("host file\n")
+    name = f"chain.{'zip' if kind == 'zip' else 'tar.gz'}"
+    links = chain_out_of(secret)
+    if kind == "zip":
+        make_zip(tmp_path / name, {"calc.py": BUGGY}, links)
+    else:
+        make_tar(tmp_path / name, {"calc.py": BUGGY}, links)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(dir_task("archive", name))
+    result = CliRunner().invoke(cli, ["validate", str(suite)])
+    assert result.exit_code == 2, result.output
+    assert "member 'esc' is a link that leads outside the workspace" in result.output
+    assert "above the workspace" in result.output
+    target = tmp_path / "ws"
+    target.mkdir()
+    with pytest.raises(SourceError, match="member 'esc' is a link that leads outside"):
+        unpack(tmp_path / name, target)
+    assert list(target.iterdir()) == []  # nothing unpacked
+
+
+def test_links_that_stay_inside_through_other_links_are_unpacked(tmp_path):
+    from evalctl._sources.archive import unpack
+
+    deep = "/".join(f"d{n}" for n in range(5))
+    links = {f"{deep}/top": "../" * 5, f"{deep}/calc": "top/calc.py",
+             "up": f"{deep}/top/{deep}/../d4", "missing": "nowhere/../calc.py"}
+    make_zip(tmp_path / "ok.zip", {"calc.py": BUGGY, f"{deep}/keep.txt": "x"}, links)
+    target = tmp_path / "ws"
+    target.mkdir()
+    unpack(tmp_path / "ok.zip", target)
+    assert (target / deep / "calc").read_text() == BUGGY
+    assert (target / "up" / "keep.txt").read_text() == "x"
+
+
+@pytest.mark.parametrize("members, links, expected", [
+    ({}, {"a": "b", "b": "a"}, "member 'a' is a link that cannot be resolved (b): a loop"),
+    ({}, {"self": "self/x"}, "member 'self' is a link that cannot be resolved"),
+    ({"lib/x.py": "x"}, {"lib": "."}, "member 'lib' is a link and also another member"),
+    ({}, {"in": "sub", "in/x": "../../.."}, "member 'in/x' is inside 'in', a link"),
+    ({}, {"top": "..", "deep/up": "../top/x"},
+     "member 'top' is a link that leads outside the workspace (..): above the workspace"),
+    ({}, {"abs": "/etc", "via": "abs/passwd"},
+     "member 'via' is a link that leads outside the workspace (abs/passwd): to an "
+     "absolute path through /etc"),
+    ({}, {"long": "a/" * 2100}, "member 'long' is a link with no usable target"),
+], ids=["loop", "self-loop", "link-and-directory", "member-inside-a-link", "through-up",
+        "through-absolute", "long-target"])
+def test_links_the_archive_tree_cannot_hold_are_refused(tmp_path, members, links,
+                                                        expected):
+    make_zip(tmp_path / "bad.zip", {"calc.py": BUGGY, **members}, links)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(dir_task("archive", "bad.zip"))
+    result = CliRunner().invoke(cli, ["validate", str(suite)])
+    assert result.exit_code == 2, result.output
+    assert expected in result.output, result.output
+
+
+def test_a_tar_hard_link_to_a_link_is_refused(tmp_path):
+    """A hard link to a link is the link's text at another place: `d/l -> ../x` is
+    inside from d, and outside from the top, where the hard link `h` puts it."""
+    with tarfile.open(tmp_path / "hard.tar.gz", "w:gz") as archive:
+        code = tarfile.TarInfo("calc.py")
+        code.size = len(BUGGY)
+        archive.addfile(code, io.BytesIO(BUGGY.encode()))
+        link = tarfile.TarInfo("d/l")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "../x"
+        archive.addfile(link)
+        hard = tarfile.TarInfo("h")
+        hard.type = tarfile.LNKTYPE
+        hard.linkname = "d/l"
+        archive.addfile(hard)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(dir_task("archive", "hard.tar.gz"))
+    result = CliRunner().invoke(cli, ["validate", str(suite)])
+    assert result.exit_code == 2, result.output
+    assert "member 'h' is a hard link to d/l, a link or inside one" in result.output
+
+
+def test_an_unpacked_link_that_leads_out_on_disk_is_refused_and_removed(tmp_path,
+                                                                        monkeypatch):
+    """The second check: whatever the tree said, every link unpacked is resolved again
+    on disk inside the workspace, and a source with one that leads out is removed
+    whole."""
+    from evalctl._sources import archive as archive_module
+    from evalctl._sources.git import SourceError
+
+    make_zip(tmp_path / "out.zip", {"calc.py": BUGGY, "dir/x.txt": "x"}, {"out": "../.."})
+    monkeypatch.setattr(archive_module, "archive_problems", lambda path, strip=0: [])
+    target = tmp_path / "ws"
+    target.mkdir()
+    with pytest.raises(SourceError, match="member 'out' is a link that leads outside the "
+                                          "workspace once unpacked"):
+        archive_module.unpack(tmp_path / "out.zip", target)
+    assert list(target.iterdir()) == []
+    assert (tmp_path / "out.zip").is_file()  # what the link led to is untouched
+
+
 # --- setup ---------------------------------------------------------------------------
 
 SETUP_TASK = """\

@@ -27,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._agent.ledger import Ledger
-from evalctl._errors import UsageError
+from evalctl._errors import RequestRejected, UsageError
 from evalctl._plugin.types import (
     AssistantMessage,
+    ExitStatus,
     ModelRequest,
     ModelTurn,
     TokenUsage,
@@ -390,6 +391,55 @@ class Cassette:
     first_difference = staticmethod(first_difference)
 
 
+# What a recorded response may say it counted and cost. A cassette is a file anyone can
+# edit without breaking a request hash (only requests are hashed), and the replay hands
+# its turns to the run as they are: a negative cost would keep any cost limit from being
+# reached, NaN makes the report invalid JSON, 10**30 tokens an absurd total. The token
+# bound is the anthropic provider's (MAX_TOKEN_COUNT there: ten times the largest
+# context window); the cost bound the scripted provider's for a declared cost (two
+# turns of 1e308 summed to an infinity in the report).
+MAX_TOKEN_COUNT = 10_000_000
+MAX_TURN_COST = 1_000_000
+# The statuses a recording can hold for a failed call: RequestRejected.RECORDED, a
+# ProviderError's status (provider_error, or a provider's own, replayed as
+# provider_error), or none (a provider that raised something else). evalctl's other
+# exit statuses are never a provider's to carry: replayed, `executor_error` or
+# `setup_error` would turn the attempt into an error left out of every rate.
+NOT_RECORDED_STATUSES = frozenset(
+    (ExitStatus.ERRORS | ExitStatus.AGENT) - {ExitStatus.PROVIDER_ERROR})
+
+
+def _response_problem(record: Mapping[str, Any]) -> str | None:
+    """Why an exchange's response (or error) is not one a recording holds, or None."""
+    if "response" not in record:
+        error = record["error"]
+        if not isinstance(error, Mapping):
+            return "the error is not an object"
+        status = error.get("status")
+        if status is None or status == RequestRejected.RECORDED:
+            return None
+        if not isinstance(status, str) or status in NOT_RECORDED_STATUSES:
+            return (f"the error's status {_short(status)} is not one a provider's error "
+                    "carries")
+        return None
+    response = record["response"]
+    cost = response.get("cost")
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)
+                             or not 0 <= cost <= MAX_TURN_COST):  # NaN fails both tests
+        return f"the response's cost {_short(cost)} is not a cost in USD (0 to " \
+               f"{MAX_TURN_COST:,})"
+    usage = response.get("usage") or {}
+    if not isinstance(usage, Mapping):
+        return "the response's usage is not an object"
+    for name in TokenUsage().to_dict():
+        count = usage.get(name, 0)
+        if isinstance(count, bool) or not isinstance(count, int) or \
+                not 0 <= count <= MAX_TOKEN_COUNT:
+            return f"the response's usage.{name} {_short(count)} is not a count of " \
+                   f"tokens (0 to {MAX_TOKEN_COUNT:,})"
+    return None
+
+
 def _problem(path: Path, line: int, message: str) -> UsageError:
     return UsageError(f"{path}:{line}: {message} (a corrupt cassette: record the run again)")
 
@@ -434,12 +484,15 @@ def read_cassette(path: Path) -> Cassette:
             turn = turn_from_dict(record["response"]) if "response" in record else None
             error = None if turn is not None else record["error"]
             matches = key_hash(key) == record.get("request_hash")
+            problem = _response_problem(record)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError,
                 RecursionError) as exc:
             raise _problem(path, number, f"a malformed exchange ({type(exc).__name__}: "
                                          f"{exc})") from None
         if not matches:
             raise _problem(path, number, "the request does not match its request_hash")
+        if problem is not None:
+            raise _problem(path, number, problem)
         keys.append(key)
         cassette.exchanges.append(CassetteExchange(
             len(keys), key, str(record["request_hash"]), turn,

@@ -22,6 +22,11 @@ import evalctl
 REPO_URL = "https://github.com/{repo}.git"
 TASK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 COMMIT = r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$"
+# An instance's repo is GitHub's owner/name: it is put into the repo_url template, and
+# anything else ('../t1/repo', a third part) would make a local mirror's template
+# (/mirrors/{repo}) name a repository outside the mirror. Used with fullmatch: `$`
+# would let a "\n" after it through.
+REPO = re.compile(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+")
 GOLD_PATCH_FILE = ".evalctl-reference.patch"
 
 TEST_IDS = {"oneOf": [{"type": "array", "items": {"type": "string", "minLength": 1}},
@@ -98,8 +103,13 @@ def _instance_problems(instance: Any) -> list[str]:
                             "hexadecimal digits)")
         else:
             problems.append(f"{where or 'instance'}: {error.message}")
+    repo = instance.get("repo")
+    if isinstance(repo, str) and repo and (
+            not REPO.fullmatch(repo) or any(part in (".", "..") for part in repo.split("/"))):
+        problems.append(f"repo {repo!r} is not a repository's owner/name (letters, digits, "
+                        "'.', '_' and '-', neither part '.' or '..')")
     instance_id = instance.get("instance_id")
-    if isinstance(instance_id, str) and instance_id and not TASK_ID.match(instance_id):
+    if isinstance(instance_id, str) and instance_id and not TASK_ID.fullmatch(instance_id):
         problems.append(f"instance_id {instance_id!r} cannot name a task (letters, digits, "
                         "'.', '_' and '-', starting with a letter or digit)")
     return problems
@@ -150,7 +160,11 @@ def read_instances(path: Path, options: dict[str, Any]) -> evalctl.ImportedSuite
         suite.problems.append(evalctl.ImportProblem(1, "a JSON array: expected JSON Lines, "
                                                        "one instance a line"))
         return suite
-    for number, line in enumerate(text.splitlines(), 1):
+    # JSON Lines end at "\n" (or "\r\n") alone: splitlines() would also split at
+    # U+2028, U+2029 and U+0085, which JSON allows raw inside a string (a problem
+    # statement copied from a web page), and refuse the instance's halves as not JSON.
+    for number, line in enumerate(text.split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:

@@ -91,8 +91,11 @@ class ReplayProvider:
         if exchange.turn is None:  # the recorded call failed: it fails the same way
             if exchange.status == evalctl.RequestRejected.RECORDED:
                 raise evalctl.RequestRejected(exchange.error)
-            status = exchange.status if exchange.status in evalctl.ExitStatus.ERRORS else \
-                evalctl.ExitStatus.PROVIDER_ERROR
+            # Always provider_error: a provider's own status is replayed as evalctl's,
+            # and no recording may make its attempt another kind of error (reading a
+            # cassette refuses `executor_error` and the like; a Cassette made in code
+            # is held to the same here).
+            status = evalctl.ExitStatus.PROVIDER_ERROR
             recorded = f" (recorded as {exchange.status})" if exchange.status != status and \
                 exchange.status else ""
             raise evalctl.ProviderError(f"{exchange.error}{recorded}", status=status)
