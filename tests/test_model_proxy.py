@@ -60,14 +60,19 @@ def second(first_reply: Any) -> list[dict[str, Any]]:
 
 
 class Harness:
+    """A ModelProxy for one attempt (the scripted provider unless one is given), and SDK
+    clients that talk to it over its socket."""
+
     def __init__(self, tmp_path: Path, script: list[dict[str, Any]], turns: int = 10,
-                 cost: float | None = None):
+                 cost: float | None = None, *, provider: Any = None,
+                 prompt: str = "Write hello.txt"):
         self.ledger_path = tmp_path / "ledger.jsonl"
         self.ledger = Ledger(self.ledger_path)
         self.socket = tmp_path / SOCKET_NAME
-        self.proxy = ModelProxy(ScriptedProvider(), self.ledger, AgentLimits(turns, 60, cost),
-                                {"id": "t", "prompt": "Write hello.txt",
-                                 "agent_script": script}, self.socket)
+        self.proxy = ModelProxy(provider or ScriptedProvider(), self.ledger,
+                                AgentLimits(turns, 60, cost),
+                                {"id": "t", "prompt": prompt, "agent_script": script},
+                                self.socket)
 
     def client(self, token: str | None = None, via: Path | None = None
                ) -> anthropic.AsyncAnthropic:

@@ -23,15 +23,15 @@ try:  # the HTTP client the installed anthropic SDK is built on
 except ImportError:  # older SDKs
     import httpx  # type: ignore[no-redef]
 
-from evalctl._agent.ledger import Ledger, read_events
-from evalctl._agent.proxy import SOCKET_NAME, ModelProxy, to_sse
+from evalctl._agent.proxy import to_sse
 from evalctl._agent.throttle import ModelCalls
-from evalctl._plugin.types import AgentLimits, ModelRequest, ModelTurn, TokenUsage, UserMessage
+from evalctl._plugin.types import ModelRequest, ModelTurn, TokenUsage, UserMessage
 from evalctl.plugins.providers.anthropic import AnthropicProvider, server_tool_calls
 from evalctl.plugins.providers.scripted import ScriptedProvider
 from evalctl.testing import run_suite
 
 from .messages_server import MessagesServer, text_block
+from .test_model_proxy import Harness
 
 FIRST = [{"role": "user", "content": "Write hello.txt"}]
 OWN_TOOL = {"name": "Write", "description": "Write a file.", "input_schema": {
@@ -44,37 +44,21 @@ CLAUDE_CODE_BETAS = ("claude-code-20250219,interleaved-thinking-2025-05-14,"
                      "effort-2025-11-24")
 
 
-class Proxied:
-    """A ModelProxy for one attempt, and SDK clients that talk to it over its socket."""
+class Proxied(Harness):
+    """test_model_proxy's harness around any provider, with clients that may hold many
+    connections at once."""
 
     def __init__(self, tmp_path: Path, provider: Any, *, turns: int = 50,
                  cost: float | None = None, script: list[dict[str, Any]] | None = None):
-        self.ledger_path = tmp_path / "ledger.jsonl"
-        self.ledger = Ledger(self.ledger_path)
-        self.socket = tmp_path / SOCKET_NAME
-        self.proxy = ModelProxy(provider, self.ledger, AgentLimits(turns, 60, cost),
-                                {"id": "t", "prompt": "p", "agent_script": script or []},
-                                self.socket)
+        super().__init__(tmp_path, script or [], turns, cost, provider=provider, prompt="p")
 
-    def client(self) -> anthropic.AsyncAnthropic:
-        transport = httpx.AsyncHTTPTransport(uds=str(self.socket))
+    def client(self, token: str | None = None, via: Path | None = None
+               ) -> anthropic.AsyncAnthropic:
+        transport = httpx.AsyncHTTPTransport(uds=str(via or self.socket))
         return anthropic.AsyncAnthropic(
-            api_key=self.proxy.token, base_url="http://evalctl-proxy", max_retries=0,
+            api_key=token or self.proxy.token, base_url="http://evalctl-proxy", max_retries=0,
             http_client=httpx.AsyncClient(transport=transport,
                                           limits=httpx.Limits(max_connections=64)))
-
-    def run(self, body: Any) -> Any:
-        async def main() -> Any:
-            await self.proxy.start()
-            try:
-                return await body(self)
-            finally:
-                await self.proxy.close()
-                self.ledger.close()
-        return asyncio.run(main())
-
-    def events(self, kind: str) -> list[dict[str, Any]]:
-        return [e for e in read_events(self.ledger_path) if e["event"] == kind]
 
 
 # --------------------------------------------------------------------------- F3: the way out
