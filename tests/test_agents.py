@@ -355,6 +355,21 @@ def test_the_cost_limit_ends_a_cli_agent_with_cost_limit():
     assert "limit $0.5" in task.error
 
 
+def test_a_cli_agent_whose_last_call_went_over_the_cost_limit_ends_cost_limit(tmp_path):
+    """Found by an attacker round: an agent whose last call went over the limit, and
+    which then exited on its own, was `completed` with no limit in its ledger; the built-
+    in loop ends such an attempt `cost_limit`, and so does a CLI agent now."""
+    suite = WRITE_HELLO.replace("      seconds: 60", "      seconds: 60\n      cost: 0.5") \
+        .replace("          output_tokens: 5", "          output_tokens: 5\n        cost: 0.75")
+    run = run_suite(suite, sandbox="local", agent="command", agent_options=sdk_options(),
+                    out_dir=tmp_path / "out")
+    task = run.tasks[0]
+    assert (task.exit_status, task.turns, task.cost) == ("cost_limit", 2, 0.75), task.error
+    assert "limit $0.5" in task.error
+    limits = [e for e in read_events(Path(task.ledger)) if e["event"] == "limit"]
+    assert [(e["limit"], e["spent"]) for e in limits] == [("cost", 0.75)]
+
+
 def test_a_script_for_the_built_in_tools_is_a_clear_error_for_a_cli_agent():
     suite = WRITE_HELLO.replace("agent_script:", "script:").replace("tool: save",
                                                                     "tool: write_file") \

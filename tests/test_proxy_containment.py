@@ -100,6 +100,11 @@ WAYS_OUT: list[tuple[dict[str, Any], dict[str, str]]] = [
                                       "content": [{"type": "document", "source": {
                                           "type": "file", "file_id": "file_011"}}]}]}]},
      {}),
+    # Found by the round that followed: shapes the checks passed over.
+    ({"extra_body": {"tools": {"type": "web_search_20250305", "name": "web_search"}}}, {}),
+    ({"extra_body": {"system": [{"type": "text", "text": "be brief"}, {
+        "type": "document", "source": {"type": "url", "url": "https://example.invalid/x"}}]}},
+     {}),
 ]
 
 
@@ -146,6 +151,7 @@ def test_requests_that_would_have_the_api_act_outside_the_sandbox_are_refused(tm
     assert "web_fetch_20250910" in refusals[0] and "mcp_servers" in refusals[5]
     assert "mcp-client-2025-11-20" in refusals[8] and "'url'" in refusals[10]
     assert "'file'" in refusals[11]
+    assert "tools not given as a list" in refusals[12] and "'url'" in refusals[13]
     assert own.content[0].text == "Done." and streamed.content[0].text == "Done."
     # Only the two served requests reached the API, with Claude Code's betas and fields.
     assert len(server.requests) == 2
@@ -195,6 +201,46 @@ def test_a_turn_that_used_server_tools_has_no_known_cost_never_the_tokens_alone(
     assert searched.cost is None and garbled.cost is None
     assert none_used.cost == pytest.approx(tokens_only) == absent.cost
     assert searched.usage == TokenUsage(1000, 50)  # the tokens are still counted
+
+
+def test_a_turn_billed_at_rates_the_table_lacks_has_no_known_cost():
+    """Found by an attacker round: a proxied agent's hour-long cache writes (and fast
+    mode, a long-context beta, another tier) were priced at the standard rates, under
+    its cost limit. Such a turn is unpriced, from what its usage says or its request
+    asked for."""
+    def reply(streamed: bool = True, **usage: Any) -> tuple[int, dict[str, str], bytes]:
+        status, headers, body = usage_message()
+        data = json.loads(body)
+        data["usage"].update(usage)
+        if streamed:  # a proxied request is forwarded streaming
+            return 200, {"content-type": "text/event-stream"}, to_sse(data)
+        return status, headers, json.dumps(data).encode()
+
+    hour = {"role": "user", "content": [{"type": "text", "text": "hi",
+                                         "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}
+    plain = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    asked = [(reply(False, cache_creation={"ephemeral_1h_input_tokens": 100_000,
+                                           "ephemeral_5m_input_tokens": 0}), None),
+             (reply(False, service_tier="priority"), None),
+             (reply(), {**plain, "messages": [hour]}),
+             (reply(), {**plain, "speed": "fast"}),
+             (reply(), {**plain, "betas": ["context-1m-2025-08-07"]}),
+             (reply(service_tier="standard"), plain)]
+    with MessagesServer() as server:
+        server.replies += [answer for answer, _ in asked]
+        provider = AnthropicProvider(
+            anthropic.AsyncAnthropic(api_key="sk-test-real-key", base_url=server.url,
+                                     max_retries=0), "claude-haiku-4-5", 1024)
+
+        async def ask() -> list[ModelTurn]:
+            turns = [await provider.complete(ModelRequest(
+                "", [UserMessage("hi")], [], api_request=body)) for _, body in asked]
+            await provider.aclose()
+            return turns
+
+        turns = asyncio.run(ask())
+    assert [turn.cost for turn in turns[:-1]] == [None] * 5
+    assert turns[-1].cost == pytest.approx((1000 * 1.0 + 50 * 5.0) / 1e6)
 
 
 def test_server_tool_calls_counts_every_kind_and_distrusts_what_is_not_a_count():
@@ -312,6 +358,33 @@ def test_calls_waiting_their_turn_end_with_the_attempt(tmp_path):
     closed, answers = asyncio.run(main())
     assert closed < 5 and provider.calls == 1
     assert all(isinstance(a, anthropic.APIError) for a in answers), answers
+
+
+def test_calls_out_when_the_attempt_ends_make_its_cost_unknown_not_zero(tmp_path):
+    """Found by an attacker round: calls in flight when a CLI agent exited were cancelled
+    and never counted (30 calls sent upstream, the attempt reported $0 and the budget
+    nothing). A call abandoned while out makes the attempt's cost unknown, recorded."""
+    provider = Counting(-1)  # never answers: the call is out when the attempt ends
+    proxied = Proxied(tmp_path, provider, turns=50)
+    charged: list[Any] = []
+    proxied.proxy.model_calls.on_spend = lambda usage, cost: charged.append(cost)
+
+    async def main() -> None:
+        await proxied.proxy.start()
+        calls = asyncio.ensure_future(all_at_once(proxied.client(), 3))
+        for _ in range(200):
+            if provider.calls == 3:
+                break
+            await asyncio.sleep(0.02)
+        await asyncio.wait_for(proxied.proxy.close(), 5)
+        await asyncio.wait_for(calls, 5)
+        proxied.ledger.close()
+
+    asyncio.run(main())
+    assert provider.calls == 3
+    assert proxied.proxy.model_calls.cost is None and proxied.proxy.cost is None
+    assert charged == [None, None, None]  # the run's budget hears of them, unpriced
+    assert len(proxied.events("model_call_abandoned")) == 3
 
 
 AGENT = textwrap.dedent("""\

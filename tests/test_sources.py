@@ -650,6 +650,31 @@ def test_a_patch_cannot_copy_a_host_file_through_a_link_in_the_repository(tmp_pa
                 or b"TOP-SECRET" in p.read_bytes()] == []
 
 
+@pytest.mark.parametrize("target", ["/proc/self/environ", "/dev/zero", "calc.py"])
+def test_a_patch_that_makes_a_link_is_refused_not_read_through(tmp_path, project,
+                                                               monkeypatch, target):
+    """Found by an attacker round: a verify_patch creating `leak.txt -> /proc/self/environ`
+    (new file mode 120000) had its result read through the link: evalctl's environment
+    (the API key) went into the workspace and a check's detail in the report; a link to
+    /dev/zero read without end. A patch's results are read as regular files only."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-FAKE-MARKER-5678")
+    repo, base, _ = project
+    patch = (f"diff --git a/leak.txt b/leak.txt\nnew file mode 120000\n--- /dev/null\n"
+             f"+++ b/leak.txt\n@@ -0,0 +1 @@\n+{target}\n\\ No newline at end of file\n")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"- id: leak\n  prompt: Nothing.\n  source:\n    git: calc\n"
+                     f"    rev: {base}\n  verify_patch: |\n{indented(patch, 4)}"
+                     "  checks:\n    - type: command\n      command: cat leak.txt\n"
+                     "  script:\n    - text: Done.\n")
+    run = evalctl.testing.run_suite(suite, out_dir=tmp_path / "out", sandbox="local")
+    task = run.tasks[0]
+    assert (task.status, task.exit_status) == ("error", "setup_error"), task.checks
+    assert "verify_patch: leak.txt is not a UTF-8 text file after the patch (a link" in \
+        task.error
+    files = [p for p in Path(run.run_directory).rglob("*") if p.is_file() and not p.is_symlink()]
+    assert [p for p in files if b"FAKE-MARKER" in p.read_bytes()] == []
+
+
 def test_a_patch_that_leaves_the_workspace_is_refused_at_its_line(tmp_path, project):
     repo, base, _ = project
     suite = tmp_path / "suite.yaml"

@@ -40,6 +40,7 @@ from evalctl._plugin.types import (
     Message,
     ModelRequest,
     ModelTurn,
+    TokenUsage,
     ToolCall,
     ToolDefinition,
     ToolResult,
@@ -325,12 +326,17 @@ def _beyond_the_model(payload: Mapping[str, Any], betas: list[str]) -> str | Non
         if name in payload:
             return f"{name} is not served: the API would act outside the sandbox"
     tools = payload.get("tools")
-    for index, tool in enumerate(tools if isinstance(tools, list) else []):
+    if tools is not None and not isinstance(tools, list):  # not read as the API reads it
+        return "tools not given as a list are not served"
+    for index, tool in enumerate(tools or []):
         kind = tool.get("type") if isinstance(tool, Mapping) else None
         if kind is not None and not (isinstance(kind, str) and _CLIENT_TOOL_TYPE.fullmatch(kind)):
             return f"tools[{index}]: type {str(kind)[:80]!r} is a server tool, not served " \
                    "(only tools the agent runs itself: a name and an input_schema)"
-    fetched = _fetched_source(payload.get("messages"))
+    messages, system = payload.get("messages"), payload.get("system")
+    # The system prompt's blocks are looked at as a message's content is.
+    fetched = _fetched_source((messages if isinstance(messages, list) else []) +
+                              ([{"content": system}] if isinstance(system, list) else []))
     if fetched is not None:
         return fetched
     for beta in betas:
@@ -530,6 +536,17 @@ class ModelProxy:
         number = self.calls
         try:
             turn: ModelTurn = await self.model_calls.complete(request)
+        except asyncio.CancelledError:
+            # The agent ended (or the attempt did) while this call was out: the service
+            # may have answered it and billed it, and nothing came back to count. The
+            # attempt's cost is unknown from here, never a silent $0 (found by an attacker
+            # round: 30 calls in flight at the agent's exit were counted as none).
+            self.ledger.append("model_call_abandoned", turn=number, via="proxy")
+            self.model_calls.cost = None
+            self.cost = None
+            if self.model_calls.on_spend is not None:
+                self.model_calls.on_spend(TokenUsage(), None)
+            raise
         except RequestRejected as exc:
             # The agent's own request: it hears the refusal, as from the API, and goes on.
             self.ledger.append("request_rejected", error=str(exc), via="proxy")
@@ -580,6 +597,15 @@ class ModelProxy:
                        f"no final answer after {self.limits.turns} turns")
             return f"the task's turn limit ({self.limits.turns}) is reached"
         return None
+
+    def end_over_cost(self) -> bool:
+        """At the agent's end: whether its last call went over the cost limit (it ended
+        before another was refused), recorded and made the attempt's status, as the
+        built-in loop's is when its last turn goes over."""
+        if not self._over_cost or self.stop_status is not None:
+            return False
+        self._refusal()  # records the limit and stops, as the next call would have
+        return self.stop_status == ExitStatus.COST_LIMIT
 
     def _watch_cost(self) -> None:
         limit = self.limits.cost

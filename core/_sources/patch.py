@@ -11,12 +11,13 @@ path that leaves the workspace is refused when the suite is loaded, and again by
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
 
-from evalctl._files import ConfinementError, resolve_inside
+from evalctl._files import ConfinementError, open_confined, resolve_inside
 from evalctl._sources.git import SourceError, _failed, _neutral_environment, git
 
 _HEADER = re.compile(r"^(?:--- |\+\+\+ )(.*?)(?:\t.*)?$")
@@ -70,9 +71,14 @@ def patch_problems(patch: str) -> list[str]:
     if not paths:
         return ["it touches no file: expected a unified diff (git diff output) with "
                 "'--- a/PATH' and '+++ b/PATH' lines"]
-    return [f"{path!r} leaves the workspace (an absolute path or '..')" for path in paths
-            if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts
-            or "\\" in path]
+    problems = [f"{path!r} leaves the workspace (an absolute path or '..')" for path in paths
+                if PurePosixPath(path).is_absolute() or ".." in PurePosixPath(path).parts
+                or "\\" in path]
+    # A repository's own directory is not a task's file: a patch that wrote .git/config
+    # or a hook would plant a command git runs on the host.
+    problems += [f"{path!r} is inside a repository's .git directory" for path in paths
+                 if ".git" in PurePosixPath(path).parts]
+    return problems
 
 
 def _inside(seed: Path, relative: str) -> Path:
@@ -113,15 +119,39 @@ def patched_files(seed: Path, patch: str) -> dict[str, str | None]:
         done = git(["apply", "--whitespace=nowarn", str(change)], cwd=scratch, env=env)
         if done.returncode != 0:
             raise SourceError(f"verify_patch does not apply to the source: {_failed(done)}")
-        result: dict[str, str | None] = {}
-        for relative in paths:
-            produced = scratch / relative
-            if not produced.exists():
-                result[relative] = None
-                continue
-            try:
-                result[relative] = produced.read_text(encoding="utf-8")
-            except (UnicodeDecodeError, IsADirectoryError):
-                raise SourceError(f"verify_patch: {relative} is not a UTF-8 text file after "
-                                  "the patch; verify files are text") from None
-        return result
+        return {relative: _produced(scratch, relative) for relative in paths}
+
+
+# The most a verify file may hold: the patch's result is read whole.
+MAX_PRODUCED_BYTES = 32 * 1024 * 1024
+
+
+def _produced(scratch: Path, relative: str) -> str | None:
+    """What the patch left at `relative` (None: nothing, it deleted it), read as a
+    regular file of the scratch tree and never through a link: a patch may make one
+    (`new file mode 120000`), and one to /proc/self/environ put evalctl's environment
+    (its API key) into the workspace and the report, one to /dev/zero read without end
+    (found by an attacker round)."""
+    not_text = SourceError(f"verify_patch: {relative} is not a UTF-8 text file after the "
+                           "patch (a link, a directory, or binary); verify files are text")
+    if not os.path.lexists(scratch / relative):
+        return None
+    try:
+        fd = open_confined(scratch, relative)
+    except (ConfinementError, OSError):  # a link out, a directory, a special file
+        raise not_text from None
+    try:
+        if os.path.islink(scratch / relative):
+            raise not_text
+        data = os.read(fd, MAX_PRODUCED_BYTES + 1)
+        while len(data) <= MAX_PRODUCED_BYTES and (more := os.read(fd, 1 << 20)):
+            data += more
+    finally:
+        os.close(fd)
+    if len(data) > MAX_PRODUCED_BYTES:
+        raise SourceError(f"verify_patch: {relative} holds more than "
+                          f"{MAX_PRODUCED_BYTES // 2**20} MB after the patch")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise not_text from None

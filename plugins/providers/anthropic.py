@@ -6,6 +6,7 @@ The SDK is imported when a provider is created, never at plugin load, so
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -179,7 +180,10 @@ class AnthropicProvider:
         # Server tools (web search, web fetch...) are billed apart from tokens, and the
         # price table has no rows for them: a turn that used any has no known cost, never
         # the tokens' alone (an under-count a cost limit would not see).
-        cost = cost_of(model, usage) if server_tool_calls(raw) == 0 else None
+        # Likewise a turn billed at rates the table does not hold (an hour's cache write,
+        # a priority or fast tier, a long-context beta a proxied agent asked for).
+        cost = cost_of(model, usage) if server_tool_calls(raw) == 0 and \
+            not _priced_apart(request.api_request, raw) else None
         return evalctl.ModelTurn(
             text="\n".join(text_parts),
             tool_calls=calls,
@@ -197,6 +201,39 @@ MAX_TOKEN_COUNT = 10_000_000
 # Longer than any model name or tool id the API sends: such a text would be written to
 # the ledger (and an id sent back with every later request) whole.
 MAX_NAME_LENGTH = 256
+
+
+# Betas and request fields that bill a call at other rates than the price table's
+# (found by an attacker round: a proxied agent's hour-long cache writes and fast mode were
+# priced at the standard rates, under its cost limit).
+_PRICED_APART_BETAS = ("context-1m", "fast-mode")
+_PRICED_APART_FIELDS = ("speed", "service_tier", "inference_geo")
+
+
+def _priced_apart(body: Mapping[str, Any] | None, usage: Any) -> bool:
+    """Whether a turn was billed at rates the price table does not hold: its usage says
+    so (cache writes kept an hour, a tier other than standard), or a proxied request
+    asked for it (a field or beta that changes the rate)."""
+    creation = getattr(usage, "cache_creation", None)
+    hour = getattr(creation, "ephemeral_1h_input_tokens", None) if creation is not None \
+        else None
+    if hour:
+        return True
+    tier = getattr(usage, "service_tier", None)
+    if tier not in (None, "standard"):
+        return True
+    if body is None:
+        return False
+    if any(body.get(name) not in (None, "auto", "standard_only", "standard")
+           for name in _PRICED_APART_FIELDS):
+        return True
+    betas = body.get("betas") if isinstance(body.get("betas"), list) else []
+    if any(isinstance(b, str) and any(part in b for part in _PRICED_APART_BETAS)
+           for b in betas):
+        return True
+    return '"ttl": "1h"' in json.dumps(body.get("system"), default=str) + \
+        json.dumps(body.get("messages"), default=str) + json.dumps(body.get("tools"),
+                                                                   default=str)
 
 
 def server_tool_calls(usage: Any) -> int | None:
