@@ -17,6 +17,8 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from evalctl._text import escape_surrogates
+
 if TYPE_CHECKING:  # imported where a process runs: `import evalctl` stays quick
     import asyncio
     import subprocess
@@ -33,6 +35,7 @@ class CommandResult:
     `exit_code` is None when the command was killed for its timeout (`timed_out`).
     `stdout` and `stderr` keep the head and the tail of what was written, with the
     number of bytes elided between them; with `merge_stderr` both went to `stdout`.
+    Bytes that are not UTF-8 are kept as `\\xNN` escapes.
     """
 
     exit_code: int | None
@@ -378,8 +381,10 @@ class _HeadTail:
                 del self.tail[: len(self.tail) - self.half]
 
     def text(self) -> str:
-        head = self.head.decode("utf-8", errors="replace")
-        tail = self.tail.decode("utf-8", errors="replace")
+        """What was kept, as text that is always UTF-8: a byte that is not UTF-8 is kept
+        as a `\\xNN` escape (as a file name that is not UTF-8 is), never lost to U+FFFD."""
+        head = escape_surrogates(self.head.decode("utf-8", errors="surrogateescape"))
+        tail = escape_surrogates(self.tail.decode("utf-8", errors="surrogateescape"))
         elided = self.total - len(self.head) - len(self.tail)
         if elided > 0:
             return f"{head}\n[... {elided} bytes elided ...]\n{tail}"

@@ -257,7 +257,10 @@ def test_grounding(registry, workspace):
     assert not bad.passed
     assert bad.detail.endswith("workspace: tests/test_util.py")  # util.py is src/util.py
     silent = check(registry, workspace, {"type": "grounding"}, agent_result(workspace, "Done."))
-    assert silent.passed and silent.detail == "the final summary names no files"
+    # No claim: it passes, and is left out of grounding_rate (not rated).
+    assert silent.passed and not silent.rated and silent.detail == (
+        "the final summary names no files, so there is no claim to check "
+        "(left out of grounding_rate)")
 
 
 def test_grounding_accepts_deleted_files(registry, workspace):

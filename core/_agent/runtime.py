@@ -96,6 +96,9 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
                   permissions=task.permissions, limits=task.limits.to_dict())
     limits = AgentLimits(task.limits.turns, task.limits.seconds, task.limits.cost)
     proxied = {"tool_calls": 0}
+    # A command run without the model proxy may have used a model evalctl never saw: the
+    # attempt's cost is then unknown (None), never a silent $0.
+    unmetered = False
     calls = ModelCalls(provider, ledger, throttle or CallThrottle(UNTHROTTLED), on_spend,
                        cassette=cassette, attempt=attempt)
 
@@ -106,6 +109,8 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
     async def command(script: str, *, env: Mapping[str, str] | None = None,
                       stdin: str | None = None, model_proxy: bool = True,
                       ) -> tuple[AgentOutcome, CommandResult]:
+        nonlocal unmetered
+        unmetered = unmetered or not model_proxy
         seconds_left = max(0.1, limits.seconds - (time.monotonic() - started))
         outcome, result, tool_calls = await run_command(
             script, sandbox=sandbox, workspace=workspace, ledger=ledger, provider=provider,
@@ -160,7 +165,7 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
         tool_calls=outcome.tool_calls if outcome.tool_calls is not None
         else proxied["tool_calls"],
         usage=calls.usage,
-        cost=calls.cost,
+        cost=None if unmetered else calls.cost,
         duration=round(time.monotonic() - started, 4),
         files_changed=files_changed,
         ledger_path=workspace.ledger_path,
@@ -235,7 +240,7 @@ async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, le
         result = CommandResult(None, "", "", False)
     final_text = proxy.final_text if proxy is not None else ""
     tool_calls = proxy.tool_calls if proxy is not None else 0
-    if proxy is not None and proxy.stop_status is not None:
+    if proxy is not None and (proxy.stop_status is not None or proxy.end_over_cost()):
         outcome = AgentOutcome(proxy.stop_status, final_text, proxy.stop_error)
     elif result.timed_out:
         ledger.append("limit", limit="seconds", value=limits.seconds)

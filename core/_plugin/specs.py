@@ -30,7 +30,10 @@ class CheckResult:
     they are accounted apart from the agent's. A grader that sees evidence the agent
     gamed the check (a changed protected file, an interpreter that exited before the
     assertions finished) sets `suspected_gaming` and says so in `detail`; the report
-    marks the check so a reviewer can filter on it.
+    marks the check so a reviewer can filter on it. A passed check with nothing to
+    rate (a summary that names no file, for `grounding`) sets `rated` False: it counts
+    for completion, and is left out of its grader's named rate, which a vacuous pass
+    would inflate (a failure is always rated).
     """
 
     passed: bool
@@ -38,6 +41,7 @@ class CheckResult:
     usage: TokenUsage | None = None
     cost: float | None = None
     suspected_gaming: bool = False
+    rated: bool = True
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ Reports are rendered from the journal, never from anything else, so a report of 
 finished run and one re-rendered later are the same. The latest line for an attempt
 wins (a retried error is replaced, never counted twice); a torn last line (a crash
 mid-write) is ignored, and any other unreadable line is named and skipped, its
-attempt then counting as not run.
+attempt then counting as not run, with that (not a killed run) as its reason wherever
+the line still names its attempt or the run ended normally.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,6 +38,12 @@ JOURNAL_NAME = "journal.jsonl"
 JOURNAL_FORMAT = "evalctl-journal/1"
 KILLED = ("the run stopped before this attempt finished (killed, or still running); "
           "continue it with evalctl run --resume {run_dir}")
+UNREADABLE = ("the attempt finished, but its journal line ({line}) could not be read; "
+              "evalctl run --resume {run_dir} runs it again")
+MAYBE_UNREADABLE = " (or it finished and its journal line is one that could not be read: {lines})"
+# Which attempt a damaged `attempt` line was of, when its start survived: the journal
+# writes `{"kind": "attempt", "at": ..., "result": {"id": ..., "attempt": N, ...`.
+_ATTEMPT_OF = re.compile(rb'"result": \{"id": ("(?:[^"\\]|\\.)*"), "attempt": (\d+)[,}]')
 
 
 def now() -> str:
@@ -61,6 +69,10 @@ class JournalContents:
     results: dict[tuple[str, int], TaskResult] = field(default_factory=dict)
     sessions: list[dict[str, Any]] = field(default_factory=list)  # resume and end lines
     problems: list[str] = field(default_factory=list)
+    # The lines that could not be read (path:number): by the attempt each was of where
+    # that can still be told, and those of no attempt known.
+    unreadable: dict[tuple[str, int], str] = field(default_factory=dict)
+    unreadable_lines: list[str] = field(default_factory=list)
     good_bytes: int = 0  # the length of the journal up to its last whole line
     # Everything the run spent so far, retried attempts and retired ones included:
     # priced USD, tokens, and whether any call was unpriced.
@@ -150,10 +162,45 @@ def read_journal(run_dir: str | os.PathLike[str]) -> JournalContents:
             contents.problems.append(f"{path}:{number}: unreadable line skipped "
                                      f"({type(exc).__name__}: {exc}); its attempt counts as "
                                      "not run")
+            attempt = _attempt_of(raw)
+            if attempt is None:
+                contents.unreadable_lines.append(f"{path}:{number}")
+            else:
+                contents.unreadable[attempt] = f"{path}:{number}"
     if header is None:
         raise UsageError(f"{path}: empty journal; the run stopped before it started")
     contents.header = header
     return contents
+
+
+def _attempt_of(raw: bytes) -> tuple[str, int] | None:
+    """(task id, attempt) of a damaged attempt line whose start is whole, else None."""
+    found = _ATTEMPT_OF.search(raw)
+    if found is None:
+        return None
+    try:
+        task_id = json.loads(found[1])
+    except ValueError:
+        return None
+    return (task_id, int(found[2])) if isinstance(task_id, str) else None
+
+
+def _not_run_reason(contents: JournalContents, key: tuple[str, int], stop_reason: str,
+                    ended: bool) -> tuple[str, bool]:
+    """Why a planned attempt has no result, and whether it is known to have finished:
+    its line could not be read (named, or one of the unreadable lines of no known attempt
+    when the run ended normally, so none was left running); else the run stopped before
+    it finished, unless a line that could not be read was its."""
+    run_dir = contents.run_dir
+    if key in contents.unreadable:
+        return UNREADABLE.format(line=contents.unreadable[key], run_dir=run_dir), True
+    if not contents.unreadable_lines:
+        return stop_reason, False
+    lines = ", ".join(contents.unreadable_lines)
+    if ended:
+        return UNREADABLE.format(line=f"one of {lines}" if len(contents.unreadable_lines) > 1
+                                 else lines, run_dir=run_dir), True
+    return stop_reason + MAYBE_UNREADABLE.format(lines=lines), False
 
 
 def build_run(contents: JournalContents, *, interrupted: bool | None = None,
@@ -170,6 +217,9 @@ def build_run(contents: JournalContents, *, interrupted: bool | None = None,
     end = contents.last_end() or {}
     if interrupted is None:
         interrupted = bool(end.get("interrupted", True))
+    # Ended normally and whole: an attempt with no result was not left running.
+    ended = stop_reason is None and bool(end) and not end.get("interrupted") and \
+        not end.get("reason")
     stop_reason = stop_reason or end.get("reason") or \
         KILLED.format(run_dir=contents.run_dir)
     if budget is None:
@@ -183,8 +233,11 @@ def build_run(contents: JournalContents, *, interrupted: bool | None = None,
             continue
         name = attempt_name(task_id, attempt, repeat)
         started = (run_dir / name).is_dir()
+        reason, finished = _not_run_reason(contents, (task_id, attempt), stop_reason, ended)
+        # One that finished, its line unreadable, was not aborted: how it ended is unknown.
         tasks.append(TaskResult(
-            task_id, NOT_RUN, exit_status="aborted" if started else None, error=stop_reason,
+            task_id, NOT_RUN, exit_status="aborted" if started and not finished else None,
+            error=reason,
             tags=tags, attempt=attempt, workspace=str(run_dir / name) if started else None,
             ledger=str(run_dir / ".ledgers" / f"{name}.jsonl") if started else None))
     suite = header.get("suite", {})

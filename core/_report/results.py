@@ -73,6 +73,13 @@ class CheckOutcome:
     cost: float | None = None
     rate: str | None = None  # the named rate this check feeds, if its grader has one
     suspected_gaming: bool = False  # the grader saw evidence the agent gamed the check
+    # False for a pass with nothing to rate (CheckResult.rated): left out of its named
+    # rate, so a vacuous pass cannot make it 100%. A failure is always rated.
+    rated: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.passed or self.error:
+            self.rated = True
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"type": self.type, "kind": self.kind, "passed": self.passed,
@@ -81,6 +88,8 @@ class CheckOutcome:
             data["suspected_gaming"] = True
         if self.rate is not None:
             data["rate"] = self.rate
+        if not self.rated:
+            data["rated"] = False
         if self.usage is not None:
             data["usage"] = self.usage.to_dict()
             data["cost"] = self.cost
@@ -94,7 +103,8 @@ class CheckOutcome:
                    bool(data.get("error", False)),
                    TokenUsage.from_dict(usage) if usage is not None else None,
                    data.get("cost"), data.get("rate"),
-                   bool(data.get("suspected_gaming", False)))
+                   bool(data.get("suspected_gaming", False)),
+                   data.get("rated", True) is not False)
 
 
 @dataclass
@@ -334,10 +344,12 @@ class RunResult:
         return Rate(sum(1 for c in graded if c.passed), len(graded), errors)
 
     def named_rates(self) -> dict[str, Rate]:
-        """Each grader-contributed rate (grounding, say), over the checks that feed it."""
+        """Each grader-contributed rate (grounding, say), over the checks that feed it;
+        a pass that had nothing to rate (`rated` False) is in none of its figures."""
         names = sorted({*self.rate_names,
                         *(c.rate for t in self.tasks for c in t.checks if c.rate)})
-        return {name: self.check_rate(lambda c, n=name: c.rate == n) for name in names}
+        return {name: self.check_rate(lambda c, n=name: c.rate == n and c.rated)
+                for name in names}
 
     @property
     def judge(self) -> Rate:

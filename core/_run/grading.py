@@ -76,7 +76,8 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
     # character from a test's output) is kept, escaped, so every reporter can show it.
     return CheckOutcome(spec.name, spec.kind, bool(answer.passed), escape_text(str(answer.detail)),
                         usage=answer.usage, cost=answer.cost, rate=spec.rate,
-                        suspected_gaming=bool(answer.suspected_gaming))
+                        suspected_gaming=bool(answer.suspected_gaming),
+                        rated=answer.rated is not False)
 
 
 async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,

@@ -160,7 +160,11 @@ def grade_grounding(check: dict[str, Any], workspace: Path,
             path = path[len(root) + 1:]
         paths.append(path)
     if not paths:
-        return evalctl.CheckResult(True, "the final summary names no files")
+        # No claim, so no evidence either way: it passes (completion is as without the
+        # check) but stays out of grounding_rate, which would count doing nothing as 100%.
+        return evalctl.CheckResult(True, "the final summary names no files, so there is no "
+                                         "claim to check (left out of grounding_rate)",
+                                   rated=False)
     every_file = _Suffixes(list(evalctl.walk_files(workspace)))  # any depth; no recursion
     missing = [p for p in paths if not _exists(workspace, p, result, every_file)]
     if missing:
@@ -179,7 +183,9 @@ def evalctl_register_graders(register):
         rate="grounding",
         example="- type: grounding",
         description="Does every file path named in the agent's final summary exist in the "
-                    "workspace? Reported as its own grounding_rate as well.",
+                    "workspace? Reported as its own grounding_rate as well, over the "
+                    "summaries that name a file: one that names none passes, with no claim "
+                    "to check, and is left out of the rate (n/a when no summary named one).",
         trusts="Trusts the agent's final message only to name paths; whether each exists is "
                "read from the workspace (a link that leads out of it names nothing there). "
                "Talk-only: it cannot keep a task honest alone.",

@@ -5,6 +5,11 @@ The workspace is the agent's and untrusted: links are never followed, special fi
 (FIFOs, sockets, devices) are listed but never opened, big files are compared but not
 shown, and the walk and the diffs are capped, so a hostile or enormous workspace cannot
 stall or bloat the report.
+
+The workspace as left holds more than the agent's work: evalctl wrote the task's verify
+files (`verify_files`, `verify_patch`) there after the agent stopped, and the checks ran
+there. Given what evalctl measured the agent changed (its ledger's `task_end`), a change
+that is not among those is marked `after` and shown apart, never as the agent's.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import difflib
 import filecmp
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,11 +35,14 @@ TASK_BUDGET = 150_000  # characters of diff per attempt
 
 @dataclass
 class Changes:
-    """The changed files (each `path`, `change`, and a `diff` or a `note`) and a
-    `problem` when the comparison is missing or incomplete."""
+    """The changed files (each `path`, `change`, a `diff` or a `note`, and `after` when
+    made after the agent stopped), a `problem` when the comparison is missing or
+    incomplete, and an `unattributed` note when the agent's changes could not be told
+    from what came after it."""
 
     files: list[dict[str, Any]] = field(default_factory=list)
     problem: str | None = None
+    unattributed: str | None = None
 
 
 @dataclass(frozen=True)
@@ -143,8 +152,12 @@ def _changed(seed: Path, workspace: Path, relative: str, before: _Entry | None,
             "note": f"{_describe(before)} before, {_describe(after)} now"}
 
 
-def workspace_changes(workspace: str | Path | None) -> Changes:
-    """The attempt's changes against its seed copy, capped as the module says."""
+def workspace_changes(workspace: str | Path | None,
+                      agent_changed: Mapping[str, str] | None = None) -> Changes:
+    """The attempt's changes against its seed copy, capped as the module says. With
+    `agent_changed` (what evalctl measured the agent changed, by relative path), every
+    other change is marked `"after": True`: made after the agent stopped (verify files,
+    the checks), not by it. Without it, `unattributed` says the two cannot be told apart."""
     if not workspace:
         return Changes(problem="no workspace was recorded for this attempt")
     root, seed = Path(workspace), seed_of(workspace)
@@ -166,7 +179,13 @@ def workspace_changes(workspace: str | Path | None) -> Changes:
             changes.problem = (f"more changed files than shown (cut after "
                                f"{len(changes.files)}); the workspace has them all")
             break
+        if agent_changed is not None and relative not in agent_changed:
+            changed["after"] = True
         spent += len(changed.get("diff", ""))
         changes.files.append(changed)
     filecmp.clear_cache()  # its cache would otherwise grow with every attempt of the run
+    if agent_changed is None and changes.files:
+        changes.unattributed = ("the ledger does not record which files the agent "
+                                "changed: files evalctl wrote after it (verify files) or "
+                                "the checks wrote are listed with its changes")
     return changes

@@ -85,13 +85,14 @@ def details(run: evalctl.RunResult, report_dir: Path) -> Iterator[dict[str, Any]
     """Each attempt's task page, one at a time, in the order of `run.tasks`."""
     for task in run.tasks:
         transcript = read_transcript(task.ledger)
-        changes = workspace_changes(task.workspace)
+        changes = workspace_changes(task.workspace, transcript.files_changed)
         yield {
             "prompt": transcript.prompt,
             "error": task.error,
             "checks": [{
                 "type": c.type, "kind": c.kind, "passed": c.passed, "error": c.error,
-                "gaming": c.suspected_gaming, "rate": c.rate,
+                # a check with nothing to rate feeds no rate: the page must not say it does
+                "gaming": c.suspected_gaming, "rate": c.rate if c.rated else None,
                 "detail": evalctl.truncate(c.detail, DETAIL_LIMIT),
                 "usage": c.usage.to_dict() if c.usage is not None else None,
                 "cost": money(c.cost) if c.usage is not None else None,
@@ -100,6 +101,7 @@ def details(run: evalctl.RunResult, report_dir: Path) -> Iterator[dict[str, Any]
             "transcriptProblem": transcript.problem,
             "changes": changes.files,
             "changesProblem": changes.problem,
+            "changesUnattributed": changes.unattributed,
             "ledger": file_link(task.ledger, report_dir),
             "workspace": file_link(task.workspace, report_dir),
         }

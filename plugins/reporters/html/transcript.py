@@ -11,6 +11,7 @@ exception: the report of a run must not depend on every file of it being intact.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,10 @@ class Transcript:
     prompt: str | None = None
     items: list[dict[str, Any]] = field(default_factory=list)
     problem: str | None = None  # why the transcript is missing or incomplete
+    # What evalctl measured the agent changed (path -> created, modified, deleted), from
+    # the ledger's last `task_end`; None when the ledger does not say. The workspace
+    # also holds what came after the agent (verify files, what the checks wrote).
+    files_changed: dict[str, str] | None = None
 
 
 def arguments_text(arguments: Any) -> str:
@@ -77,6 +82,12 @@ class _Reader:
         self.turn["calls"].append(entry)
         self.calls[str(call_id)] = entry
         return entry
+
+    def ended(self, event: dict[str, Any]) -> None:
+        """Keep a `task_end`'s files changed: the last one the ledger has wins."""
+        changed = event.get("files_changed")
+        if isinstance(changed, dict):
+            self.transcript.files_changed = {str(k): str(v) for k, v in changed.items()}
 
     def event(self, event: dict[str, Any], line: int) -> None:
         kind = event.get("event")
@@ -134,6 +145,7 @@ class _Reader:
         elif kind == "pause_turn":
             self.note("info", "the model paused its turn; the loop went on", line)
         elif kind == "task_end":
+            self.ended(event)
             status, error = event.get("status"), event.get("error")
             self.note("info" if status == "completed" else "error",
                       f"the agent loop ended: {status}" + (f" ({error})" if error else ""), line)
@@ -156,7 +168,7 @@ def read_transcript(ledger: str | Path | None) -> Transcript:
         line_number = 0
         for line_number, line in enumerate(handle, start=1):
             if reader.spent > TASK_BUDGET:
-                remaining = 1 + sum(1 for _ in handle)
+                remaining = 1 + _scan_for_end(reader, line, handle)
                 reader.transcript.problem = (
                     f"shown up to ledger line {line_number - 1}; {remaining} more line(s) "
                     "are in the ledger")
@@ -173,3 +185,26 @@ def read_transcript(ledger: str | Path | None) -> Transcript:
                 continue
             reader.event(event, line_number)
     return reader.transcript
+
+
+def _scan_for_end(reader: _Reader, line: str, rest: Iterable[str]) -> int:
+    """How many lines `rest` holds: counted, not shown. A `task_end` among `line` and
+    them is still read (what the agent changed, which the changes view needs however
+    long the transcript)."""
+    _end_of(reader, line)
+    count = 0
+    for text in rest:
+        count += 1
+        _end_of(reader, text)
+    return count
+
+
+def _end_of(reader: _Reader, text: str) -> None:
+    if '"task_end"' not in text:  # most lines: no parse
+        return
+    try:
+        event = json.loads(text)
+    except (ValueError, RecursionError):
+        return
+    if isinstance(event, dict) and event.get("event") == "task_end":
+        reader.ended(event)

@@ -295,17 +295,29 @@
     }));
   }
 
+  function renderChangedFile(file) {
+    const body = file.diff !== undefined
+      ? (file.diff ? renderDiff(file.diff) : el("p", { class: "muted" }, "empty file"))
+      : el("p", { class: "muted" }, file.note);
+    return collapsible([badge(file.change, "c-" + file.change), " ", el("code", null, file.path)],
+      body, !file.diff || file.diff.split("\n").length <= 80, "file");
+  }
+
   function renderChanges(details) {
     const box = el("div", { class: "changes" });
-    for (const file of details.changes) {
-      const body = file.diff !== undefined
-        ? (file.diff ? renderDiff(file.diff) : el("p", { class: "muted" }, "empty file"))
-        : el("p", { class: "muted" }, file.note);
-      box.append(collapsible([badge(file.change, "c-" + file.change), " ", el("code", null, file.path)],
-        body, !file.diff || file.diff.split("\n").length <= 80, "file"));
-    }
+    // What changed after the agent stopped (the verify files evalctl wrote, what the
+    // checks wrote) is not the agent's work: it is listed apart, never as the agent's.
+    const agents = details.changes.filter((file) => !file.after);
+    const after = details.changes.filter((file) => file.after);
+    for (const file of agents) box.append(renderChangedFile(file));
     if (details.changesProblem) box.append(el("p", { class: "note warn" }, details.changesProblem));
-    else if (!details.changes.length) box.append(el("p", { class: "muted" }, "The agent left the seeded files as they were and added none."));
+    else if (!agents.length) box.append(el("p", { class: "muted" }, "The agent left the seeded files as they were and added none."));
+    if (details.changesUnattributed) box.append(el("p", { class: "note warn" }, details.changesUnattributed));
+    if (after.length) {
+      box.append(el("h4", { class: "changes-after" }, "Written after the agent finished"));
+      box.append(el("p", { class: "muted" }, "Not the agent's work: evalctl wrote the task's verify files here after the agent stopped (verify_files, verify_patch), and the checks ran here."));
+      for (const file of after) box.append(renderChangedFile(file));
+    }
     return box;
   }
 
