@@ -233,9 +233,9 @@ def test_the_schema_accepts_the_built_in_suites_as_an_editor_would_see_them():
 
 MALFORMED: dict[str, tuple[bytes, int, str]] = {
     "flow-mapping": (b"- id: a\n  prompt: p\n  checks: [{type: succeeded}]\n", 3,
-                     "flow mapping"),
+                     "write a list as lines starting with '- '"),
     "flow-in-check": (b"- id: a\n  prompt: p\n  checks:\n    - {type: file_exists}\n", 4,
-                      "flow mapping"),
+                      "write a mapping as lines of 'key: value'"),
     "duplicate-key": (b"- id: a\n  prompt: p\n  prompt: q\n  checks:\n    - type: succeeded\n",
                       3, "Duplicate key 'prompt'"),
     "anchor": (b"- id: a\n  prompt: &p hello\n  checks:\n    - type: succeeded\n", 2, "anchor"),
@@ -528,7 +528,7 @@ def test_a_decimal_number_too_long_to_read_is_a_problem_at_its_line(write_suite,
     (tmp_path / "evalctl.toml").write_text("concurrency = " + "9" * 4310 + "\n")
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, ["run", "harness"])
-    assert result.exit_code == 2 and "evalctl.toml: invalid TOML" in result.output, \
+    assert result.exit_code == 2 and "evalctl.toml:1: error: invalid TOML" in result.output, \
         result.output
 
 

@@ -6,12 +6,15 @@ Every problem is reported with its file and line, and all of them at once.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import os
+import stat
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from evalctl._errors import Problem, SuiteError
 from evalctl._plugin.registry import Registry, get_registry
+from evalctl._schema_check import SchemaCheck
 from evalctl._sources.model import COMMIT, Source, source_from_data
 from evalctl._sources.model import problems as source_problems
 from evalctl._suite import cache as suite_cache
@@ -26,7 +29,7 @@ from evalctl._suite.model import (
 )
 from evalctl._suite.problems import schema_problems
 from evalctl._suite.rules import counts_for_rule_one, rule_problems, tasks_of, tasks_path
-from evalctl._suite.schema import plugin_task_keys, registry_schema, schema_digest
+from evalctl._suite.schema import SOURCE, plugin_task_keys, registry_schema, schema_digest
 from evalctl._suite.yamlsource import MAX_DEPTH, Located, YamlSyntaxError, parse
 
 
@@ -36,14 +39,7 @@ def load_suite(path: str | Path, registry: Registry | None = None,
     registry = registry or get_registry()
     path = Path(path)
     label = str(path)
-    try:
-        raw = path.read_bytes()
-    except IsADirectoryError:
-        raise SuiteError([Problem(label, 0, "cannot read suite: it is a directory; name a "
-                                            "suite file (a .yaml file)")]) from None
-    except OSError as exc:
-        raise SuiteError([Problem(label, 0, f"cannot read suite: {exc.strerror or exc}")]) \
-            from None
+    raw = _read_suite(path, label)
     schema = registry_schema(registry)
     # Rule 1 depends on which graders count, so that is part of the key too.
     not_counting = sorted(name for name, spec in registry.graders.items()
@@ -56,9 +52,9 @@ def load_suite(path: str | Path, registry: Registry | None = None,
             try:
                 warnings = [Problem(label, int(w["line"]), str(w["message"]), str(w["severity"]))
                             for w in cached["warnings"]]
-                suite = _build(path, cached["data"], cached["task_lines"], sha, warnings,
-                               registry)
                 source_lines = cached["source_lines"]
+                suite = _build(path, cached["data"], cached["task_lines"], source_lines, sha,
+                               warnings, registry)
             except (KeyError, TypeError, ValueError, AttributeError):
                 suite = None  # an entry of the wrong shape is a miss: validate the file again
             if suite is not None:
@@ -69,7 +65,10 @@ def load_suite(path: str | Path, registry: Registry | None = None,
     located, problems = _parse_and_validate(raw, label, schema, registry)
     errors = [p for p in problems if p.severity == "error"]
     if errors:
-        raise SuiteError(problems)
+        # Sources written well are checked too: every problem is reported at once, not
+        # a missing source directory only once the schema errors are fixed.
+        raise SuiteError([*problems, *_source_problems(_written_sources(located, path.parent),
+                                                       label)])
     where = tasks_path(located.data)
     task_lines = [located.line_of((*where, i)) for i in range(len(tasks_of(located.data)))]
     source_lines = _source_lines(located)
@@ -81,9 +80,54 @@ def load_suite(path: str | Path, registry: Registry | None = None,
             "warnings": [{"line": p.line, "message": p.message, "severity": p.severity}
                          for p in problems],
         })
-    suite = _build(path, located.data, task_lines, sha, problems, registry)
+    suite = _build(path, located.data, task_lines, source_lines, sha, problems, registry)
     _check_sources(suite, source_lines, label)
     return suite
+
+
+# What a path that is not a regular file is, for the message.
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+
+
+def _read_suite(path: Path, label: str) -> bytes:
+    """The bytes of a suite file, or a SuiteError saying why there are none. Only a
+    regular file is read: reading a FIFO would wait for a writer forever, and a device
+    may never end."""
+    try:
+        link = f" (a link to {os.readlink(path)})" if path.is_symlink() else ""
+    except OSError:
+        link = ""
+
+    def refused(reason: str) -> SuiteError:
+        return SuiteError([Problem(label, 0, f"cannot read suite: {reason}")])
+
+    def not_a_file(mode: int) -> SuiteError:
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        return refused(f"it is {kind}{link}; name a suite file (a .yaml file)")
+
+    try:
+        # Looked at before it is opened: opening a device can have effects of its own.
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_a_file(mode)
+        # Non-blocking, so that what replaced the file since (a FIFO) cannot hang the
+        # open; what was opened is looked at again.
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) |
+                             getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        raise refused(f"no such file{link}" if link else "No such file or directory") \
+            from None
+    except OSError as exc:
+        raise refused(f"{exc.strerror or exc}{link}") from None
+    with os.fdopen(descriptor, "rb") as stream:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise not_a_file(mode)
+        try:
+            return stream.read()
+        except OSError as exc:
+            raise refused(f"{exc.strerror or exc}{link}") from None
 
 
 def _source_lines(located: Located) -> list[int]:
@@ -104,19 +148,69 @@ def _source_lines(located: Located) -> list[int]:
 def _check_sources(suite: Suite, lines: list[int], label: str) -> None:
     """Every distinct source checked once (a missing path, an unsafe archive, a commit a
     local repository lacks), reported where it is written; SuiteError if any fails."""
+    found = _source_problems(((task.source, line) for task, line in
+                              zip(suite.tasks, lines, strict=True)), label)
+    if found:
+        raise SuiteError([*found, *suite.warnings])
+
+
+def _source_problems(uses: Iterable[tuple[Source | str | None, int]], label: str
+                     ) -> list[Problem]:
+    """The problems of each distinct source of (source, line where written) pairs, at
+    the first line it is written at; a text in place of a source is its problem."""
     first: dict[Source, tuple[int, int]] = {}  # source -> (line, tasks using it)
-    for task, line in zip(suite.tasks, lines, strict=True):
-        if task.source is None or (task.source.rev is not None and
-                                   not COMMIT.match(task.source.rev)):
+    unusable: dict[Problem, None] = {}
+    for source, line in uses:
+        if isinstance(source, str):
+            unusable[Problem(label, line, source)] = None
             continue
-        seen_line, count = first.get(task.source, (line, 0))
-        first[task.source] = (seen_line, count + 1)
-    found = []
+        if source is None or (source.rev is not None and not COMMIT.match(source.rev)):
+            continue
+        seen_line, count = first.get(source, (line, 0))
+        first[source] = (seen_line, count + 1)
+    found = list(unusable)
     for source, (line, count) in first.items():
         users = f" (used by {count} tasks)" if count > 1 else ""
         found += [Problem(label, line, message + users) for message in source_problems(source)]
-    if found:
-        raise SuiteError([*found, *suite.warnings])
+    return found
+
+
+def _written_sources(located: Located, base: Path) -> Iterator[tuple[Source | str, int]]:
+    """Each task's source and the line it is written at, in a suite with errors: only a
+    source whose own shape is valid (a task's own, else the defaults'), however broken
+    the rest of the suite is."""
+    data = located.data
+    tasks = data if isinstance(data, list) else data.get("tasks") if isinstance(data, dict) \
+        else None
+    if not isinstance(tasks, list):
+        return
+    check = SchemaCheck(SOURCE)
+    defaults = data.get("defaults") if isinstance(data, dict) else None
+    written = defaults.get("source") if isinstance(defaults, dict) else None
+    default = _resolved_source(written, base) if written is not None and \
+        not check.errors(written) else None
+    where = tasks_path(data)
+    for index, task in enumerate(tasks):
+        if not isinstance(task, dict):
+            continue
+        if "source" not in task:
+            if default is not None:
+                yield default, located.line_of(("defaults", "source"))
+            continue
+        source = _resolved_source(task["source"], base) if not check.errors(task["source"]) \
+            else None
+        if source is not None:
+            yield source, located.line_of((*where, index, "source"))
+
+
+def _resolved_source(data: Any, base: Path) -> Source | str | None:
+    """The Source a valid `source:` mapping describes, or why its path cannot name a
+    file (a NUL byte in it, `~user/` of a user this machine does not have)."""
+    try:
+        return source_from_data(data, base)
+    except (ValueError, RuntimeError, OSError) as exc:
+        kind = next((key for key in ("git", "dir", "archive") if key in data), "")
+        return f"source {kind} {data.get(kind)!r}: not a usable path ({exc})"
 
 
 def validate_suite(path: str | Path, registry: Registry | None = None) -> list[Problem]:
@@ -131,13 +225,19 @@ def validate_suite(path: str | Path, registry: Registry | None = None) -> list[P
     return suite.warnings
 
 
-def _build(path: Path, data: Any, task_lines: list[int], sha: str,
+def _build(path: Path, data: Any, task_lines: list[int], source_lines: list[int], sha: str,
            warnings: list[Problem], registry: Registry) -> Suite:
     defaults = {} if isinstance(data, list) else data.get("defaults", {})
     extra_keys = plugin_task_keys(registry.providers)
     base = path.parent
     tasks = []
-    for raw_task, line in zip(tasks_of(data), task_lines, strict=True):
+    unusable: list[tuple[str, int]] = []
+    for raw_task, line, source_line in zip(tasks_of(data), task_lines, source_lines,
+                                           strict=True):
+        source = _resolved_source(raw_task.get("source", defaults.get("source")), base)
+        if isinstance(source, str):
+            unusable.append((source, source_line))
+            source = None
         limits = {**defaults.get("limits", {}), **raw_task.get("limits", {})}
         setup = raw_task.get("setup", defaults.get("setup"))
         tasks.append(Task(
@@ -151,7 +251,7 @@ def _build(path: Path, data: Any, task_lines: list[int], sha: str,
             tags=tuple(dict.fromkeys([*defaults.get("tags", []), *raw_task.get("tags", [])])),
             permissions=raw_task.get("permissions", defaults.get("permissions", "full")),
             network=raw_task.get("network", defaults.get("network", False)),
-            source=source_from_data(raw_task.get("source", defaults.get("source")), base),
+            source=source,
             setup=Setup(tuple(setup["commands"]),
                         float(setup.get("timeout", DEFAULT_SETUP_SECONDS)),
                         bool(setup.get("network", False))) if setup else None,
@@ -164,6 +264,9 @@ def _build(path: Path, data: Any, task_lines: list[int], sha: str,
             extra={key: raw_task[key] for key in extra_keys if key in raw_task},
             line=line,
         ))
+    if unusable:
+        raise SuiteError([*_source_problems(((why, line) for why, line in unusable),
+                                            str(path)), *warnings])
     name = "" if isinstance(data, list) else data.get("name", "")
     return Suite(path, tasks, sha, name or path.stem, list(warnings),
                  sandbox=defaults.get("sandbox"))

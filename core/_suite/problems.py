@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -38,9 +39,16 @@ _TYPE_WORDS = {"string": "text", "integer": "a whole number", "number": "a numbe
 
 
 def _suggest(word: str, options: Iterable[str]) -> str | None:
-    """The option `word` was probably meant to be: a close spelling, or the one option
-    it is the first or last part of (`old` for `old_text`)."""
+    """The option `word` was probably meant to be: a tool it is another agent's name
+    for, a close spelling, or the one option it is the first or last part of (`old` for
+    `old_text`)."""
+    from evalctl._plugin.tooldefs import TOOL_SYNONYMS
+
     options = [o for o in options if isinstance(o, str)]
+    # Another agent's name for a tool, before spelling: `create_file` means write_file.
+    meant = TOOL_SYNONYMS.get(word.lower())
+    if meant in options:
+        return meant
     close = difflib.get_close_matches(word, options, n=1)
     if close:
         return close[0]
@@ -76,30 +84,175 @@ def _where(located: Located, path: tuple[Any, ...]) -> str:
 
 def schema_problems(located: Located, schema: Mapping[str, Any], label: str,
                      registry: Registry) -> Iterable[Problem]:
-    unusable = [Problem(label, located.line_of(path), f"{_where(located, path)}: {why}")
-                for path, why in unusable_numbers(located.data)] if located.odd_numbers else []
-    if unusable:  # said first, and alone: the validator cannot be trusted with them
-        yield from unusable
-        return
-    if surely_valid(located.data, schema):
-        return
-    from jsonschema import Draft202012Validator
+    data: Any = located.data
+    odd: dict[tuple[Any, ...], tuple[Any, str]] = {}
+    if located.odd_numbers:
+        odd = {path: (_at(data, path), why) for path, why in unusable_numbers(data)}
+    if odd:
+        # The validators cannot be trusted with these numbers (Python's lets NaN through
+        # every bound), so each is validated as a finite number of its own type: the rest
+        # of the suite is still checked in this pass, and a number where the schema wants
+        # text is refused as any number there is ("quote it").
+        data = _replaced(data, {path: 0.5 if isinstance(value, float) else 0
+                                for path, (value, _) in odd.items()})
+    explained: set[tuple[Any, ...]] = set()
+    found: list[Problem] = []
+    if not surely_valid(data, schema):
+        from jsonschema import Draft202012Validator
 
-    validator = Draft202012Validator(schema)
-    seen: set[tuple[int, str]] = set()
-    for error in validator.iter_errors(located.data):
-        for line, message in _explain(error, located, registry):
-            if (line, message) not in seen:
-                seen.add((line, message))
-                yield Problem(label, line, message)
+        validator = Draft202012Validator(schema)
+        seen: set[tuple[int, str]] = set()
+        for error in validator.iter_errors(data):
+            for line, message in _explain(error, located, registry, odd, explained):
+                if (line, message) not in seen:
+                    seen.add((line, message))
+                    found.append(Problem(label, line, message))
+    # A number the schema would take is still one no JSON document holds.
+    yield from (Problem(label, located.line_of(path), f"{_where(located, path)}: {why}")
+                for path, (_, why) in odd.items() if path not in explained)
+    yield from found
 
 
-def _explain(error: Any, located: Located, registry: Registry) -> list[tuple[int, str]]:
+def _at(data: Any, path: tuple[Any, ...]) -> Any:
+    for step in path:
+        data = data[step]
+    return data
+
+
+def _replaced(data: Any, values: Mapping[tuple[Any, ...], Any]) -> Any:
+    """A copy of `data` with the value at each path replaced; only the containers on
+    those paths are copied (the rest is shared), so it costs what the paths do."""
+    copies: dict[tuple[Any, ...], Any] = {(): copy.copy(data)}
+    for path, value in values.items():
+        node = copies[()]
+        for depth in range(1, len(path)):
+            prefix = path[:depth]
+            if prefix not in copies:
+                copies[prefix] = copy.copy(node[path[depth - 1]])
+                node[path[depth - 1]] = copies[prefix]
+            node = copies[prefix]
+        node[path[-1]] = value
+    return copies[()]
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _branch_types(branch: Any) -> set[str] | None:
+    """The JSON types a union's branch can take, or None when it does not say."""
+    if not isinstance(branch, Mapping):
+        return None
+    declared = branch.get("type")
+    if isinstance(declared, str):
+        return {declared}
+    if isinstance(declared, list):
+        return set(declared)
+    if isinstance(branch.get("enum"), list):
+        return {_json_type(value) for value in branch["enum"]}
+    if "const" in branch:
+        return {_json_type(branch["const"])}
+    return None
+
+
+def _takes_type(branch: Any, value: Any) -> bool:
+    types = _branch_types(branch)
+    if types is None:
+        return True
+    kind = _json_type(value)
+    return kind in types or (kind == "integer" and "number" in types) or \
+        (kind == "number" and "integer" in types and float(value).is_integer())
+
+
+def _discriminator(branches: list[Any]) -> str | None:
+    """The key every one of these mapping branches fixes to a value of its own with
+    `const` (a sandbox's `name`, a check's `type`), or None."""
+    first = branches[0].get("properties", {}) if isinstance(branches[0], Mapping) else {}
+    for key, value in first.items():
+        if isinstance(value, Mapping) and "const" in value and all(
+                isinstance(b, Mapping) and b.get("type") == "object" and
+                isinstance(b.get("properties", {}).get(key), Mapping) and
+                "const" in b["properties"][key] for b in branches):
+            return str(key)
+    return None
+
+
+def _branch_words(branch: Any) -> str:
+    if isinstance(branch.get("enum"), list):
+        return "one of " + ", ".join(map(str, branch["enum"]))
+    if "const" in branch:
+        return repr(branch["const"])
+    types = sorted(_branch_types(branch) or ())
+    return " or ".join(_TYPE_WORDS.get(t, t) for t in types) or "something else"
+
+
+def _meant_branch(error: Any, instance: Any, path: tuple[Any, ...], located: Located,
+                  registry: Registry) -> int | list[tuple[int, str]] | None:
+    """The branch of a union (oneOf, anyOf) that `instance` was meant for, by its type
+    and, for a mapping, by the key that names the branch (a sandbox's `name`): its
+    errors are the ones to show, since every other branch's would be false ("expected
+    'local', got 'bwrap'"). Or the problems themselves when no branch is meant (an
+    unknown name, a value of a type no branch takes), or None when it cannot be told."""
+    branches = error.validator_value
+    line, where = located.line_of(path), _where(located, path)
+    fitting = [index for index, branch in enumerate(branches) if _takes_type(branch, instance)]
+    if not fitting:
+        words = " or ".join(dict.fromkeys(_branch_words(b) for b in branches))
+        return [(line, f"{where}: expected {words}; got {_describe_value(instance)}")]
+    if isinstance(instance, dict):
+        key = _discriminator([branches[index] for index in fitting])
+        if key is not None:
+            names = {index: branches[index]["properties"][key]["const"] for index in fitting}
+            listed = ", ".join(map(str, names.values()))
+            if key not in instance:
+                return [(line, f"{where}: missing required key '{key}' (one of {listed})")]
+            chosen = instance[key]
+            matching = [index for index, name in names.items()
+                        if name == chosen and type(name) is type(chosen)]
+            if not matching:
+                key_line = located.line_of((*path, key))
+                key_where = _where(located, (*path, key))
+                kind = path[-1] if path and isinstance(path[-1], str) else None
+                if isinstance(chosen, str) and kind in registry.specs:
+                    # A sandbox (or other plugin) of that name is not installed: say
+                    # which are, and why it may be missing.
+                    return [(key_line, f"{key_where}: "
+                                       f"{registry.explain_missing(kind, chosen)}")]
+                return [(key_line, f"{key_where}: expected one of {listed}; got "
+                                   f"{_describe_value(chosen)}")]
+            fitting = matching
+    return fitting[0] if len(fitting) == 1 else None
+
+
+def _explain(error: Any, located: Located, registry: Registry,
+             odd: Mapping[tuple[Any, ...], tuple[Any, str]],
+             explained: set[tuple[Any, ...]]) -> list[tuple[int, str]]:
+    """What `error` means, at its line. `odd` holds the numbers no JSON document holds,
+    by path (the validated data has a stand-in there) and why; the paths whose number is
+    explained here (a number where text is wanted) are added to `explained`."""
     path = tuple(error.absolute_path)
     line = located.line_of(path)
     where = _where(located, path)
     kind = error.validator
     instance = error.instance
+    if path in odd:
+        instance, _ = odd[path]
+        if not isinstance(instance, float):
+            return []  # an integer too long to show: its own message says what to do
+        if kind not in ("allOf", "anyOf", "oneOf"):
+            if kind not in ("type", "enum", "const"):
+                return []  # a bound the stand-in broke: its own message says it
+            explained.add(path)
     if kind == "if":
         return []  # the `then`/`else` errors that follow say what is wrong
     if kind == "oneOf" and all(set(b) == {"required"} for b in error.validator_value):
@@ -107,8 +260,21 @@ def _explain(error: Any, located: Located, registry: Registry) -> list[tuple[int
         # read as if both were required.
         keys = ", ".join(f"'{b['required'][0]}'" for b in error.validator_value)
         return [(line, f"{where}: needs exactly one of {keys}")]
+    if kind in ("anyOf", "oneOf") and error.context:
+        meant = _meant_branch(error, instance, path, located, registry)
+        if isinstance(meant, list):
+            if path in odd:
+                explained.add(path)
+            return meant
+        if meant is not None:
+            explained_here = [item for sub in error.context
+                              if sub.relative_schema_path[0] == meant
+                              for item in _explain(sub, located, registry, odd, explained)]
+            if explained_here:
+                return explained_here
     if kind in ("allOf", "anyOf", "oneOf") and error.context:
-        return [item for sub in error.context for item in _explain(sub, located, registry)]
+        return [item for sub in error.context
+                for item in _explain(sub, located, registry, odd, explained)]
     if kind == "type" and not path:
         return [(line, "expected a list of tasks, or a mapping with 'tasks:'; got "
                        f"{_describe_value(instance)}")]

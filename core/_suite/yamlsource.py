@@ -128,9 +128,16 @@ def parse(text: str, label: str) -> Located:
 def parse_document(text: str, label: str) -> Located:
     """Parse one YAML document with strictyaml's loader."""
     from strictyaml import ruamel
+    from strictyaml.exceptions import FlowMappingDisallowed
 
     try:
         document = ruamel.load(text, Loader=_loader_class(label), preserve_quotes=True)
+    except FlowMappingDisallowed as exc:
+        # strictyaml calls `[...]` a flow mapping too and advises quoting, which is wrong
+        # for someone who wants a list: say what to write instead.
+        mark = exc.context_mark
+        raise YamlSyntaxError(mark.line + 1 if mark is not None else 1, _flow_style_message(
+            text, getattr(mark, "index", -1))) from None
     except ruamel.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else 1
@@ -152,6 +159,15 @@ def parse_document(text: str, label: str) -> Located:
     located.lines[()] = 1
     located.data = _plain(document, (), located)
     return located
+
+
+def _flow_style_message(text: str, index: int) -> str:
+    """What to write instead of the flow collection that starts at `index`."""
+    if index >= 0 and text[index:index + 1] == "{":
+        return ("flow style ({...} or [...]) is not allowed: write a mapping as lines of "
+                "'key: value' (block style)")
+    return ("flow style ([...] or {...}) is not allowed: write a list as lines starting "
+            "with '- ' (block style)")
 
 
 def _plain(node: Any, path: Path_, located: Located) -> Any:
