@@ -11,6 +11,12 @@ fix) in its history for the agent to find.
 Fetching into the cache runs git with the user's own configuration (credentials,
 proxies); everything else runs git with none (no system or global configuration, so
 no filter, hook or helper of the user's takes part).
+
+A commit's tree is measured before anything of it is checked out (once per commit and
+process): a source whose files would not fit the bounds below is refused, since a
+checkout is written on the host, outside any sandbox's limits. And a workspace's
+repository is the agent's once it has worked there: `neutralise_repository_config`
+takes out of it, after the attempt, what git would run on the host.
 """
 
 from __future__ import annotations
@@ -24,12 +30,27 @@ import tempfile
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 from evalctl._errors import EvalctlError
 from evalctl._sources.model import Source
 
 GIT_TIMEOUT = 1800  # a first clone of a large repository takes minutes
 LOCAL_TIMEOUT = 300
+
+# What one commit of a git source may hold: entries (files, links and directories),
+# bytes of all files together, and bytes of its largest file. Checked from the commit's
+# tree before it is checked out: the checkout is written on the host (the workspace and
+# the seed copy), outside the sandbox's file_size_mb, memory and process limits, and a
+# repository of a few hundred kilobytes can hold millions of files (one subtree named
+# many times over) or a zero-filled blob of gigabytes. Real repositories are far below:
+# django holds about 7,000 files and 100 MB, the Linux kernel about 90,000 and 1.5 GB.
+MAX_SOURCE_ENTRIES = 200_000
+MAX_SOURCE_BYTES = 5 * 1024 ** 3
+MAX_SOURCE_FILE_BYTES = 1024 ** 3
+# A tree entry's line in `git ls-tree` output longer than this is refused (no file
+# system takes such a path; reading it whole would cost memory).
+_MAX_RECORD_BYTES = 64 * 1024
 
 
 class SourceError(EvalctlError):
@@ -83,12 +104,97 @@ def _failed(done: subprocess.CompletedProcess[str]) -> str:
     return "; ".join(line for line in text[-3:] if line) or f"exit {done.returncode}"
 
 
+_UNMEASURED = object()
+
+
+def tree_problem(repository: Path, rev: str, max_entries: int, max_bytes: int,
+                 max_file_bytes: int, *, timeout: float = LOCAL_TIMEOUT) -> str | None:
+    """What makes commit `rev` of `repository` too big to check out (more entries,
+    bytes in all, or bytes in one file than the bounds), or None. Its tree is listed
+    (`git ls-tree -r -t -l -z`, with no configuration) and read as it comes, and the
+    listing is stopped at the first bound passed or after `timeout` seconds: a tree of
+    a hundred million entries costs no more to refuse than one just past the bound."""
+    if shutil.which("git") is None:
+        raise SourceError("git is not installed (apt-get install git)")
+    expired = threading.Event()
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(
+            ["git", "ls-tree", "-r", "-t", "-l", "-z", "--full-tree", "--end-of-options", rev],
+            cwd=repository, env=_neutral_environment(repository), stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=errors)
+        assert process.stdout is not None
+
+        def expire() -> None:
+            expired.set()
+            process.kill()
+
+        timer = threading.Timer(timeout, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            problem = _measure(process.stdout, max_entries, max_bytes, max_file_bytes)
+        finally:
+            timer.cancel()
+            if process.poll() is None:
+                process.kill()
+            process.stdout.close()
+            process.wait()
+        if problem is not None:
+            return problem
+        if expired.is_set():
+            return f"its tree could not be listed within {timeout:g}s"
+        if process.returncode != 0:
+            errors.seek(0)
+            lines = errors.read(4096).decode("utf-8", "replace").strip().splitlines()
+            said = "; ".join(line for line in lines[-3:] if line)
+            raise SourceError(f"cannot list the tree of {rev}: "
+                              f"{said or f'exit {process.returncode}'}")
+    return None
+
+
+def _measure(stream: IO[bytes], max_entries: int, max_bytes: int,
+             max_file_bytes: int) -> str | None:
+    """Read `git ls-tree -r -t -l -z` records ("MODE TYPE OBJECT SIZE\tPATH\0") from
+    `stream` until one passes a bound (what is wrong, with the figures) or the end."""
+    entries = total = 0
+    pending = b""
+    while True:
+        block = stream.read1(1 << 16)  # type: ignore[attr-defined]
+        if not block:
+            return None
+        records = (pending + block).split(b"\0")
+        pending = records.pop()
+        if len(pending) > _MAX_RECORD_BYTES:
+            return f"a tree entry's path is over {_MAX_RECORD_BYTES:,} bytes"
+        for record in records:
+            header, _, path = record.partition(b"\t")
+            fields = header.split()
+            entries += 1
+            if entries > max_entries:
+                return (f"its tree holds more than {max_entries:,} entries (files, links "
+                        f"and directories; the bound is MAX_SOURCE_ENTRIES)")
+            if len(fields) < 4 or fields[1] != b"blob" or not fields[3].isdigit():
+                continue  # a directory, or a submodule (not checked out)
+            size = int(fields[3])
+            if size > max_file_bytes:
+                name = path.decode("utf-8", "backslashreplace")
+                return (f"its file {name!r} is {size:,} bytes, over the bound of "
+                        f"{max_file_bytes:,} for one file (MAX_SOURCE_FILE_BYTES)")
+            total += size
+            if total > max_bytes:
+                return (f"its files hold more than {max_bytes:,} bytes (at least {total:,} "
+                        f"in the first {entries:,} entries; the bound is MAX_SOURCE_BYTES)")
+
+
 class SourceCache:
     """Cached repositories under `root`, shared by the attempts of a run and by runs."""
 
     def __init__(self, root: Path):
         self.root = root
         self._verified: set[tuple[str, str]] = set()  # (location, rev) known present
+        # (location, rev, bounds) -> None (the commit's tree is within the bounds), or
+        # why it is refused: measured once, however many attempts check it out.
+        self._measured: dict[tuple[str, str, tuple[int, int, int]], str | None] = {}
         self._guard = threading.Lock()
 
     def repository(self, location: str) -> Path:
@@ -112,13 +218,19 @@ class SourceCache:
 
     def ensure(self, source: Source) -> Path:
         """The cached repository holding `source.rev`, fetched if it is not there yet.
-        Raises SourceError when the repository cannot be read or lacks the commit."""
+        Raises SourceError when the repository cannot be read, lacks the commit, or the
+        commit holds more than the MAX_SOURCE_* bounds let be checked out (measured once
+        per commit, and the verdict kept)."""
         assert source.rev is not None
         key = (source.location, source.rev)
+        bounds = (MAX_SOURCE_ENTRIES, MAX_SOURCE_BYTES, MAX_SOURCE_FILE_BYTES)
         repository = self.repository(source.location)
         with self._guard:
-            if key in self._verified:
+            verdict = self._measured.get((*key, bounds), _UNMEASURED)
+            if key in self._verified and verdict is None:
                 return repository
+        if isinstance(verdict, str):
+            raise SourceError(verdict)
         with self._locked(repository):
             if not self._has(repository, source.rev):
                 self._fetch(source, repository)
@@ -129,6 +241,15 @@ class SourceCache:
                                       "for)")
         with self._guard:
             self._verified.add(key)
+        if verdict is _UNMEASURED:
+            problem = tree_problem(repository, source.rev, *bounds)
+            where = source.written or source.location
+            verdict = None if problem is None else \
+                f"commit {source.rev[:12]} of {where} is too big to check out: {problem}"
+            with self._guard:
+                self._measured[(*key, bounds)] = verdict
+        if verdict is not None:
+            raise SourceError(verdict)
         return repository
 
     def _has(self, repository: Path, rev: str) -> bool:
@@ -187,6 +308,244 @@ class SourceCache:
         (target / ".git" / "FETCH_HEAD").unlink(missing_ok=True)
         if not keep_git:
             shutil.rmtree(target / ".git")
+
+
+# What of a repository's configuration is kept after an attempt: settings that run
+# nothing and point nowhere (key -> the values kept, None: any). Everything else — and
+# git has dozens of keys that run a command (core.fsmonitor, core.hooksPath, core.pager,
+# core.editor, core.sshCommand, diff.external, filter.*, alias.*, include.path...) —
+# is dropped: listing what is safe cannot miss a key a newer git adds.
+SAFE_CONFIG = {
+    "core.repositoryformatversion": None, "core.filemode": None,
+    "core.bare": frozenset({"false"}), "core.logallrefupdates": None,
+    "core.symlinks": None, "core.ignorecase": None, "core.precomposeunicode": None,
+    "extensions.objectformat": None, "extensions.refstorage": None,
+    "user.name": None, "user.email": None,
+}
+# Read from a git directory besides its config and run or followed by git: hooks (run
+# by commit, checkout, and by `git status` when it rewrites the index); commondir (the
+# configuration and hooks of another directory, which could be the agent's TMPDIR);
+# config.worktree (more configuration).
+_MOVED_ASIDE = ("hooks", "commondir", "config.worktree")
+_MAX_CONFIG_BYTES = 1 << 20
+
+
+def neutralise_repository_config(workspace: Path, seed: Path | None = None) -> dict[str, str]:
+    """Take out of the repositories in `workspace` what git would run when a user runs
+    it there on the host (`git status` in a kept workspace), once the agent (and all it
+    started) is done: workspace-relative path -> what was done, {} when nothing was.
+
+    Every git directory in the workspace is seen to: each `.git` (a `.git` that is a
+    file or a link, which would send git to a directory of the agent's choosing, is
+    renamed `.git.agent`), what lies in one (a submodule's under `.git/modules/`), and
+    any directory git would take for a bare repository (HEAD, objects/ and refs/) whose
+    files are not the seed's own (`seed`: the seed copy; a source's test fixture is left
+    alone). In each, a `config` holding anything but SAFE_CONFIG's settings is renamed
+    `config.agent` and replaced by its safe settings alone; `hooks` (unless it holds
+    only git's `.sample` files), `commondir` and `config.worktree` are renamed with an
+    `.agent` suffix. Renamed, not deleted: what the agent left stays there to read.
+    Links are never followed."""
+    done: dict[str, str] = {}
+    # (path, workspace-relative path with a trailing "/", whether inside a .git)
+    pending: list[tuple[str, str, bool]] = [(os.fspath(workspace), "", False)]
+    while pending:
+        directory, relative, in_git = pending.pop()
+        listing = _listing(directory)
+        if listing is None:
+            continue
+        repository = _looks_like_git_directory(directory, set(listing))
+        if repository and (in_git or not _as_in_seed(seed, relative, directory,
+                                                      set(listing))):
+            _neutralise_git_directory(directory, relative, set(listing), done)
+            listing = _listing(directory) or {}  # what was renamed is not walked
+        if in_git and repository:
+            # Inside a .git only the repositories of submodules and worktrees are
+            # looked for: its objects and refs run nothing, and may be millions.
+            listing = {k: v for k, v in listing.items() if k in ("modules", "worktrees")}
+        for name, is_directory in sorted(listing.items()):
+            path, below = os.path.join(directory, name), relative + name
+            if name == ".git" and not is_directory:
+                with contextlib.suppress(OSError):
+                    done[below] = f"moved to {_move_aside(path)} (a .git that is not a " \
+                                  "directory sends git to another one)"
+            elif is_directory:
+                pending.append((path, below + "/", in_git or name == ".git"))
+    return dict(sorted(done.items()))
+
+
+def _listing(directory: str) -> dict[str, bool] | None:
+    """Name -> whether it is a directory (a link is not), of what `directory` holds;
+    None when it cannot be read."""
+    for attempt in range(2):
+        found = {}
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    try:
+                        found[entry.name] = entry.is_dir(follow_symlinks=False)
+                    except OSError:
+                        found[entry.name] = False
+            return found
+        except PermissionError:
+            if attempt:
+                return None
+            # A directory the agent made unreadable is still looked in; one it can read
+            # keeps the permissions it was given (they are part of what it left).
+            try:
+                _make_ours(directory)
+            except OSError:
+                return None
+        except OSError:
+            return None
+    return None
+
+
+def _looks_like_git_directory(directory: str, names: set[str]) -> bool:
+    """Whether git would take `directory` for a repository's own directory: it is a
+    .git, or holds HEAD, and objects/ and refs/ or a commondir (what git looks for)."""
+    return "HEAD" in names and ({"objects", "refs"} <= names or "commondir" in names) or \
+        os.path.basename(directory) == ".git"
+
+
+def _as_in_seed(seed: Path | None, relative: str, directory: str, names: set[str]) -> bool:
+    """Whether a repository-like directory outside any .git holds the seed's own config
+    and hooks (a source's fixture), byte for byte."""
+    if seed is None:
+        return False
+    for name in ("config", *_MOVED_ASIDE):
+        if name not in names:
+            continue
+        ours, theirs = os.path.join(directory, name), os.path.join(seed, relative, name)
+        if os.path.isdir(ours) or os.path.islink(ours):
+            return False  # a hooks directory is never taken as the seed's
+        if _content(ours) is None or _content(ours) != _content(theirs):
+            return False
+    return True
+
+
+def _content(path: str, limit: int = _MAX_CONFIG_BYTES) -> bytes | None:
+    """A regular file's bytes (never through a link), None when it is not one or holds
+    more than `limit`."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        data = os.read(fd, limit + 1)
+        return None if len(data) > limit else data
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _move_aside(path: str) -> str:
+    """Rename `path` to `path.agent` (or `.agent.N` when that is taken); the new
+    name's last component."""
+    for number in range(1000):
+        target = f"{path}.agent" + (f".{number}" if number else "")
+        if not os.path.lexists(target):
+            os.rename(path, target)
+            return os.path.basename(target)
+    raise OSError(f"no free name to move {path} aside")
+
+
+def _neutralise_git_directory(directory: str, relative: str, names: set[str],
+                              done: dict[str, str]) -> None:
+    for name in _MOVED_ASIDE:
+        path = os.path.join(directory, name)
+        if name not in names or (name == "hooks" and _only_samples(path)):
+            continue
+        try:
+            _make_ours(directory)
+            done[relative + name] = f"moved to {_move_aside(path)}"
+        except OSError as exc:  # said, so that the caller can warn
+            done[relative + name] = f"NOT moved aside: {exc.strerror or exc}"
+    if "config" in names:
+        try:
+            _make_ours(directory)
+            _neutralise_config(os.path.join(directory, "config"), relative + "config", done)
+        except OSError as exc:
+            done[relative + "config"] = f"NOT rewritten: {exc.strerror or exc}"
+
+
+def _make_ours(directory: str) -> None:
+    """Let the owner list, enter and write `directory` (the agent may have taken the
+    permissions away: `chmod 555 .git` would keep its config where it is)."""
+    import stat
+
+    mode = os.lstat(directory).st_mode
+    if stat.S_ISDIR(mode) and mode & 0o700 != 0o700:
+        os.chmod(directory, stat.S_IMODE(mode) | 0o700)
+
+
+def _only_samples(hooks: str) -> bool:
+    """Whether a hooks directory (not a link) holds only git's own `*.sample` files,
+    which git never runs."""
+    if os.path.islink(hooks) or not os.path.isdir(hooks):
+        return False
+    try:
+        return all(name.endswith(".sample") for name in os.listdir(hooks))
+    except OSError:
+        return False
+
+
+def _neutralise_config(path: str, relative: str, done: dict[str, str]) -> None:
+    """Replace a config holding more than SAFE_CONFIG by its safe settings alone, the
+    agent's moved aside; leave one with nothing else untouched."""
+    data = _content(path)
+    settings = None if data is None else _config_settings(data)
+    if settings is not None:
+        dropped = sorted({key for key, value in settings
+                          if key not in SAFE_CONFIG or (SAFE_CONFIG[key] is not None and
+                                                        value.lower() not in SAFE_CONFIG[key])})
+        if not dropped:
+            return
+        kept = [(k, v) for k, v in settings if k in SAFE_CONFIG and k not in dropped]
+        why = "without " + ", ".join(dropped[:8]) + (", ..." if len(dropped) > 8 else "")
+    else:
+        kept, why = [], "unreadable, not a file, or too big to read"
+    moved = _move_aside(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as handle:
+        handle.write(_config_text(kept))
+    done[relative] = f"rewritten {why}; the agent's is {moved}"
+
+
+def _config_settings(data: bytes) -> list[tuple[str, str]] | None:
+    """A config file's (key, value) pairs as git reads them, includes not followed;
+    None when git cannot read it. git reads a copy, from a directory of its own."""
+    with tempfile.TemporaryDirectory(prefix="evalctl-config-") as scratch:
+        copy = Path(scratch) / "config"
+        copy.write_bytes(data)
+        env = {**_neutral_environment(Path(scratch)), "GIT_CEILING_DIRECTORIES": scratch}
+        done = git(["config", "--file", str(copy), "--no-includes", "--list", "-z"],
+                   cwd=Path(scratch), env=env)
+    if done.returncode != 0:
+        return None
+    settings = []
+    for record in done.stdout.split("\0"):
+        if record:
+            key, _, value = record.partition("\n")
+            settings.append((key, value))
+    return settings
+
+
+def _config_text(settings: list[tuple[str, str]]) -> str:
+    """A config file holding `settings` (keys of a section and a name, no subsection)."""
+    sections: dict[str, list[str]] = {}
+    for key, value in settings:
+        section, _, name = key.partition(".")
+        quoted = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") \
+            .replace("\t", "\\t").replace("\b", "\\b")
+        sections.setdefault(section, []).append(f'\t{name} = "{quoted}"\n')
+    return "".join(f"[{section}]\n" + "".join(lines) for section, lines in sections.items())
 
 
 _default: SourceCache | None = None

@@ -1,0 +1,348 @@
+"""Git sources against a hostile repository or agent: a commit too big to check out on
+the host is refused from its tree (F7), and what an agent left in a workspace's .git
+for git to run on the host is taken out after the attempt (F4). Every repository is
+made here; nothing touches the network."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import evalctl._sources.git as gitsource
+from evalctl._cli import cli
+from evalctl._sources.git import SourceCache, SourceError, neutralise_repository_config
+from evalctl._sources.model import Source
+from evalctl._sources.patch import patch_problems
+
+from .test_sources import GIT_ENV, commit, git, git_suite
+
+# --- F7: a commit too big to check out ------------------------------------------------
+
+
+def plumbing(repo: Path, *args: str, data: bytes | None = None) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], input=data, capture_output=True,
+                          env=GIT_ENV, timeout=60, check=True)
+    return done.stdout.decode().strip()
+
+
+def bomb(tmp_path: Path, *, width: int = 10, depth: int = 3, big: int = 0) -> tuple[Path, str]:
+    """A repository of one commit whose tree names one subtree `width` times at each of
+    `depth` levels (width**depth files from a single blob), and a zero-filled file of
+    `big` bytes beside it: (repository, commit)."""
+    repo = tmp_path / "bomb"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    blob = plumbing(repo, "hash-object", "-w", "--stdin", data=b"x\n")
+    entries = "".join(f"100644 blob {blob}\tf{i}\n" for i in range(width))
+    tree = plumbing(repo, "mktree", data=entries.encode())
+    for _ in range(depth - 1):
+        entries = "".join(f"040000 tree {tree}\td{i}\n" for i in range(width))
+        tree = plumbing(repo, "mktree", data=entries.encode())
+    top = f"040000 tree {tree}\tnest\n"
+    if big:
+        zeros = plumbing(repo, "hash-object", "-w", "--stdin", data=bytes(big))
+        top += f"100644 blob {zeros}\tzeros.bin\n"
+    tree = plumbing(repo, "mktree", data=top.encode())
+    rev = plumbing(repo, "commit-tree", tree, "-m", "bomb")
+    return repo, rev
+
+
+def source_of(repo: Path, rev: str) -> Source:
+    return Source("git", str(repo.resolve()), rev, written=repo.name)
+
+
+def test_a_commit_with_more_entries_than_the_bound_is_refused_before_any_checkout(
+        tmp_path, monkeypatch):
+    repo, rev = bomb(tmp_path, depth=4)  # 10,000 files, 1,111 directories, 5 objects
+    monkeypatch.setattr(gitsource, "MAX_SOURCE_ENTRIES", 5_000)
+    target = tmp_path / "workspace"
+    target.mkdir()
+    with pytest.raises(SourceError) as caught:
+        SourceCache(tmp_path / "cache").check_out(source_of(repo, rev), target)
+    assert "more than 5,000 entries" in str(caught.value)
+    assert "MAX_SOURCE_ENTRIES" in str(caught.value)
+    assert f"commit {rev[:12]} of bomb is too big to check out" in str(caught.value)
+    assert list(target.iterdir()) == []  # nothing of it was written
+
+
+def test_a_file_over_the_bound_is_refused_with_its_name_and_size(tmp_path, monkeypatch):
+    repo, rev = bomb(tmp_path, width=2, depth=2, big=3 * 1024 * 1024)
+    monkeypatch.setattr(gitsource, "MAX_SOURCE_FILE_BYTES", 1024 * 1024)
+    with pytest.raises(SourceError) as caught:
+        SourceCache(tmp_path / "cache").check_out(source_of(repo, rev), tmp_path / "w")
+    assert "'zeros.bin' is 3,145,728 bytes, over the bound of 1,048,576" in str(caught.value)
+    assert not (tmp_path / "w").exists() or not any((tmp_path / "w").iterdir())
+
+
+def test_files_over_the_total_bound_are_refused(tmp_path, monkeypatch):
+    repo, rev = bomb(tmp_path, width=10, depth=2, big=200_000)
+    monkeypatch.setattr(gitsource, "MAX_SOURCE_BYTES", 100_000)
+    with pytest.raises(SourceError, match=r"hold more than 100,000 bytes .*MAX_SOURCE_BYTES"):
+        SourceCache(tmp_path / "cache").ensure(source_of(repo, rev))
+
+
+def test_the_listing_stops_at_the_bound_instead_of_reading_a_huge_tree(tmp_path):
+    repo, rev = bomb(tmp_path, width=10, depth=7)  # 10**7 files: ls-tree whole takes minutes
+    started = time.monotonic()
+    problem = gitsource.tree_problem(repo, rev, 1_000, 1 << 40, 1 << 40)
+    assert problem is not None and "more than 1,000 entries" in problem
+    assert time.monotonic() - started < 10
+
+
+def test_a_listing_that_takes_too_long_is_a_refusal(tmp_path):
+    repo, rev = bomb(tmp_path, width=10, depth=7)
+    problem = gitsource.tree_problem(repo, rev, 1 << 40, 1 << 40, 1 << 40, timeout=0.2)
+    assert problem == "its tree could not be listed within 0.2s"
+
+
+def test_the_verdict_is_measured_once_per_commit(tmp_path, monkeypatch):
+    repo, rev = bomb(tmp_path, width=3, depth=2)
+    calls = []
+    measure = gitsource.tree_problem
+
+    def counted(*args, **kwargs):
+        calls.append(args[1])
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(gitsource, "tree_problem", counted)
+    cache = SourceCache(tmp_path / "cache")
+    for number in range(3):  # a workspace and a seed copy per attempt
+        cache.check_out(source_of(repo, rev), tmp_path / f"w{number}")
+        cache.check_out(source_of(repo, rev), tmp_path / f"s{number}", keep_git=False)
+    assert calls == [rev]
+    assert (tmp_path / "w2" / "nest" / "d2" / "f2").read_text() == "x\n"
+    # A refusal is remembered too, and a lowered bound is measured anew.
+    monkeypatch.setattr(gitsource, "MAX_SOURCE_ENTRIES", 5)
+    for _ in range(2):
+        with pytest.raises(SourceError, match="more than 5 entries"):
+            cache.ensure(source_of(repo, rev))
+    assert calls == [rev, rev]
+
+
+def test_validate_refuses_a_bomb_at_the_source_line(tmp_path, monkeypatch):
+    repo, rev = bomb(tmp_path)  # 1,000 files
+    monkeypatch.setattr(gitsource, "MAX_SOURCE_ENTRIES", 500)
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(git_suite("bomb", rev))
+    result = CliRunner().invoke(cli, ["validate", str(suite)])
+    assert result.exit_code == 2, result.output
+    assert "more than 500 entries" in result.output
+
+
+def test_a_real_sized_repository_is_within_the_default_bounds(tmp_path):
+    repo, rev = bomb(tmp_path, width=10, depth=3, big=10 * 1024 * 1024)
+    assert gitsource.tree_problem(repo, rev, gitsource.MAX_SOURCE_ENTRIES,
+                                  gitsource.MAX_SOURCE_BYTES,
+                                  gitsource.MAX_SOURCE_FILE_BYTES) is None
+
+
+# --- F4: what an agent leaves in .git -------------------------------------------------
+
+PATCH_INTO_GIT = ("diff --git a/.git/config b/.git/config\n--- a/.git/config\n"
+                  "+++ b/.git/config\n@@ -1 +1,2 @@\n [core]\n+\tfsmonitor = touch x\n")
+
+
+def test_a_verify_patch_into_git_is_refused():
+    assert patch_problems(PATCH_INTO_GIT) == ["'.git/config' is inside a repository's .git "
+                                              "directory"]
+    nested = PATCH_INTO_GIT.replace(".git/config", "sub/.git/hooks/pre-commit")
+    assert any("inside a repository's .git" in p for p in patch_problems(nested))
+    assert patch_problems(PATCH_INTO_GIT.replace(".git/config", "a.gitignore")) == []
+
+
+@pytest.fixture
+def workspace(tmp_path) -> tuple[Path, Path]:
+    """A git source's workspace and seed copy, as an attempt starts with them."""
+    repo = tmp_path / "project"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    rev = commit(repo, {"README": "hello\n", "src/app.py": "print(1)\n"}, "base")
+    cache = SourceCache(tmp_path / "cache")
+    root, seed = tmp_path / "run" / "task", tmp_path / "run" / ".seed" / "task"
+    root.mkdir(parents=True)
+    seed.mkdir(parents=True)
+    cache.check_out(source_of(repo, rev), root)
+    cache.check_out(source_of(repo, rev), seed, keep_git=False)
+    return root, seed
+
+
+def users_git(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """git as a user runs it on the host, with its defaults."""
+    env = {"PATH": os.defpath, "HOME": str(where.parent), "GIT_CONFIG_NOSYSTEM": "1",
+           "GIT_CONFIG_GLOBAL": os.devnull}
+    return subprocess.run(["git", *args], cwd=where, env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_an_fsmonitor_and_a_hook_the_agent_planted_do_not_run_on_the_host(workspace, tmp_path):
+    root, seed = workspace
+    marker, hooked = tmp_path / "MARKER", tmp_path / "HOOKED"
+    git(root, "config", "core.fsmonitor", f"touch {marker}; false #")
+    git(root, "config", "alias.st", f"!touch {marker}")
+    git(root, "config", "user.email", "agent@example.invalid")
+    hooks = root / ".git" / "hooks"
+    hooks.mkdir()
+    (hooks / "post-index-change").write_text(f"#!/bin/sh\ntouch {hooked}\n")
+    (hooks / "post-index-change").chmod(0o755)
+    (root / "README").write_text("changed\n")
+    # What the finding showed: the user's `git status` runs the agent's command.
+    users_git(root, "status")
+    assert marker.exists()
+    marker.unlink()
+    hooked.unlink(missing_ok=True)
+
+    done = neutralise_repository_config(root, seed)
+    assert set(done) == {".git/config", ".git/hooks"}
+    assert "without alias.st, core.fsmonitor" in done[".git/config"]
+    assert "config.agent" in done[".git/config"]
+    assert done[".git/hooks"] == "moved to hooks.agent"
+    status = users_git(root, "status", "--porcelain")
+    assert status.returncode == 0 and status.stdout == " M README\n"
+    users_git(root, "st")
+    assert not marker.exists() and not hooked.exists()
+    # What the agent left is kept to read; its harmless settings stay in force.
+    assert "fsmonitor" in (root / ".git" / "config.agent").read_text()
+    assert (root / ".git" / "hooks.agent" / "post-index-change").is_file()
+    assert users_git(root, "config", "user.email").stdout == "agent@example.invalid\n"
+    assert users_git(root, "log", "--format=%s").stdout == "base\n"
+    # Done twice, nothing more is done.
+    assert neutralise_repository_config(root, seed) == {}
+
+
+def test_ordinary_git_work_of_the_agent_is_left_as_it_is(workspace):
+    root, seed = workspace
+    config = (root / ".git" / "config").read_bytes()
+    git(root, "config", "user.name", "Agent")
+    git(root, "config", "user.email", "agent@example.invalid")
+    (root / "src" / "app.py").write_text("print(2)\n")
+    git(root, "commit", "-qam", "fix")
+    git(root, "checkout", "-q", "-b", "work")
+    assert neutralise_repository_config(root, seed) == {}
+    assert (root / ".git" / "config").read_bytes() != config  # its user.* are kept
+    assert not list((root / ".git").glob("*.agent*"))
+
+
+def test_a_config_that_is_a_link_or_includes_another_is_replaced(workspace, tmp_path):
+    root, seed = workspace
+    elsewhere = tmp_path / "elsewhere.cfg"
+    elsewhere.write_text("[core]\n\tpager = touch PAGED\n")
+    git(root, "config", "include.path", str(elsewhere))
+    assert "include.path" in neutralise_repository_config(root, seed)[".git/config"]
+    (root / ".git" / "config").unlink()
+    (root / ".git" / "config").symlink_to(elsewhere)
+    done = neutralise_repository_config(root, seed)
+    assert "unreadable, not a file" in done[".git/config"]
+    assert (root / ".git" / "config").is_file() and not (root / ".git" / "config").is_symlink()
+    assert elsewhere.read_text() == "[core]\n\tpager = touch PAGED\n"  # never written through
+    assert users_git(root, "status", "--porcelain").returncode == 0
+
+
+def test_a_git_file_pointing_elsewhere_is_moved_aside(workspace, tmp_path):
+    root, seed = workspace
+    # The agent's TMPDIR is outside the workspace but its to write: a repository there
+    # with a hostile config, and the workspace's .git made a pointer to it.
+    elsewhere = tmp_path / "run" / ".state" / "task" / "tmp" / "repo"
+    elsewhere.mkdir(parents=True)
+    git(elsewhere, "init", "-q")
+    git(elsewhere, "config", "core.fsmonitor", "touch MARKER; false #")
+    shutil.rmtree(root / ".git")
+    (root / ".git").write_text(f"gitdir: {elsewhere / '.git'}\n")
+    done = neutralise_repository_config(root, seed)
+    assert list(done) == [".git"] and done[".git"].startswith("moved to .git.agent")
+    assert (root / ".git.agent").is_file() and not (root / ".git").exists()
+
+
+def test_submodule_and_nested_repositories_are_seen_to(workspace):
+    root, seed = workspace
+    module = root / ".git" / "modules" / "lib"
+    module.mkdir(parents=True)
+    git(module.parent, "init", "-q", "--bare", "lib")
+    git(module, "config", "core.fsmonitor", "touch MARKER; false #")
+    nested = root / "vendor" / "thing"
+    nested.mkdir(parents=True)
+    git(nested, "init", "-q")
+    git(nested, "config", "diff.external", "touch MARKER")
+    (nested / ".git" / "commondir").write_text("/tmp/elsewhere\n")
+    done = neutralise_repository_config(root, seed)
+    assert "core.fsmonitor" in done[".git/modules/lib/config"]
+    assert "diff.external" in done["vendor/thing/.git/config"]
+    assert done["vendor/thing/.git/commondir"] == "moved to commondir.agent"
+    # git init's own hook samples run nothing and are left.
+    assert "vendor/thing/.git/hooks" not in done
+    assert (nested / ".git" / "hooks").is_dir()
+
+
+def test_a_bare_repository_of_the_source_is_left_but_one_the_agent_changed_is_not(
+        workspace):
+    root, seed = workspace
+    for base in (root, seed):  # a test fixture the source holds, in both
+        fixture = base / "tests" / "fixture.git"
+        fixture.mkdir(parents=True)
+        git(fixture.parent, "init", "-q", "--bare", "--template=", "fixture.git")
+        git(fixture, "config", "core.fsmonitor", "echo fixture")
+    assert neutralise_repository_config(root, seed) == {}
+    git(root / "tests" / "fixture.git", "config", "core.fsmonitor", "touch MARKER; false #")
+    done = neutralise_repository_config(root, seed)
+    assert list(done) == ["tests/fixture.git/config"]
+    # Without the seed copy to compare with, any repository is seen to.
+    assert list(neutralise_repository_config(seed)) == ["tests/fixture.git/config"]
+
+
+def test_a_git_directory_the_agent_made_read_only_is_seen_to_as_well(workspace):
+    root, seed = workspace
+    git(root, "config", "core.fsmonitor", "touch MARKER; false #")
+    nested = root / "locked"
+    nested.mkdir()
+    git(nested, "init", "-q", "--template=")
+    git(nested, "config", "core.pager", "touch MARKER")
+    (root / ".git").chmod(0o555)
+    nested.chmod(0o000)  # not even listable
+    try:
+        done = neutralise_repository_config(root, seed)
+        # The .git is written to, so its owner's permissions are given back; a directory
+        # only looked in gets them back only when it could not be read (as root it can:
+        # the agent's permissions are part of what it left, and stay).
+        assert (root / ".git").stat().st_mode & 0o700 == 0o700
+        assert nested.stat().st_mode & 0o700 == (0 if os.geteuid() == 0 else 0o700)
+    finally:
+        for path in (nested, root / ".git"):
+            path.chmod(0o755)
+    assert set(done) == {".git/config", "locked/.git/config"}
+    assert all(d.startswith("rewritten") for d in done.values())
+
+
+def test_a_run_leaves_no_command_of_the_agents_for_the_users_git(tmp_path):
+    """End to end (the attacker's run): an agent sets core.fsmonitor in its git-source
+    workspace; the run takes it out after the attempt and says so in the ledger, and
+    the user's `git status` in the kept workspace runs nothing of the agent's."""
+    import json
+
+    import evalctl
+
+    repo = tmp_path / "calc"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    base = commit(repo, {"calc.py": "x = 1\n"}, "base")
+    marker = tmp_path / "MARKER-fsmonitor-ran"
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(
+        f"- id: plant\n  prompt: p\n  source:\n    git: calc\n    rev: {base}\n"
+        "  checks:\n    - type: file_exists\n      path: calc.py\n  script:\n"
+        "    - tool_calls:\n        - tool: bash\n          input:\n            command: "
+        f"\"git config core.fsmonitor 'touch {marker}; false #' && echo y >> calc.py\"\n"
+        "    - text: Done.\n")
+    run = evalctl.testing.run_suite(suite, out_dir=tmp_path / "out", sandbox="local")
+    task = run.tasks[0]
+    assert task.status == "passed", (task.error, task.checks)
+    events = [json.loads(line) for line in Path(task.ledger).read_text().splitlines()]
+    neutralised = [e for e in events if e["event"] == "repository_neutralised"]
+    assert len(neutralised) == 1 and "core.fsmonitor" in neutralised[0]["paths"][".git/config"]
+    marker.unlink(missing_ok=True)
+    assert users_git(Path(task.workspace), "status", "--porcelain").stdout == " M calc.py\n"
+    assert not marker.exists()
