@@ -35,11 +35,22 @@ MOST_REPEATS = 10_000
 class _Group(click.Group):
     """Turns evalctl's own errors into a message and an exit code, never a traceback."""
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:  # evalctl's own options (`evalctl --bogus`)
+            _show_usage_error(self, exc)
+            raise click.exceptions.Exit(exc.exit_code) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         from evalctl._errors import EvalctlError, SuiteError
 
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a command's arguments, as click parsed them
+            _show_usage_error(self, exc)
+            ctx.exit(exc.exit_code)
         except SuiteError as exc:  # its lines already say `file:line: error: ...`
             click.echo(str(exc), err=True)
             ctx.exit(exc.exit_code)
@@ -51,6 +62,28 @@ class _Group(click.Group):
             # which means "a task failed".
             click.echo("interrupted", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+
+
+def _show_usage_error(group: click.Command, exc: click.UsageError) -> None:
+    """click's own report of a bad command line, with evalctl's lower-case `error:` (as
+    every other evalctl error says it), and a hint when an option of `evalctl` itself
+    was given after the command (`evalctl run --strict-plugins`)."""
+    if type(exc).show is not click.UsageError.show:  # its own way (no arguments: the help)
+        exc.show()
+        return
+    message = exc.format_message()
+    if isinstance(exc, click.NoSuchOption):
+        own = {name for param in group.params for name in param.opts}
+        if exc.option_name in own:
+            message += (f"\n{exc.option_name} is an option of evalctl itself: put it before "
+                        f"the command (evalctl {exc.option_name} "
+                        f"{exc.ctx.info_name if exc.ctx else 'COMMAND'} ...)")
+    if exc.ctx is not None:
+        hint = ""
+        if exc.ctx.command.get_help_option(exc.ctx) is not None:
+            hint = f"Try '{exc.ctx.command_path} {exc.ctx.help_option_names[0]}' for help.\n"
+        click.echo(f"{exc.ctx.get_usage()}\n{hint}", err=True, color=exc.ctx.color)
+    click.echo(f"error: {message}", err=True)
 
 
 def _interruptible(coroutine: Any) -> Any:
@@ -111,6 +144,16 @@ def cli(ctx: click.Context, strict_plugins: bool) -> None:
       evalctl init my-evals       a starter suite of your own, and what to run next
     """
     ctx.obj = {"strict": strict_plugins}
+
+
+def _config() -> Any:
+    """The team defaults (evalctl.toml or [tool.evalctl]), their warnings said."""
+    from evalctl._run.config import load_config
+
+    config = load_config()
+    for warning in config.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    return config
 
 
 def _registry(ctx: click.Context, strict: bool | None = None):
@@ -189,13 +232,16 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
 @click.option("--builtins", is_flag=True,
               help="Only the graders that ship with evalctl (what schemas/ publishes).")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write to this file instead of standard output.")
+              help="Write to this file instead of standard output (its directory must "
+                   "exist).")
 @click.pass_context
 def schema(ctx: click.Context, builtins: bool, output: Path | None) -> None:
     """Print the suite JSON Schema for the installed graders."""
     from evalctl._files import write_atomically
     from evalctl._suite.schema import registry_schema, schema_text
 
+    if output:
+        _output_problem(output, "--output")
     text = schema_text(registry_schema(_registry(ctx), builtins_only=builtins))
     if output:
         write_atomically(output, text)
@@ -289,8 +335,8 @@ def validate(ctx: click.Context, suites: tuple[Path, ...]) -> None:
 @click.argument("importer", metavar="FORMAT")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the suite to this file (default: standard output). Local paths "
-                   "in it are relative to this file.")
+              help="Write the suite to this file (default: standard output; its directory "
+                   "must exist). Local paths in it are relative to this file.")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE",
               help="An importer setting, e.g. repo_url=/mirrors/{repo} (repeatable).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
@@ -312,6 +358,8 @@ def import_(ctx: click.Context, importer: str, file: Path, output: Path | None,
 
     if output is not None and output.exists() and not force:
         raise UsageError(f"{output} exists; pass --force to overwrite it")
+    if output is not None:
+        _output_problem(output, "--output")
     result = import_suite(_registry(ctx), importer, file, output,
                           _parse_options(options, "--option"))
     for warning in result.warnings:
@@ -391,8 +439,9 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
               help="Directory for workspaces and reports (default eval_reports).")
 @click.option("--repeat", type=click.IntRange(1, MOST_REPEATS), default=1, show_default=True,
               help="Run each task K times, each in its own workspace (pass@k, pass^k).")
-@click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path),
-              help="A JSON report to gate against: exit 1 only on a regression.")
+@click.option("--baseline", type=click.Path(path_type=Path),
+              help="A run to gate against (a JSON report or a run directory, as compare "
+                   "takes): exit 1 only on a regression.")
 @click.option("--max-drop", type=_FiniteRange(0, 1), default=0.0, show_default=True,
               help="With --baseline: the completion drop tolerated (0.05 = 5 points).")
 @click.option("--fail-on-flip/--allow-flips", default=True, show_default=True,
@@ -408,21 +457,27 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         report: Path | None,
         reporters: tuple[str, ...], out: Path | None, repeat: int, baseline: Path | None,
         max_drop: float, fail_on_flip: bool) -> None:
-    """Run a suite and grade it. Exit 0 all passed, 1 a task failed, 2 bad input.
+    """Run a suite and grade it.
 
     SUITE is a file, or the name of a built-in suite (evalctl suites) when no file of
     that name exists. Every finished attempt is journaled in the run directory as it
     finishes; a run that stopped (killed, interrupted, out of budget) continues with
-    `evalctl run --resume RUN_DIR`. With --baseline, the exit code says whether the
-    run regressed against it instead.
+    `evalctl run --resume RUN_DIR`.
+
+    \b
+    Exit status:
+      0    every task passed
+      1    a task failed or errored, the budget left some not run, or a reporter failed
+      2    bad input or usage, found before any task starts
+      130  interrupted (Ctrl-C, SIGTERM): reports cover the finished tasks
+    With --baseline, 0 and 1 say instead whether the run regressed against it.
     """
     from evalctl._errors import ProviderSetupError, UsageError
     from evalctl._report.compare import compare_reports, gate
     from evalctl._report.console import RunView
     from evalctl._report.journal import attempts_to_run, read_journal
-    from evalctl._report.results import load_report
+    from evalctl._report.rundir import read_run
     from evalctl._report.writing import report_path_problem, write_reports
-    from evalctl._run.config import load_config
     from evalctl._run.runner import (
         RunOptions,
         execute,
@@ -437,8 +492,13 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         raise UsageError("--scripted and --provider are alternatives; give one")
     if retry_errors and resume_dir is None:
         raise UsageError("--retry-errors works with --resume RUN_DIR")
-    baseline_report = load_report(baseline) if baseline else None
-    config = load_config()
+    baseline_report = None
+    if baseline is not None:  # read as compare reads it: a run directory works too
+        stored_baseline = read_run(baseline)
+        for problem in stored_baseline.problems:
+            click.echo(f"warning: --baseline {baseline}: {problem}", err=True)
+        baseline_report = stored_baseline.run
+    config = _config()
     registry = _registry(ctx)
     parsed_provider_options = _parse_options(provider_options)
     parsed_sandbox_options = _parse_options(sandbox_options, "--sandbox-option")
@@ -449,6 +509,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
                   "config_executor": config.get("executor"),
                   "config_executor_options": config.get("executor_options", {})}
     if resume_dir is not None:
+        _a_directory(resume_dir, "--resume")
         # The journal holds the run's suite and options; flags may only repeat them.
         contents = read_journal(resume_dir)
         for problem in contents.problems:
@@ -513,6 +574,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         offline = "" if not registry.get("provider", options.provider).live else \
             "; to run offline without a model, use --scripted"
         raise UsageError(f"{exc}{offline}") from None
+    _warn_tasks_without_turns(registry, options.provider, prepared.tasks)
     if not prepared.sandbox.spec.isolated:
         click.echo(f"warning: sandbox '{prepared.sandbox.spec.name}' does not isolate the agent: "
                    f"{prepared.sandbox.spec.isolation}", err=True)
@@ -538,6 +600,12 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         result.comparison = compare_reports(baseline_report, result)
         result.comparison.gate_reasons = gate(result.comparison, max_drop, fail_on_flip)
     written, failures = write_reports(result, registry, reporter_names, options.out_dir, report)
+    if options.resume is not None:
+        more, more_failures = _rerender_earlier_reports(result, registry, reporter_names,
+                                                        Path(options.out_dir),
+                                                        prepared.run_dir.parent)
+        written += more
+        failures += more_failures
     for path in written:
         click.echo(f"wrote {path}")
     for failure in failures:
@@ -560,6 +628,84 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
             click.echo(f"regression against {baseline}: {reason}", err=True)
         ctx.exit(EXIT_FAILED if reasons or failures else EXIT_OK)
     ctx.exit(EXIT_OK if result.all_passed and not failures else EXIT_FAILED)
+
+
+def _warn_tasks_without_turns(registry: Any, provider: str, tasks: list[Any]) -> None:
+    """A provider whose turns come from the suite (live = False: scripted) fails every
+    task that has none of its task keys: `evalctl run live` without --provider ran the
+    default and reported 0/3 with no word why. Said before the run; not refused, since a
+    suite may mean some tasks for a real model and run the others offline."""
+    spec = registry.get("provider", provider)
+    keys = set(spec.task_schema)
+    if spec.live or not keys:
+        return
+    missing = [task.id for task in tasks if not keys & set(task.extra)]
+    if not missing:
+        return
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
+                                      else "")
+    click.echo(f"warning: {len(missing)} of {len(tasks)} task(s) have nothing for the "
+               f"{provider} provider to serve (no {' or '.join(sorted(keys))}), so they "
+               f"cannot pass: {shown}. To run them against a model, use --provider NAME "
+               "(evalctl list-plugins names the providers)", err=True)
+
+
+def _rerender_earlier_reports(result: Any, registry: Any, written_now: tuple[str, ...],
+                              out_dir: Path, beside_run: Path) -> tuple[list[Path], list[str]]:
+    """On a resume, render again every report of the run that exists in another format
+    (a junit `evalctl report` wrote, say), in the resume's output directory and beside
+    the run directory: left as it was, it would say "not run" where the new JSON beside
+    it says "passed". The journal has everything, so they are rendered, not removed."""
+    from evalctl._report.writing import report_stem, write_reports
+
+    stem = report_stem(result)
+    written: list[Path] = []
+    failures: list[str] = []
+    for directory in dict.fromkeys((out_dir.resolve(), beside_run.resolve())):
+        done_here = set(written_now) if directory == out_dir.resolve() else set()
+        by_extension: dict[str, list[str]] = {}
+        for name, spec in registry.reporters.items():
+            by_extension.setdefault(spec.extension, []).append(name)
+        formats = []
+        for earlier in sorted(directory.glob(f"{stem}.*")):
+            extension = earlier.name[len(stem) + 1:]
+            names = by_extension.get(extension, [])
+            if not earlier.is_file() or set(names) & done_here:
+                continue
+            if len(names) == 1:
+                formats.append(names[0])
+            else:  # no reporter, or several, make this format: it cannot be rendered again
+                click.echo(f"warning: {earlier} is from before this resume and was not "
+                           "rendered again (no single installed reporter writes ."
+                           f"{extension}): it does not show the attempts run now", err=True)
+        if formats:
+            more, more_failures = write_reports(result, registry, formats, directory)
+            written += more
+            failures += more_failures
+    return written, failures
+
+
+def _a_directory(path: Path, what: str) -> None:
+    """Refuse a run directory that is not there as that, not as a missing journal."""
+    from evalctl._errors import UsageError
+
+    if not path.exists():
+        raise UsageError(f"{what} {path}: no such directory")
+    if not path.is_dir():
+        raise UsageError(f"{what} {path}: not a directory; name a run directory "
+                         "(eval_reports/workspaces-<time>)")
+
+
+def _output_problem(path: Path, flag: str) -> None:
+    """Refuse an output file whose directory is missing or cannot be written, before
+    any work: creating directories a typo named is not the user's intent, and the other
+    -o options refuse it too."""
+    from evalctl._errors import UsageError
+    from evalctl._report.writing import directory_problem
+
+    problem = directory_problem(path.parent, creates_parents=False)
+    if problem:
+        raise UsageError(f"{flag} {path}: it {problem}")
 
 
 def _given(ctx: click.Context, name: str, value: Any) -> bool:
@@ -595,7 +741,6 @@ def report_command(ctx: click.Context, run_dir: Path, reporters: tuple[str, ...]
     from evalctl._errors import UsageError
     from evalctl._report.rundir import read_run
     from evalctl._report.writing import report_path_problem, write_reports
-    from evalctl._run.config import load_config
 
     unwritable = report_path_problem(report) if report is not None else None
     if unwritable:
@@ -605,7 +750,7 @@ def report_command(ctx: click.Context, run_dir: Path, reporters: tuple[str, ...]
         click.echo(f"warning: {problem}", err=True)
     registry = _registry(ctx)
     names = tuple(dict.fromkeys((ALWAYS_REPORTED, *(
-        reporters or load_config().get("reporters", DEFAULT_REPORTERS)))))
+        reporters or _config().get("reporters", DEFAULT_REPORTERS)))))
     for name in names:
         registry.get("reporter", name)
     written, failures = write_reports(stored.run, registry, names,
@@ -647,15 +792,15 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
     from evalctl._errors import UsageError
     from evalctl._report.console import RunView
     from evalctl._report.writing import report_path_problem, write_reports
-    from evalctl._run.config import load_config
     from evalctl._run.regrade import execute_regrade, plan_regrade, summary_line
 
+    _a_directory(run_dir, "RUN_DIR")
     unwritable = report_path_problem(report, suite) if report is not None else None
     if unwritable:
         raise UsageError(f"--report {report}: it {unwritable}")
     registry = _registry(ctx)
     names = tuple(dict.fromkeys((ALWAYS_REPORTED, *(
-        reporters or load_config().get("reporters", DEFAULT_REPORTERS)))))
+        reporters or _config().get("reporters", DEFAULT_REPORTERS)))))
     for name in names:
         registry.get("reporter", name)
     prepared = plan_regrade(run_dir, registry, suite=suite, out_dir=out,
@@ -745,6 +890,9 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
     from evalctl._report.rundir import read_run
     from evalctl._report.viewing import HTML_REPORTER
 
+    for path, flag in ((output, "--output"), (html_path, "--html")):
+        if path is not None:
+            _output_problem(path, flag)
     html_reporter = _registry(ctx).get("reporter", HTML_REPORTER) if html_path else None
     before, after = read_run(baseline).run, read_run(current).run
     comparison = compare_reports(before, after, alpha)
@@ -781,10 +929,15 @@ def view(ctx: click.Context, target: Path | None, rerender: bool, no_open: bool)
     """
     from evalctl._report.rundir import read_run
     from evalctl._report.viewing import browser_available, html_report, open_in_browser
-    from evalctl._run.config import load_config
 
     if target is None:
-        target = Path(load_config().get("out", "eval_reports"))
+        target = Path(_config().get("out", "eval_reports"))
+        if not target.exists():  # a first look, before any run: say how to make one
+            from evalctl._errors import UsageError
+
+            raise UsageError(f"no runs here yet ({target} does not exist): make one with "
+                             "evalctl run SUITE (evalctl run harness runs a built-in one "
+                             "offline), or name a run directory or report to view")
     path, reused = html_report(read_run(target), _registry(ctx), rerender)
     click.echo(f"{'report' if reused else 'wrote'} {path}")
     if not no_open and browser_available() and open_in_browser(path):

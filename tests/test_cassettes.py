@@ -410,7 +410,9 @@ def test_regrade_bad_input_is_exit_2_without_a_traceback(recorded, tmp_path):
         assert "Traceback" not in result.output
         return result.output
 
-    assert "no journal.jsonl" in regrade(str(tmp_path / "missing"))
+    assert "no such directory" in regrade(str(tmp_path / "missing"))
+    (tmp_path / "empty").mkdir()
+    assert "no journal.jsonl" in regrade(str(tmp_path / "empty"))
     import shutil
 
     shutil.rmtree(recorded["run_dir"] / "first-word")

@@ -92,6 +92,7 @@ def test_the_published_schema_is_not_stale(registry):
 
 def test_schema_writes_a_file(tmp_path):
     target = tmp_path / "out" / "schema.json"
+    target.parent.mkdir()  # a missing one is refused (tests/test_cli_newcomer_r9.py)
     result = CliRunner().invoke(cli, ["schema", "--builtins", "-o", str(target)])
     assert result.exit_code == 0
     assert json.loads(target.read_text())["$schema"].endswith("2020-12/schema")

@@ -149,10 +149,12 @@ def test_several_tags_select_any_and_only_with_tag_needs_both(tmp_path, write_su
     assert "repeatable: tasks with any of the tags" in " ".join(help_text.split())
 
 
-def test_an_unknown_reporter_hint_names_a_package_never_a_checkout_path(tmp_path):
+def test_an_unknown_reporter_hint_names_no_package_and_never_a_checkout_path(tmp_path):
+    """A package name made of typed text (`pip install evalctl-pdf`) invites typosquats."""
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"), "--reporter", "pdf")
     assert result.exit_code == 2
-    assert "pip install evalctl-pdf" in result.output
+    assert "pip install" not in result.output and "evalctl-pdf" not in result.output
+    assert "install the plugin package that provides it" in result.output
     assert "plugins/" not in result.output
 
 
@@ -274,7 +276,7 @@ def test_the_pyproject_form_pasted_into_evalctl_toml_says_where_it_belongs(tmp_p
     (tmp_path / "evalctl.toml").write_text('[tool.evalctl]\nconcurrency = 8\n')
     result = run_cli(tmp_path, str(SUITES / "harness.yaml"))
     assert result.exit_code == 2
-    assert "evalctl.toml: unknown key 'tool'" in result.output
+    assert "evalctl.toml:1: error: unknown key 'tool'" in result.output
     assert "[tool.evalctl] belongs in pyproject.toml" in result.output
 
 

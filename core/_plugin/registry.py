@@ -48,6 +48,7 @@ HOOKS: dict[str, tuple[str, type]] = {
     "evalctl_register_executors": ("executor", ExecutorSpec),
 }
 KINDS = ("grader", "provider", "reporter", "sandbox", "agent", "importer", "executor")
+_PLURALS = {"sandbox": "sandboxes"}  # the rest take an s ("installed sandboxs" was a typo)
 
 
 @dataclass
@@ -178,20 +179,27 @@ class Registry:
         close = difflib.get_close_matches(name, known, n=1)
         if close:
             message += f" (did you mean '{close[0]}'?)"
-        message += f"; installed {kind}s: {', '.join(known) or 'none'}"
+        message += f"; installed {_PLURALS.get(kind, kind + 's')}: {', '.join(known) or 'none'}"
+        # A plugin that is installed but did not load may well be what provides it: say
+        # so, and suggest installing nothing (the fix is to enable or repair it).
         failed = [p for p in self.plugins if p.status == "failed"]
         if failed:
             message += "; plugins that failed to load and may provide it: " + "; ".join(
                 f"{p.label}: {p.error}" for p in failed
             )
-        disabled = [p.name for p in self.plugins if p.status == "disabled"]
-        if disabled:
-            message += f"; disabled by {DISABLE_ENV}: {', '.join(disabled)}"
-        if not close:
-            package = f"evalctl-{name.replace('_', '-')}"
-            message += (f". If a plugin provides it, install that plugin (by convention the "
-                        f"package {package}: pip install {package}) and check "
-                        "evalctl list-plugins")
+        disabled = [p for p in self.plugins if p.status == "disabled"]
+        named = [p for p in disabled if p.name == name]
+        if named:
+            message += (f"; plugin '{name}' is installed but disabled by {DISABLE_ENV}: remove "
+                        "it from there to use it")
+        elif disabled:
+            message += (f"; disabled by {DISABLE_ENV}: {', '.join(p.name for p in disabled)} "
+                        "(installed, and may provide it: remove it from there to use it)")
+        if not close and not failed and not disabled:
+            # Never a package name made of the typed text: `pip install evalctl-<typo>`
+            # would invite whoever registers that name on PyPI.
+            message += (". If a plugin provides it, install the plugin package that provides "
+                        "it, then check evalctl list-plugins")
         return message
 
     @staticmethod

@@ -16,6 +16,22 @@ from evalctl._files import IGNORED_DIRS
 from evalctl._plugin.types import ToolDefinition
 from evalctl._process import OUTPUT_LIMIT
 
+# What other agents call the six tools: a suite's `tool: create_file` is meant as
+# write_file, though by spelling it is closest to read_file (which "did you mean" said).
+TOOL_SYNONYMS: Mapping[str, str] = {
+    "create_file": "write_file", "create": "write_file", "write": "write_file",
+    "save_file": "write_file", "new_file": "write_file", "overwrite_file": "write_file",
+    "open_file": "read_file", "view_file": "read_file", "view": "read_file",
+    "cat": "read_file", "read": "read_file", "show_file": "read_file",
+    "str_replace": "edit_file", "str_replace_editor": "edit_file", "replace": "edit_file",
+    "patch_file": "edit_file", "modify_file": "edit_file", "update_file": "edit_file",
+    "shell": "bash", "run_command": "bash", "execute": "bash", "exec": "bash",
+    "terminal": "bash", "run": "bash", "sh": "bash", "command": "bash",
+    "find": "glob", "find_files": "glob", "list_files": "glob", "ls": "glob",
+    "list_dir": "glob", "search": "grep", "search_files": "grep", "ripgrep": "grep",
+    "rg": "grep",
+}
+
 READ_DEFAULT_LINES = 2_000
 LINE_LIMIT = 2_000
 GREP_MAX_MATCHES = 200

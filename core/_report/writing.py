@@ -37,9 +37,20 @@ def write_reports(run: RunResult, registry: Registry, names: tuple[str, ...] | l
         except Exception as exc:  # a broken reporter must not cost the other reports
             owner = registry.plugin_of("reporter", name)
             who = f" from {owner.label}" if owner else ""
-            failures.append(f"reporter '{name}'{who} failed writing {path}: "
-                            f"{type(exc).__name__}: {exc}")
+            failures.append(f"reporter '{name}'{who} failed writing {path}: {_reason(exc)}")
     return written, failures
+
+
+def _reason(exc: Exception) -> str:
+    """What went wrong, for the user. An OSError names the file it failed on, which for
+    an atomic write is a hidden temporary file (`.r.json.x1y2.tmp`) the user never asked
+    for: its reason alone is said, since the message names the report's path already."""
+    if isinstance(exc, OSError) and exc.strerror:
+        name = Path(str(exc.filename)).name if exc.filename else ""
+        temporary = name.startswith(".") and name.endswith(".tmp")
+        return exc.strerror if not exc.filename or temporary else \
+            f"{exc.strerror}: {exc.filename}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def free_path(path: Path) -> Path:
@@ -63,8 +74,13 @@ def report_path_problem(path: Path, suite: Path | None = None) -> str | None:
     """Why `--report PATH` must not be written, known before the run: it is the suite,
     something other than a file or a directory (a device: a report is written by a
     rename, which would replace it), or a file that is not an earlier JSON report (it
-    would be lost). None when it may be written: a new path, a directory in the way (the
-    report goes beside it), or an earlier report (CI writes the same path every run)."""
+    would be lost), or in a directory that cannot be written or created (found after a
+    run, that cost the run its report). None when it may be written: a new path, a
+    directory in the way (the report goes beside it), or an earlier report (CI writes
+    the same path every run)."""
+    unwritable = directory_problem(path.parent, creates_parents=True)
+    if unwritable:
+        return unwritable
     if not path.exists() or path.is_dir():
         return None
     if not path.is_file():
@@ -82,3 +98,27 @@ def report_path_problem(path: Path, suite: Path | None = None) -> str | None:
                 "remove it or name another path")
     return None
 
+
+
+def directory_problem(directory: Path, *, creates_parents: bool) -> str | None:
+    """Why a file cannot be written into `directory`, said as the end of "it ...", or
+    None. With `creates_parents` (write_atomically makes missing directories), a
+    directory that does not exist is fine when its nearest existing ancestor is a
+    directory that can be written; without, it is refused."""
+    import os
+
+    directory = Path(directory) if str(directory) else Path(".")
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        if not creates_parents:
+            return (f"is in a directory that does not exist ({directory}); create it first "
+                    "or name another path")
+        existing = existing.parent
+    if not existing.is_dir():
+        return (f"cannot be written: {existing} is not a directory, so {directory} cannot "
+                "be made")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        made = "" if existing == directory else f" (where {directory} would be made)"
+        return (f"cannot be written: the directory {existing}{made} is not writable by "
+                "you; name another path")
+    return None

@@ -1,61 +1,145 @@
 """Team defaults for `evalctl run`, from evalctl.toml or [tool.evalctl] in
-pyproject.toml (in the current directory). Flags override them."""
+pyproject.toml, read from the current directory only (not its parents). An evalctl.toml
+that sets anything wins, and [tool.evalctl] is then ignored, with a warning. Flags
+override them."""
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalctl._errors import UsageError
+from evalctl._errors import Problem, SuiteError
 
 KEYS = {"reporters": list, "provider": str, "model": str, "concurrency": int, "out": str,
         "provider_options": dict, "sandbox": str, "sandbox_options": dict, "agent": str,
         "agent_options": dict, "agents": dict, "executor": str, "executor_options": dict}
 _TYPE_WORDS = {list: "a list", str: "text", int: "a whole number", dict: "a table"}
+# Where tomllib puts the position of a syntax error in its message.
+_TOML_POSITION = re.compile(r"at line (\d+), column \d+")
 
 
 @dataclass
 class Config:
     source: str | None = None
     values: dict[str, Any] = field(default_factory=dict)
+    # Said to the user, not refused: both files set defaults, and one is ignored.
+    warnings: list[str] = field(default_factory=list)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
 
 
 def load_config(directory: Path | None = None) -> Config:
-    import tomllib
-
+    """The defaults in `directory` (default: the current one). Every problem in the
+    file chosen is reported at once, each at its line where it can be found."""
     directory = directory or Path.cwd()
     candidates = [(directory / "evalctl.toml", ()), (directory / "pyproject.toml", ("tool",
                                                                                        "evalctl"))]
-    for path, keys in candidates:
+    for index, (path, keys) in enumerate(candidates):
         if not path.is_file():
             continue
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as exc:
-            # ValueError: an integer longer than Python reads (4,300 digits)
-            raise UsageError(f"{path}: invalid TOML: {exc}") from None
+        text, data = _read(path)
         for key in keys:
             data = data.get(key, {})
         if not data:
             continue
-        where = f"{path}" + (" [tool.evalctl]" if keys else "")
-        for key, value in data.items():
-            expected = KEYS.get(key)
-            if expected is None:
-                hint = ""
-                if key == "tool" and not keys:
-                    hint = ("; [tool.evalctl] belongs in pyproject.toml: in evalctl.toml, "
-                            "write the keys at the top level, without a table header")
-                raise UsageError(f"{where}: unknown key '{key}'; known: {', '.join(KEYS)}"
-                                 + hint)
-            if not isinstance(value, expected) or isinstance(value, bool):
-                raise UsageError(f"{where}: '{key}' must be {_TYPE_WORDS[expected]}, got "
-                                 f"{value!r}")
-        if not all(isinstance(r, str) for r in data.get("reporters", [])):
-            raise UsageError(f"{where}: 'reporters' must be a list of names")
-        return Config(where, dict(data))
+        if not isinstance(data, dict):
+            raise SuiteError([Problem(str(path), _line_of(text, keys[:-1], keys[-1]),
+                                      f"[{'.'.join(keys)}] must be a table")])
+        _check(path, text, keys, data)
+        config = Config(f"{path}" + (" [tool.evalctl]" if keys else ""), dict(data))
+        for other, other_keys in candidates[index + 1:]:
+            if _sets_defaults(other, other_keys):
+                config.warnings.append(
+                    f"both {path.name} and {other.name} [{'.'.join(other_keys)}] set evalctl "
+                    f"defaults here: {path.name} is used, and {other.name}'s are ignored")
+        return config
     return Config()
+
+
+def _read(path: Path) -> tuple[str, dict[str, Any]]:
+    import tomllib
+
+    try:
+        text = path.read_text(encoding="utf-8")
+        return text, tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as exc:
+        # ValueError: an integer longer than Python reads (4,300 digits)
+        position = _TOML_POSITION.search(str(exc))
+        line = int(position.group(1)) if position else _line_of_long_number(path)
+        raise SuiteError([Problem(str(path), line, f"invalid TOML: {exc}")]) from None
+    except OSError as exc:
+        raise SuiteError([Problem(str(path), 0, f"cannot read: {exc.strerror or exc}")]) \
+            from None
+
+
+def _line_of_long_number(path: Path) -> int:
+    """The line of an integer too long for Python (tomllib says no position for it)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return 0
+    return next((number for number, line in enumerate(lines, start=1)
+                 if re.search(r"\d{4301,}", line.replace("_", ""))), 0)
+
+
+def _sets_defaults(path: Path, keys: tuple[str, ...]) -> bool:
+    """Whether `path` exists and sets anything under `keys` (a broken file: no)."""
+    if not path.is_file():
+        return False
+    try:
+        _, data = _read(path)
+    except SuiteError:
+        return False
+    for key in keys:
+        data = data.get(key, {}) if isinstance(data, dict) else {}
+    return bool(data)
+
+
+def _check(path: Path, text: str, table: tuple[str, ...], data: dict[str, Any]) -> None:
+    """Every problem of the keys in `data`, or nothing."""
+    problems = []
+    prefix = "[tool.evalctl] " if table else ""
+
+    def problem(key: str, message: str) -> None:
+        problems.append(Problem(str(path), _line_of(text, table, key), prefix + message))
+
+    for key, value in data.items():
+        expected = KEYS.get(key)
+        if expected is None:
+            close = difflib.get_close_matches(key, list(KEYS), n=1)
+            mean = f" (did you mean '{close[0]}'?)" if close else ""
+            hint = ""
+            if key == "tool" and not table:
+                hint = ("; [tool.evalctl] belongs in pyproject.toml: in evalctl.toml, "
+                        "write the keys at the top level, without a table header")
+            problem(key, f"unknown key '{key}'{mean}; known: {', '.join(KEYS)}{hint}")
+        elif not isinstance(value, expected) or isinstance(value, bool):
+            problem(key, f"'{key}' must be {_TYPE_WORDS[expected]}, got {value!r}")
+        elif key == "reporters" and not all(isinstance(r, str) for r in value):
+            problem(key, "'reporters' must be a list of names")
+    if problems:
+        raise SuiteError(problems)
+
+
+def _line_of(text: str, table: tuple[str, ...], key: str) -> int:
+    """The line (from 1) where `key` is set in `table`, found by a scan of the lines:
+    tomllib says where a syntax error is, but not where a key it parsed was. Best effort:
+    `key = ...` under the table's header, or a header `[table.key]`; 0 when not found."""
+    wanted_header = ".".join((*table, key))
+    current: str = ""
+    key_line = re.compile(rf"""\s*(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')"""
+                          r"\s*[.=]")
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            current = re.sub(r"\s", "", stripped.strip("[]").split("]")[0]).replace('"', "")
+            if current == wanted_header or current.startswith(wanted_header + "."):
+                return number
+            continue
+        if current == ".".join(table) and key_line.match(line):
+            return number
+    return 0

@@ -28,9 +28,9 @@ from evalctl._agent.throttle import CallThrottle
 from evalctl._agent.tools import tool_validators
 from evalctl._blocking import off_loop
 from evalctl._errors import ProviderSetupError, UsageError
-from evalctl._files import ConfinementError
+from evalctl._files import ConfinementError, small_tree
 from evalctl._plugin.options import provider_options as checked_provider_options
-from evalctl._plugin.registry import Registry, use_registry
+from evalctl._plugin.registry import DISABLE_ENV, Registry, use_registry
 from evalctl._plugin.types import AgentResult, ExitStatus, Sandbox, SandboxRequest, TokenUsage
 from evalctl._report.journal import (
     Journal,
@@ -54,6 +54,7 @@ from evalctl._run.grading import GradingSandboxFailed, attempt_status, grade_att
 from evalctl._run.grading import grade as grade  # where tests and evalctl.testing find it
 from evalctl._run.sandboxing import SandboxChoice, choose_sandbox, open_sandbox
 from evalctl._run.setup import SetupFailed, prepare_workspace, run_setup
+from evalctl._sources.git import neutralise_repository_config
 from evalctl._suite.model import Suite, Task
 from evalctl._text import escape_text
 from evalctl._version import __version__
@@ -153,13 +154,30 @@ def select_tasks(suite: Suite, only: tuple[str, ...], tags: tuple[str, ...]) -> 
     known = {t.id for t in suite.tasks}
     unknown = [i for i in only if i not in known]
     if unknown:
-        raise UsageError(f"--only names unknown task(s) {', '.join(unknown)}; the suite has "
+        raise UsageError(f"--only names unknown task(s) {', '.join(unknown)}"
+                         f"{_did_you_mean(unknown, known)}; the suite has "
                          f"{', '.join(sorted(known))}")
+    # Every tag must match a task: a typo beside a tag that matches (`--tag math --tag
+    # dta`) used to be dropped silently, running less than was asked for.
+    known_tags = {tag for t in suite.tasks for tag in t.tags}
+    unknown = [tag for tag in dict.fromkeys(tags) if tag not in known_tags]
+    if unknown:
+        raise UsageError(f"--tag names unknown tag(s) {', '.join(unknown)}"
+                         f"{_did_you_mean(unknown, known_tags)}; the suite's tags: "
+                         f"{', '.join(sorted(known_tags)) or 'none'}")
     selected = [t for t in suite.tasks
                 if (not only or t.id in only) and (not tags or set(tags) & set(t.tags))]
     if not selected:
         raise UsageError("no task matches the --only/--tag selection")
     return selected
+
+
+def _did_you_mean(unknown: list[str], known: set[str]) -> str:
+    import difflib
+
+    close = [f"'{match[0]}' for '{name}'" for name in unknown
+             if (match := difflib.get_close_matches(name, sorted(known), n=1))]
+    return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
 @dataclass
@@ -301,16 +319,46 @@ def _check_resumable(resume: JournalContents, suite: Suite, registry: Registry,
                        f"{suite.sha256[:12]}")
     if header.get("evalctl_version") != __version__:
         changed.append(f"evalctl: {header.get('evalctl_version')} -> {__version__}")
-    plugins = plugin_versions(registry)
-    changed += [f"plugin {line}" for line in differences(
-        header.get("plugins", {}), plugins, sorted({*header.get("plugins", {}), *plugins}))]
+    # Only the plugins this run uses decide what its attempts mean: installing, removing
+    # or upgrading an unrelated one (a judge grader the suite never calls) must not
+    # strand a run that took hours.
+    used = plugins_used(registry, header, tasks)
+    plugins = {name: version for name, version in plugin_versions(registry).items()
+               if name in used}
+    recorded_plugins = {name: version for name, version in header.get("plugins", {}).items()
+                        if name in used}
+    plugin_lines = [f"plugin {line}" for line in differences(
+        recorded_plugins, plugins, sorted({*recorded_plugins, *plugins}))]
+    changed += plugin_lines
     planned = [t.get("id") for t in header.get("tasks", [])]
     if planned != [t.id for t in tasks]:
         changed.append("the tasks selected")
     if changed:
+        hint = ""
+        if plugin_lines:
+            hint = ("\n(only the plugins the run uses are compared: its provider, agent, "
+                    "sandbox, executor and graders. Reinstall the journaled version to "
+                    f"continue; a plugin that now provides one of them in another's place can "
+                    f"be set aside with {DISABLE_ENV}=NAME)")
         raise UsageError(f"cannot resume {resume.run_dir}: it was run with something else "
-                         "(journal -> now):\n  " + "\n  ".join(changed)
+                         "(journal -> now):\n  " + "\n  ".join(changed) + hint
                          + "\nstart a new run instead")
+
+
+def plugins_used(registry: Registry, header: Mapping[str, Any], tasks: list[Task]) -> set[str]:
+    """The entry-point names of the plugins that provide what the journaled run uses now:
+    its provider, agent, sandbox and executor, and the graders of its tasks' checks."""
+    wanted = [("provider", header.get("provider")),
+              ("agent", (header.get("agent") or {}).get("name")),  # a preset's plugin
+              ("agent", (header.get("agent") or {}).get("base")),
+              ("sandbox", (header.get("sandbox") or {}).get("name")),
+              ("executor", (header.get("executor") or {}).get("name"))]
+    wanted += [("grader", check.get("type")) for task in tasks for check in task.checks]
+    used = set()
+    for kind, name in wanted:
+        if isinstance(name, str):
+            used.update(record.name for record in registry.owners.get((kind, name), []))
+    return used
 
 
 def plugin_versions(registry: Registry) -> dict[str, str | None]:
@@ -378,8 +426,9 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
     if agent.turns == 0 and agent.exit_status in prepared.error_statuses:
         # The model never answered: the workspace is the seed, and grading it would only
         # add failures that are not the agent's (a missing file, say) to the error.
+        unsafe = await _neutralised(workspace)
         return _recorded(_result(task, ERROR, [], agent, workspace, attempt), cassette,
-                         ledger)
+                         ledger, unsafe)
 
     async def open_grading(state: tuple[Path, Path], read_only: tuple[str, ...]) -> Sandbox:
         return await open_sandbox(prepared.sandbox, _sandbox_request(
@@ -389,21 +438,51 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
         checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,
                                      open_grading)
     except GradingSandboxFailed as exc:
+        await _neutralised(workspace)
         return _sandbox_failure(task, workspace, attempt, exc.__cause__ or exc)
+    # After grading too: a check may run the agent's code, which may write .git/config.
+    unsafe = await _neutralised(workspace)
     if budget is not None:
         for check in checks:
             if check.usage is not None:
                 budget.charge(check.usage, check.cost)
     status = attempt_status(agent.exit_status, checks, prepared.error_statuses)
     return _recorded(_result(task, status, checks, agent, workspace, attempt), cassette,
-                     ledger)
+                     ledger, unsafe)
 
 
-def _recorded(result: TaskResult, cassette: CassetteRecorder, ledger: Ledger) -> TaskResult:
-    """`result`, naming its ledger's or cassette's failure to be written, if any."""
+# A tree with no entry of these names holds no git directory (a bare one has a HEAD).
+_NO_REPOSITORY = frozenset({".git", "HEAD"})
+
+
+async def _neutralised(workspace: Workspace) -> tuple[str, ...]:
+    """Take out of the workspace's git directories what git would run for a user who
+    runs it there on the host later (an agent's `core.fsmonitor`, hooks), and record it
+    in the ledger. What could not be made safe, for the result to say. A small workspace
+    with no git directory is told so on the loop, without a trip."""
+    if small_tree(workspace.root, without=_NO_REPOSITORY):
+        return ()
+    done = await off_loop(_neutralise_and_record, workspace)
+    return tuple(f"its workspace's {path} could not be made safe to run git in: {what}"
+                 for path, what in done.items() if what.startswith("NOT"))
+
+
+def _neutralise_and_record(workspace: Workspace) -> dict[str, str]:
+    done = neutralise_repository_config(workspace.root, workspace.seed_path)
+    if done:  # the agent's ledger was closed with its attempt: opened again, numbering on
+        ledger = Ledger(workspace.ledger_path)
+        ledger.append("repository_neutralised", paths=done)
+        ledger.close()
+    return done
+
+
+def _recorded(result: TaskResult, cassette: CassetteRecorder, ledger: Ledger,
+              unsafe: tuple[str, ...] = ()) -> TaskResult:
+    """`result`, naming its ledger's or cassette's failure to be written, if any, and
+    what of its workspace could not be made safe (`unsafe`)."""
     result.record_problems = tuple(f"its {what} stopped being written: {why}" for what, why in (
         ("ledger", ledger.failure), ("cassette (a replay stops there)", cassette.failure))
-        if why)
+        if why) + unsafe
     return result
 
 

@@ -51,6 +51,13 @@ def choose_sandbox(registry: Registry, provider: ProviderSpec, *, flag: str | No
     reason = spec.available()
     if reason is not None:
         raise UsageError(f"sandbox '{spec.name}' cannot run here: {reason}")
+    # The config's options go with the config's sandbox when it names one (like its
+    # provider_options with its provider); when it names none they are defaults for
+    # whatever sandbox is chosen, auto included, as --sandbox-option's are. Before, they
+    # were silently dropped unless `sandbox =` was set too.
+    if chosen_by != "config" and config_options and (not config_name
+                                                    or config_name == spec.name):
+        options = {**dict(config_options), **options}
     # Typed and checked like every plugin's options: an unknown one is refused.
     merged = typed_options("sandbox", spec.name, spec.options_schema,
                            {**options, **flag_options})

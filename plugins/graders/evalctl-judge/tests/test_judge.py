@@ -215,7 +215,7 @@ def test_list_plugins_shows_the_judge_with_its_own_distribution():
     assert judge_record["version"] == "0.1.0" and judge_record["graders"] == ["judge"]
 
 
-def test_without_the_judge_installed_a_suite_using_it_says_how_to_install_it(tmp_path):
+def test_without_the_judge_installed_a_suite_using_it_says_to_install_a_plugin(tmp_path):
     without = load_registry([s for s in entry_point_sources() if s.name != "judge"])
     path = tmp_path / "s.yaml"
     path.write_text("- id: t\n  prompt: p\n  checks:\n    - type: file_exists\n      path: x\n"
@@ -223,7 +223,9 @@ def test_without_the_judge_installed_a_suite_using_it_says_how_to_install_it(tmp
     problems = validate_suite(path, without)
     assert len(problems) == 1 and problems[0].line == 6
     assert "unknown check type 'judge'" in problems[0].message
-    assert "pip install evalctl-judge" in problems[0].message
+    # The core names no package: one made of the check's type would invite typosquats.
+    assert "install the plugin package that provides it" in problems[0].message
+    assert "pip install" not in problems[0].message
 
 
 def test_a_file_outside_the_workspace_is_refused_by_validate(tmp_path):
