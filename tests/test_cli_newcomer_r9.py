@@ -21,24 +21,9 @@ from evalctl._cli import cli
 from evalctl._plugin.registry import PluginSource, load_registry, set_registry
 
 from .conftest import ROOT, registry_with, run_cli
+from .test_journal import QUICK
 
-TASK = """\
-- id: {id}
-  prompt: Write {id}.txt.
-  tags:
-    - {tag}
-  checks:
-    - type: file_contains
-      path: {id}.txt
-      text: done
-  script:
-    - tool_calls:
-        - tool: write_file
-          input:
-            path: {id}.txt
-            content: done
-    - text: Wrote {id}.txt.
-"""
+TASK = QUICK.replace("  checks:", "  tags:\n    - {tag}\n  checks:", 1)
 SUITE = "".join(TASK.format(id=name, tag=tag) for name, tag in
                 (("one", "math"), ("two", "data"), ("three", "math")))
 JOURNAL = "journal.jsonl"

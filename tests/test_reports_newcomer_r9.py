@@ -14,21 +14,11 @@ from evalctl.plugins.reporters.html import page
 from evalctl.plugins.reporters.html.changes import workspace_changes
 from evalctl.plugins.reporters.html.transcript import read_transcript
 
+from .test_grading_integrity import HIDDEN_SUITE
+
 # ---- 1. the HTML task page: verify files are not the agent's changes ----
 
-VERIFIED = """\
-- id: fix
-  prompt: add() in calc.py returns the wrong answer. Fix it.
-  files:
-    calc.py: |
-      def add(a, b):
-          return a - b
-  verify_files:
-    tests/test_calc.py: |
-      from calc import add
-
-      def test_add():
-          assert add(2, 2) == 4
+VERIFIED = HIDDEN_SUITE.split("  protected:")[0].format(id="fix") + """\
   checks:
     - type: file_exists
       path: calc.py

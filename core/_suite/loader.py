@@ -28,7 +28,13 @@ from evalctl._suite.model import (
     Task,
 )
 from evalctl._suite.problems import schema_problems
-from evalctl._suite.rules import counts_for_rule_one, rule_problems, tasks_of, tasks_path
+from evalctl._suite.rules import (
+    counts_for_rule_one,
+    rule_problems,
+    tasks_of,
+    tasks_path,
+    written_tasks,
+)
 from evalctl._suite.schema import SOURCE, plugin_task_keys, registry_schema, schema_digest
 from evalctl._suite.yamlsource import MAX_DEPTH, Located, YamlSyntaxError, parse
 
@@ -180,9 +186,8 @@ def _written_sources(located: Located, base: Path) -> Iterator[tuple[Source | st
     source whose own shape is valid (a task's own, else the defaults'), however broken
     the rest of the suite is."""
     data = located.data
-    tasks = data if isinstance(data, list) else data.get("tasks") if isinstance(data, dict) \
-        else None
-    if not isinstance(tasks, list):
+    tasks = written_tasks(data)
+    if tasks is None:
         return
     check = SchemaCheck(SOURCE)
     defaults = data.get("defaults") if isinstance(data, dict) else None

@@ -28,12 +28,19 @@ def tasks_of(data: Any) -> list[Any]:
     return data if isinstance(data, list) else data["tasks"]
 
 
+def written_tasks(data: Any) -> list[Any] | None:
+    """The suite's list of tasks as written (a top-level list, or `tasks:`), whatever
+    else is wrong with it; None when there is no list."""
+    tasks = data if isinstance(data, list) else data.get("tasks") if isinstance(data, dict) \
+        else None
+    return tasks if isinstance(tasks, list) else None
+
+
 def _tasks_with_ids(located: Located) -> Iterable[tuple[tuple, dict]]:
     """Every task that has a text id, however broken the rest of it is."""
     data = located.data
-    tasks = data if isinstance(data, list) else data.get("tasks") if isinstance(data, dict) \
-        else None
-    if not isinstance(tasks, list):
+    tasks = written_tasks(data)
+    if tasks is None:
         return
     base = tasks_path(data)
     for index, task in enumerate(tasks):
