@@ -219,7 +219,9 @@ def small_tree(root: str | os.PathLike[str], *, entries: int = SMALL_TREE_ENTRIE
                 return False
             listing = os.scandir(directory)
         except OSError:
-            continue
+            # What cannot be looked in is not known to be small (a directory the agent
+            # made unreadable could hold anything: a .git, found by an attacker round).
+            return False
         with listing:
             for entry in listing:
                 seen += 1

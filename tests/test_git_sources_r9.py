@@ -346,3 +346,128 @@ def test_a_run_leaves_no_command_of_the_agents_for_the_users_git(tmp_path):
     marker.unlink(missing_ok=True)
     assert users_git(Path(task.workspace), "status", "--porcelain").stdout == " M calc.py\n"
     assert not marker.exists()
+
+
+# --- the round after: what the clean-up and the bounds missed --------------------------
+
+def test_an_index_that_stages_a_path_in_git_is_moved_aside(workspace, tmp_path):
+    """Found by an attacker round: an index edited to stage .git/hooks/post-checkout
+    (git 2.39 reads it) made the user's `git checkout -- .` write the hook and run it."""
+    root, seed = workspace
+    (root / "Xgit" / "hooks").mkdir(parents=True)
+    (root / "Xgit" / "hooks" / "post-checkout").write_text("#!/bin/sh\ntouch MARKER\n")
+    git(root, "add", "-A")
+    for version in ("2", "4"):
+        git(root, "update-index", "--index-version", version)
+        index = root / ".git" / "index"
+        forged = index.read_bytes().replace(b"Xgit/hooks", b".git/hooks")
+        index.write_bytes(forged)
+        done = neutralise_repository_config(root, seed)
+        assert done[".git/index"].startswith("moved to index.agent"), done
+        assert not index.exists() and (root / ".git" / "index.agent").read_bytes() == forged
+        (root / ".git" / "index.agent").unlink()
+        git(root, "add", "-A")  # an ordinary index again: left as it is
+        assert ".git/index" not in neutralise_repository_config(root, seed)
+
+
+def test_a_link_where_git_looks_for_a_submodules_repository_is_moved_aside(workspace,
+                                                                           tmp_path):
+    """Found by an attacker round: .git/modules/NAME linked to a repository in the
+    attempt's TMPDIR, whose hook `git submodule update --init` ran on the host."""
+    root, seed = workspace
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / ".git" / "modules").mkdir()
+    (root / ".git" / "modules" / "sub").symlink_to(elsewhere)
+    done = neutralise_repository_config(root, seed)
+    assert done[".git/modules/sub"].startswith("moved to sub.agent (a link where git looks")
+    assert (root / ".git" / "modules" / "sub.agent").is_symlink()
+
+
+def test_a_paused_rebases_todo_is_moved_aside(workspace):
+    """Found by an attacker round: .git/rebase-merge kept an `exec` line that the user's
+    `git rebase --continue` would run."""
+    root, seed = workspace
+    (root / ".git" / "rebase-merge").mkdir()
+    (root / ".git" / "rebase-merge" / "git-rebase-todo").write_text("exec touch MARKER\n")
+    done = neutralise_repository_config(root, seed)
+    assert done[".git/rebase-merge"] == "moved to rebase-merge.agent"
+
+
+def test_a_workspace_that_cannot_be_listed_is_not_taken_for_small(tmp_path, monkeypatch):
+    """Found by an attacker round (as a user other than root): a directory the agent made
+    unreadable made the workspace look small with no .git, and the clean-up was skipped."""
+    from evalctl._files import small_tree
+
+    (tmp_path / "locked").mkdir()
+    real = os.scandir
+
+    def refusing(path):
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    assert small_tree(tmp_path, without=frozenset({".git"}))
+    monkeypatch.setattr(os, "scandir", refusing)
+    assert not small_tree(tmp_path, without=frozenset({".git"}))
+
+
+def test_checkout_attributes_cannot_grow_a_file_past_what_was_counted(tmp_path):
+    """Found by an attacker round: the tree's own .gitattributes (`ident`,
+    `working-tree-encoding`, which need no configuration) wrote a file 47 times the size
+    the bounds counted. The checkout turns them off."""
+    repo = tmp_path / "grow"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / ".gitattributes").write_text("*.txt ident working-tree-encoding=UTF-16\n")
+    (repo / "a.txt").write_bytes(("$Id$\n" * 1000).encode("utf-16"))  # stored as UTF-8
+    rev = commit(repo, {}, "grow")
+    target = tmp_path / "w"
+    target.mkdir()
+    SourceCache(tmp_path / "cache").check_out(source_of(repo, rev), target)
+    assert (target / "a.txt").read_bytes() == b"$Id$\n" * 1000
+    assert not (target / ".git" / "info" / "attributes").exists()
+
+
+def test_a_binary_verify_patch_is_refused():
+    """Found by an attacker round: a 230-byte binary delta made git apply write a
+    gigabyte on the host before the result's size was looked at."""
+    patch = ("diff --git a/t.txt b/t.txt\n--- a/t.txt\n+++ b/t.txt\n@@ -1 +1 @@\n-a\n+b\n"
+             "diff --git a/big.bin b/big.bin\nnew file mode 100644\nindex 0000000..1111111\n"
+             "GIT binary patch\nliteral 10\nRcmZ?wbL)VD5B^;x0RU2Q0}22D\n\nliteral 0\n"
+             "HcmV?d00001\n\n")
+    assert any("binary patch" in problem for problem in patch_problems(patch))
+
+
+def test_the_regrade_and_the_attempts_state_are_cleaned_too(tmp_path):
+    """Found by an attacker round: a repository the agent built in its TMPDIR (kept on
+    the host under .state/), reached by a link from the workspace, kept its fsmonitor;
+    and a regrade's copy, whose checks ran the agent's code again, was not cleaned."""
+    import json
+
+    import evalctl
+
+    marker = tmp_path / "MARKER"
+    suite = tmp_path / "suite.yaml"
+    command = (f"mkdir -p $TMPDIR/evil && git -C $TMPDIR/evil init -q && git -C "
+               f"$TMPDIR/evil config core.fsmonitor 'touch {marker}; false #' && "
+               f"ln -s $TMPDIR/evil src && echo done > out.txt")
+    suite.write_text(
+        "- id: plant\n  prompt: p\n  checks:\n    - type: command\n"
+        f"      command: git init -q again && git -C again config core.pager 'touch {marker}'"
+        "\n  script:\n    - tool_calls:\n        - tool: bash\n          input:\n"
+        f"            command: {json.dumps(command)}\n    - text: Done.\n")
+    run = evalctl.testing.run_suite(suite, out_dir=tmp_path / "out", sandbox="local")
+    task = run.tasks[0]
+    events = [json.loads(line) for line in Path(task.ledger).read_text().splitlines()]
+    cleaned = {path for e in events if e["event"] == "repository_neutralised"
+               for path in e["paths"]}
+    assert ".state/plant/tmp/evil/.git/config" in cleaned and "again/.git/config" in cleaned
+    result = CliRunner().invoke(cli, ["regrade", run.run_directory, "--out",
+                                      str(tmp_path / "regraded")])
+    assert result.exit_code in (0, 1), result.output
+    [copy] = [p for p in (tmp_path / "regraded").glob("workspaces-*/plant")]
+    assert users_git(copy / "again", "status").returncode == 0
+    assert users_git(copy / "again", "-c", "core.pager=cat", "log").returncode in (0, 128)
+    assert not marker.exists()
+    assert "core.pager" not in (copy / "again" / ".git" / "config").read_text()

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from evalctl._agent.ledger import Ledger
 from evalctl._blocking import off_loop
 from evalctl._errors import GraderUnavailable, UsageError
 from evalctl._files import small_tree
@@ -30,6 +31,7 @@ from evalctl._run.integrity import (
     restore_seed,
     write_verify_files,
 )
+from evalctl._sources.git import neutralise_repository_config
 from evalctl._suite.model import Task
 from evalctl._text import escape_text
 from evalctl._workspace import Workspace, grading_state
@@ -179,3 +181,39 @@ def attempt_status(exit_status: str | None, checks: list[CheckOutcome],
     if any(c.error for c in mechanical):
         return ERROR
     return PASSED
+
+
+# A tree with no entry of these names holds no git directory (a bare one has a HEAD).
+_NO_REPOSITORY = frozenset({".git", "HEAD"})
+
+
+async def make_repositories_safe(workspace: Workspace) -> tuple[str, ...]:
+    """Take out of the git directories the agent could write (its workspace, and its
+    HOME and TMPDIR, kept under .state/<attempt> on the host) what git would run for a
+    user who runs it there later: an agent's `core.fsmonitor`, hooks, a staged .git
+    path (`neutralise_repository_config`), recorded in the ledger. What could not be made
+    safe, for the result to say. Called when the attempt is over, grading included (a
+    check may run the agent's code). A small tree with no git directory is told so on
+    the loop, without a trip."""
+    roots = [root for root in (workspace.root, workspace.home.parent)
+             if not small_tree(root, without=_NO_REPOSITORY)]
+    if not roots:
+        return ()
+    done = await off_loop(_neutralise_and_record, workspace, roots)
+    return tuple(f"its {path} could not be made safe to run git in: {what}"
+                 for path, what in done.items() if what.startswith("NOT"))
+
+
+def _neutralise_and_record(workspace: Workspace, roots: list[Path]) -> dict[str, str]:
+    done: dict[str, str] = {}
+    for root in roots:
+        seed = workspace.seed_path if root == workspace.root else None
+        label = "" if root == workspace.root else f".state/{root.name}/"
+        done.update({label + path: what for path, what in
+                     neutralise_repository_config(root, seed).items()})
+    if done:  # the agent's ledger was closed with its attempt: opened again, numbering on
+        ledger = Ledger(workspace.ledger_path)
+        ledger.append("repository_neutralised", paths=done)
+        ledger.close()
+    return done
+

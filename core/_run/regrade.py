@@ -38,7 +38,12 @@ from evalctl._report.journal import (
     read_journal,
 )
 from evalctl._report.results import ERROR, FAILED, PASSED, CheckOutcome, RunResult, TaskResult
-from evalctl._run.grading import GradingSandboxFailed, attempt_status, grade_attempt
+from evalctl._run.grading import (
+    GradingSandboxFailed,
+    attempt_status,
+    grade_attempt,
+    make_repositories_safe,
+)
 from evalctl._run.integrity import SEED_INTEGRITY, protected_changes_after_the_agent
 from evalctl._run.sandboxing import SandboxChoice, open_sandbox
 from evalctl._sources.patch import patched_files
@@ -221,6 +226,10 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
         return _copy_result(recorded, ERROR, [], workspace,
                             exit_status=ExitStatus.SANDBOX_ERROR,
                             error=f"the sandbox failed to start: {exc}")
+    finally:
+        # The copy's checks ran the agent's code too, which may have written .git/config
+        # again (found by an attacker round: the regrade's kept copy was live).
+        await make_repositories_safe(workspace)
     # The seed copy was checked when the run graded; that evidence is not in the copy.
     checks += [c for c in recorded.checks if c.type == SEED_INTEGRITY and not c.passed]
     if tampered is not None:

@@ -28,7 +28,7 @@ from evalctl._agent.throttle import CallThrottle
 from evalctl._agent.tools import tool_validators
 from evalctl._blocking import off_loop
 from evalctl._errors import ProviderSetupError, UsageError
-from evalctl._files import ConfinementError, small_tree
+from evalctl._files import ConfinementError
 from evalctl._plugin.options import provider_options as checked_provider_options
 from evalctl._plugin.registry import DISABLE_ENV, Registry, use_registry
 from evalctl._plugin.types import AgentResult, ExitStatus, Sandbox, SandboxRequest, TokenUsage
@@ -50,11 +50,15 @@ from evalctl._report.results import (
 from evalctl._run.agents import AgentChoice, choose_agent
 from evalctl._run.budget import RunBudget
 from evalctl._run.executors import ExecutorChoice, choose_executor
-from evalctl._run.grading import GradingSandboxFailed, attempt_status, grade_attempt
+from evalctl._run.grading import (
+    GradingSandboxFailed,
+    attempt_status,
+    grade_attempt,
+    make_repositories_safe,
+)
 from evalctl._run.grading import grade as grade  # where tests and evalctl.testing find it
 from evalctl._run.sandboxing import SandboxChoice, choose_sandbox, open_sandbox
 from evalctl._run.setup import SetupFailed, prepare_workspace, run_setup
-from evalctl._sources.git import neutralise_repository_config
 from evalctl._suite.model import Suite, Task
 from evalctl._text import escape_text
 from evalctl._version import __version__
@@ -426,7 +430,7 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
     if agent.turns == 0 and agent.exit_status in prepared.error_statuses:
         # The model never answered: the workspace is the seed, and grading it would only
         # add failures that are not the agent's (a missing file, say) to the error.
-        unsafe = await _neutralised(workspace)
+        unsafe = await make_repositories_safe(workspace)
         return _recorded(_result(task, ERROR, [], agent, workspace, attempt), cassette,
                          ledger, unsafe)
 
@@ -438,10 +442,10 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
         checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,
                                      open_grading)
     except GradingSandboxFailed as exc:
-        await _neutralised(workspace)
+        await make_repositories_safe(workspace)
         return _sandbox_failure(task, workspace, attempt, exc.__cause__ or exc)
     # After grading too: a check may run the agent's code, which may write .git/config.
-    unsafe = await _neutralised(workspace)
+    unsafe = await make_repositories_safe(workspace)
     if budget is not None:
         for check in checks:
             if check.usage is not None:
@@ -449,31 +453,6 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
     status = attempt_status(agent.exit_status, checks, prepared.error_statuses)
     return _recorded(_result(task, status, checks, agent, workspace, attempt), cassette,
                      ledger, unsafe)
-
-
-# A tree with no entry of these names holds no git directory (a bare one has a HEAD).
-_NO_REPOSITORY = frozenset({".git", "HEAD"})
-
-
-async def _neutralised(workspace: Workspace) -> tuple[str, ...]:
-    """Take out of the workspace's git directories what git would run for a user who
-    runs it there on the host later (an agent's `core.fsmonitor`, hooks), and record it
-    in the ledger. What could not be made safe, for the result to say. A small workspace
-    with no git directory is told so on the loop, without a trip."""
-    if small_tree(workspace.root, without=_NO_REPOSITORY):
-        return ()
-    done = await off_loop(_neutralise_and_record, workspace)
-    return tuple(f"its workspace's {path} could not be made safe to run git in: {what}"
-                 for path, what in done.items() if what.startswith("NOT"))
-
-
-def _neutralise_and_record(workspace: Workspace) -> dict[str, str]:
-    done = neutralise_repository_config(workspace.root, workspace.seed_path)
-    if done:  # the agent's ledger was closed with its attempt: opened again, numbering on
-        ledger = Ledger(workspace.ledger_path)
-        ledger.append("repository_neutralised", paths=done)
-        ledger.close()
-    return done
 
 
 def _recorded(result: TaskResult, cassette: CassetteRecorder, ledger: Ledger,

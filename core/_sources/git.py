@@ -300,14 +300,29 @@ class SourceCache:
                  ["-C", str(target), "fetch", "--quiet", "--depth", "1", "--no-tags",
                   repository.as_uri(), source.rev or ""],
                  ["-C", str(target), "checkout", "--quiet", "--detach", "FETCH_HEAD"]]
-        for step in steps:
+        for index, step in enumerate(steps):
+            if index == 2:
+                _no_growing_attributes(target / ".git")
             done = git(step, env=env)
             if done.returncode != 0:
                 raise SourceError(f"cannot check out {source.describe()}: {_failed(done)}")
+        (target / ".git" / "info" / "attributes").unlink(missing_ok=True)
         # FETCH_HEAD names the cache; nothing in the workspace should lead back to it.
         (target / ".git" / "FETCH_HEAD").unlink(missing_ok=True)
         if not keep_git:
             shutil.rmtree(target / ".git")
+
+
+# Attributes git applies at checkout with no configuration, from the tree's own
+# .gitattributes, that make a file on disk far larger than in the tree (found by an
+# attacker round: `ident` and `working-tree-encoding` wrote 47 times what the size check
+# counted). The repository's info/attributes overrides the tree's for the checkout.
+_NO_GROWTH = "* -ident -working-tree-encoding -filter\n"
+
+
+def _no_growing_attributes(git_directory: Path) -> None:
+    (git_directory / "info").mkdir(exist_ok=True)
+    (git_directory / "info" / "attributes").write_text(_NO_GROWTH)
 
 
 # What of a repository's configuration is kept after an attempt: settings that run
@@ -325,8 +340,10 @@ SAFE_CONFIG = {
 # Read from a git directory besides its config and run or followed by git: hooks (run
 # by commit, checkout, and by `git status` when it rewrites the index); commondir (the
 # configuration and hooks of another directory, which could be the agent's TMPDIR);
-# config.worktree (more configuration).
-_MOVED_ASIDE = ("hooks", "commondir", "config.worktree")
+# config.worktree (more configuration); a paused rebase, cherry-pick or revert's state,
+# whose todo lists can hold `exec` lines that `git rebase --continue` runs.
+_MOVED_ASIDE = ("hooks", "commondir", "config.worktree", "rebase-merge", "rebase-apply",
+                "sequencer")
 _MAX_CONFIG_BYTES = 1 << 20
 
 
@@ -368,6 +385,13 @@ def neutralise_repository_config(workspace: Path, seed: Path | None = None) -> d
                 with contextlib.suppress(OSError):
                     done[below] = f"moved to {_move_aside(path)} (a .git that is not a " \
                                   "directory sends git to another one)"
+            elif in_git and not is_directory and os.path.islink(path):
+                # A submodule's or worktree's repository that is a link (found by an
+                # attacker round: `git submodule update` ran the hook of the repository
+                # .git/modules/NAME led to, in the attempt's TMPDIR).
+                with contextlib.suppress(OSError):
+                    done[below] = f"moved to {_move_aside(path)} (a link where git looks " \
+                                  "for a repository)"
             elif is_directory:
                 pending.append((path, below + "/", in_git or name == ".git"))
     return dict(sorted(done.items()))
@@ -472,6 +496,66 @@ def _neutralise_git_directory(directory: str, relative: str, names: set[str],
             _neutralise_config(os.path.join(directory, "config"), relative + "config", done)
         except OSError as exc:
             done[relative + "config"] = f"NOT rewritten: {exc.strerror or exc}"
+    index = os.path.join(directory, "index")
+    if "index" in names and not _index_is_plain(index):
+        # An entry under .git (found by an attacker round: an index edited to stage
+        # .git/hooks/post-checkout, which `git checkout -- .` wrote and ran) is moved
+        # aside with the whole index: git then sees every file as not staged.
+        try:
+            _make_ours(directory)
+            done[relative + "index"] = f"moved to {_move_aside(index)} (it stages a path " \
+                                       "inside .git, or cannot be read)"
+        except OSError as exc:
+            done[relative + "index"] = f"NOT moved aside: {exc.strerror or exc}"
+
+
+# The largest index read to see what it stages; a larger one is moved aside unread.
+_MAX_INDEX_BYTES = 256 << 20
+
+
+def _index_is_plain(path: str) -> bool:
+    """Whether a git index (versions 2 to 4) stages no path with a `.git` component (in
+    any case, as git compares them) and reads whole; False for anything else."""
+    data = _content(path, _MAX_INDEX_BYTES)
+    if data is None or len(data) < 12 or data[:4] != b"DIRC":
+        return data is not None and not data  # an empty file is no index at all: plain
+    version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
+    if version not in (2, 3, 4):
+        return False
+    at, previous = 12, b""
+    for _ in range(count):
+        if at + 62 > len(data):
+            return False
+        flags = int.from_bytes(data[at + 60:at + 62], "big")
+        at += 62 + (2 if version >= 3 and flags & 0x4000 else 0)
+        if version == 4:  # the path is the previous one, cut by a varint, plus a suffix
+            if at >= len(data):
+                return False
+            byte = data[at]
+            at += 1
+            strip = byte & 0x7F
+            while byte & 0x80:  # git's offset varint (varint.c)
+                if at >= len(data) or strip > len(data):
+                    return False
+                byte = data[at]
+                at += 1
+                strip = ((strip + 1) << 7) | (byte & 0x7F)
+            end = data.find(b"\0", at)
+            if end < 0 or strip > len(previous):
+                return False
+            name = previous[:len(previous) - strip] + data[at:end]
+            at = end + 1
+        else:
+            end = data.find(b"\0", at)
+            if end < 0:
+                return False
+            name = data[at:end]
+            start = at - 62 - (2 if version >= 3 and flags & 0x4000 else 0)
+            at = start + ((end - start) // 8 + 1) * 8  # NUL-padded to 8 bytes
+        if any(part.lower() == b".git" for part in name.split(b"/")):
+            return False
+        previous = name
+    return True
 
 
 def _make_ours(directory: str) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from evalctl._files import ConfinementError, open_confined, resolve_inside
 from evalctl._sources.git import SourceError, _failed, _neutral_environment, git
 
+_BINARY_PATCH = re.compile(r"^GIT binary patch$|^Binary files .* differ$", re.MULTILINE)
 _HEADER = re.compile(r"^(?:--- |\+\+\+ )(.*?)(?:\t.*)?$")
 _RENAME = re.compile(r"^(?:rename|copy) (?:from|to) (.*)$")
 _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "a": "\a", "b": "\b", "f": "\f",
@@ -78,6 +79,12 @@ def patch_problems(patch: str) -> list[str]:
     # or a hook would plant a command git runs on the host.
     problems += [f"{path!r} is inside a repository's .git directory" for path in paths
                  if ".git" in PurePosixPath(path).parts]
+    # Verify files are text; a binary patch is refused (found by an attacker round: a
+    # 230-byte binary delta made git apply write a gigabyte before any check could read
+    # the result).
+    if _BINARY_PATCH.search(patch):
+        problems.append("it holds a binary patch ('GIT binary patch'); verify files are "
+                        "text")
     return problems
 
 
