@@ -675,6 +675,22 @@ def test_a_patch_that_makes_a_link_is_refused_not_read_through(tmp_path, project
     assert [p for p in files if b"FAKE-MARKER" in p.read_bytes()] == []
 
 
+def test_a_section_git_applies_but_evalctl_cannot_name_is_refused(tmp_path, project):
+    """Found by an attacker round: a `diff --git` section with a hunk and no ---/+++
+    lines was applied by git and never written after the agent, so the agent's own copy
+    of that test was graded. The paths git reads must all be named."""
+    repo, base, _ = project
+    bare = ("diff --git a/tests/test_hidden.py b/tests/test_hidden.py\nnew file mode 100644\n"
+            "@@ -0,0 +1 @@\n+def test_nothing(): pass\n")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(git_suite("calc", base).replace(indented(test_patch(), 4),
+                                                     indented(test_patch() + bare, 4)))
+    run = evalctl.testing.run_suite(suite, out_dir=tmp_path / "out")
+    task = run.tasks[0]
+    assert (task.status, task.exit_status) == ("error", "setup_error"), task.checks
+    assert "verify_patch: git reads it as touching 'tests/test_hidden.py' too" in task.error
+
+
 def test_a_patch_that_leaves_the_workspace_is_refused_at_its_line(tmp_path, project):
     repo, base, _ = project
     suite = tmp_path / "suite.yaml"

@@ -123,6 +123,16 @@ def patched_files(seed: Path, patch: str) -> dict[str, str | None]:
         change.write_text(patch if patch.endswith("\n") else patch + "\n", encoding="utf-8")
         env = {**_neutral_environment(Path(scratch_name)),
                "GIT_CEILING_DIRECTORIES": scratch_name}
+        # The paths as git reads the patch: one it would touch that evalctl's reading
+        # missed (a section with no ---/+++ lines, found by an attacker round) would be
+        # applied and never written after the agent, leaving the agent's copy graded.
+        listed = git(["apply", "--numstat", "-z", str(change)], cwd=scratch, env=env)
+        if listed.returncode == 0:
+            unread = sorted(set(_numstat_paths(listed.stdout)) - set(paths))
+            if unread:
+                raise SourceError("verify_patch: git reads it as touching "
+                                  f"{', '.join(map(repr, unread[:5]))} too, which its "
+                                  "---/+++ lines do not name; give each file its lines")
         done = git(["apply", "--whitespace=nowarn", str(change)], cwd=scratch, env=env)
         if done.returncode != 0:
             raise SourceError(f"verify_patch does not apply to the source: {_failed(done)}")
@@ -131,6 +141,24 @@ def patched_files(seed: Path, patch: str) -> dict[str, str | None]:
 
 # The most a verify file may hold: the patch's result is read whole.
 MAX_PRODUCED_BYTES = 32 * 1024 * 1024
+
+
+def _numstat_paths(output: str) -> list[str]:
+    """The paths of `git apply --numstat -z`: `added\tdeleted\tpath\0`, or for a
+    rename or copy `added\tdeleted\t\0old\0new\0`."""
+    fields, paths = output.split("\0"), []
+    index = 0
+    while index < len(fields):
+        counts = fields[index].split("\t")
+        if len(counts) == 3 and counts[2]:
+            paths.append(counts[2])
+            index += 1
+        elif len(counts) == 3:  # a rename: the two names follow
+            paths += [name for name in fields[index + 1:index + 3] if name]
+            index += 3
+        else:
+            index += 1
+    return paths
 
 
 def _produced(scratch: Path, relative: str) -> str | None:
