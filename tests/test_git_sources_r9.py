@@ -350,24 +350,41 @@ def test_a_run_leaves_no_command_of_the_agents_for_the_users_git(tmp_path):
 
 # --- the round after: what the clean-up and the bounds missed --------------------------
 
-def test_an_index_that_stages_a_path_in_git_is_moved_aside(workspace, tmp_path):
-    """Found by an attacker round: an index edited to stage .git/hooks/post-checkout
-    (git 2.39 reads it) made the user's `git checkout -- .` write the hook and run it."""
+def test_an_index_that_stages_what_head_does_not_hold_is_replaced_by_heads(workspace):
+    """Found by attacker rounds: an index edited to stage .git/hooks/post-checkout, or a
+    name with `..` (git does not check an index's names when it reads one), made the
+    user's `git checkout -- .` write a hook and run it, or a file outside the workspace.
+    An index git reads differently from one made of HEAD's tree is moved aside and
+    replaced by that one (git checks the names it takes from a tree)."""
+    import hashlib
+
     root, seed = workspace
     (root / "Xgit" / "hooks").mkdir(parents=True)
     (root / "Xgit" / "hooks" / "post-checkout").write_text("#!/bin/sh\ntouch MARKER\n")
+    (root / "ab").mkdir()
+    (root / "ab" / "x").write_text("outside\n")
     git(root, "add", "-A")
     for version in ("2", "4"):
         git(root, "update-index", "--index-version", version)
         index = root / ".git" / "index"
-        forged = index.read_bytes().replace(b"Xgit/hooks", b".git/hooks")
+        body = index.read_bytes()[:-20].replace(b"Xgit/hooks", b".git/hooks") \
+            .replace(b"ab/x", b"../x")
+        forged = body + hashlib.sha1(body).digest()  # a checksum git accepts
         index.write_bytes(forged)
         done = neutralise_repository_config(root, seed)
         assert done[".git/index"].startswith("moved to index.agent"), done
-        assert not index.exists() and (root / ".git" / "index.agent").read_bytes() == forged
+        assert done[".git/index"].endswith("a new one was made from HEAD")
+        assert (root / ".git" / "index.agent").read_bytes() == forged
+        staged = users_git(root, "ls-files", "--stage").stdout
+        assert ".git/hooks" not in staged and "../x" not in staged and "README" in staged
         (root / ".git" / "index.agent").unlink()
-        git(root, "add", "-A")  # an ordinary index again: left as it is
-        assert ".git/index" not in neutralise_repository_config(root, seed)
+        git(root, "add", "-A")
+    # An index that stages no more than HEAD holds (changes made and not staged, or
+    # committed) is the agent's, kept as it is, its cached file times included.
+    git(root, "reset", "-q", "--hard")
+    git(root, "clean", "-qfdx")
+    (root / "README").write_text("changed, not staged\n")
+    assert ".git/index" not in neutralise_repository_config(root, seed)
 
 
 def test_a_link_where_git_looks_for_a_submodules_repository_is_moved_aside(workspace,
@@ -471,3 +488,45 @@ def test_the_regrade_and_the_attempts_state_are_cleaned_too(tmp_path):
     assert users_git(copy / "again", "-c", "core.pager=cat", "log").returncode in (0, 128)
     assert not marker.exists()
     assert "core.pager" not in (copy / "again" / ".git" / "config").read_text()
+
+
+def test_an_interrupted_attempt_and_what_a_resume_retires_are_cleaned(tmp_path):
+    """Found by an attacker round: an attempt stopped by SIGTERM kept the agent's
+    core.fsmonitor, and `--resume` moved it, unchanged, to .retired/, where the docs say
+    nothing it did is lost. Both are cleaned now: when the attempt is interrupted, and
+    when a resume retires what a killed one left."""
+    import asyncio
+
+    from evalctl._plugin.registry import get_registry
+    from evalctl._run import runner
+    from evalctl._suite.loader import load_suite
+
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("- id: plant\n  prompt: p\n  checks:\n    - type: file_exists\n"
+                     "      path: x\n")
+    plant = "git init -q r && git -C r config core.fsmonitor 'touch MARKER; false #'"
+    registry = get_registry()
+    prepared = runner.prepare_run(load_suite(suite, registry), registry, runner.RunOptions(
+        out_dir=tmp_path / "out", sandbox="local", agent="command",
+        agent_options={"argv": f"bash -c \"{plant} && touch planted && sleep 60\"",
+                       "model_proxy": False}))
+    workspace = prepared.run_dir / "plant"
+
+    async def interrupted() -> None:
+        running = asyncio.ensure_future(runner.run_task(prepared.tasks[0], prepared))
+        for _ in range(300):
+            if (workspace / "planted").exists():
+                break
+            await asyncio.sleep(0.02)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(interrupted())
+    config = (workspace / "r" / ".git" / "config").read_text()
+    assert "fsmonitor" not in config and (workspace / "r" / ".git" / "config.agent").exists()
+    # A killed attempt's (nothing ran after it): cleaned as a resume retires it.
+    git(workspace / "r", "config", "core.fsmonitor", "touch MARKER; false #")
+    into = prepared.run_dir / ".retired" / "session-1" / "plant"
+    assert runner._retire(prepared.run_dir, "plant", into) is not None
+    assert "fsmonitor" not in (into / "workspace" / "r" / ".git" / "config").read_text()

@@ -6,8 +6,10 @@ regrade means what the run's grading meant.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
+import os
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,7 +36,7 @@ from evalctl._run.integrity import (
 from evalctl._sources.git import neutralise_repository_config
 from evalctl._suite.model import Task
 from evalctl._text import escape_text
-from evalctl._workspace import Workspace, grading_state
+from evalctl._workspace import Workspace, attempt_paths, grading_state
 
 T = TypeVar("T")
 
@@ -216,4 +218,15 @@ def _neutralise_and_record(workspace: Workspace, roots: list[Path]) -> dict[str,
         ledger.append("repository_neutralised", paths=done)
         ledger.close()
     return done
+
+
+def make_repositories_safe_now(run_dir: Path, name: str) -> None:
+    """make_repositories_safe for an attempt known by name only, blocking: for one that
+    was interrupted or killed (the run is stopping, or a resume retires what it left).
+    A problem is passed over: nothing else can be done for it then."""
+    paths = attempt_paths(run_dir, name)
+    for root in (paths["workspace"], paths["state"]):
+        if os.path.isdir(root) and not os.path.islink(root):
+            with contextlib.suppress(Exception):
+                neutralise_repository_config(root)
 

@@ -55,6 +55,7 @@ from evalctl._run.grading import (
     attempt_status,
     grade_attempt,
     make_repositories_safe,
+    make_repositories_safe_now,
 )
 from evalctl._run.grading import grade as grade  # where tests and evalctl.testing find it
 from evalctl._run.sandboxing import SandboxChoice, choose_sandbox, open_sandbox
@@ -392,6 +393,19 @@ def _sandbox_request(task: Task, workspace: Workspace, prepared: PreparedRun, na
 async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
                    throttle: CallThrottle | None = None,
                    budget: RunBudget | None = None) -> TaskResult:
+    try:
+        return await _run_task(task, prepared, attempt, throttle=throttle, budget=budget)
+    except BaseException:
+        # Interrupted (Ctrl-C, SIGTERM) or a bug: what the agent left in git directories
+        # is made safe now, on the loop, since the run is stopping (found by an attacker
+        # round: an interrupted attempt, and its retired copy, kept its fsmonitor).
+        make_repositories_safe_now(
+            prepared.run_dir, attempt_name(task, attempt, prepared.options.repeat))
+        raise
+
+
+async def _run_task(task: Task, prepared: PreparedRun, attempt: int, *,
+                    throttle: CallThrottle | None, budget: RunBudget | None) -> TaskResult:
     name = attempt_name(task, attempt, prepared.options.repeat)
     workspace, seeded, cassette, ledger = await off_loop(_start_attempt, task, prepared, name,
                                                          attempt)
@@ -603,4 +617,5 @@ def _retire(run_dir: Path, name: str, into: Path) -> tuple[TokenUsage, float | N
     what its ledger recorded spending; None when it left nothing."""
     ledger = run_dir / ".ledgers" / f"{name}.jsonl"
     spend = ledger_spend(ledger) if ledger.exists() else (TokenUsage(), 0.0)
+    make_repositories_safe_now(run_dir, name)  # a killed attempt's, before it is kept
     return spend if retire_attempt(run_dir, name, into) else None

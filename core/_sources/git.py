@@ -496,66 +496,65 @@ def _neutralise_git_directory(directory: str, relative: str, names: set[str],
             _neutralise_config(os.path.join(directory, "config"), relative + "config", done)
         except OSError as exc:
             done[relative + "config"] = f"NOT rewritten: {exc.strerror or exc}"
+    _replace_index(directory, relative, names, done)
+
+
+def _replace_index(directory: str, relative: str, names: set[str],
+                   done: dict[str, str]) -> None:
+    """Keep the agent's index only when git reads from it exactly what it reads from an
+    index made from HEAD's tree; else move it (and a split index's shared parts) aside
+    and put that one in its place. git does not check the names of an index it reads
+    from disk (found by attacker rounds: an entry `../../home/u/.gitconfig`, or
+    `.git/hooks/post-checkout` hidden from a reader by a split index, an extended flag
+    or a length field, was written by the user's `git restore .`), while it checks every
+    name it takes from a tree; and no reading of the file but git's own can be trusted
+    to be git's. What the agent staged and did not commit then shows as an unstaged
+    change, its index kept beside."""
+    import tempfile
+
+    if "index" not in names:
+        return
+    env = {**_neutral_environment(Path(directory)), "GIT_DIR": directory}
     index = os.path.join(directory, "index")
-    if "index" in names and not _index_is_plain(index):
-        # An entry under .git (found by an attacker round: an index edited to stage
-        # .git/hooks/post-checkout, which `git checkout -- .` wrote and ran) is moved
-        # aside with the whole index: git then sees every file as not staged.
+    with tempfile.TemporaryDirectory(prefix="evalctl-index-") as scratch:
+        fresh = os.path.join(scratch, "index")
         try:
-            _make_ours(directory)
-            done[relative + "index"] = f"moved to {_move_aside(index)} (it stages a path " \
-                                       "inside .git, or cannot be read)"
-        except OSError as exc:
-            done[relative + "index"] = f"NOT moved aside: {exc.strerror or exc}"
+            built = git(["read-tree", "HEAD"], env={**env, "GIT_INDEX_FILE": fresh},
+                        timeout=LOCAL_TIMEOUT)
+            same = built.returncode == 0 and _listing_of(env, fresh) == \
+                _listing_of(env, index) is not None
+        except SourceError:
+            built, same = None, False
+        if same:
+            return
+        for name in sorted(names):
+            if name != "index" and not name.startswith("sharedindex."):
+                continue
+            try:
+                _make_ours(directory)
+                done[relative + name] = \
+                    f"moved to {_move_aside(os.path.join(directory, name))}"
+            except OSError as exc:
+                done[relative + name] = f"NOT moved aside: {exc.strerror or exc}"
+        if not done.get(relative + "index", "").startswith("moved"):
+            return
+        if built is not None and built.returncode == 0:
+            with contextlib.suppress(OSError):
+                shutil.copyfile(fresh, index)
+                done[relative + "index"] += " (it staged what HEAD does not hold); a new " \
+                                            "one was made from HEAD"
+                return
+        done[relative + "index"] += " (HEAD's tree could not be read: no index now)"
 
 
-# The largest index read to see what it stages; a larger one is moved aside unread.
-_MAX_INDEX_BYTES = 256 << 20
-
-
-def _index_is_plain(path: str) -> bool:
-    """Whether a git index (versions 2 to 4) stages no path with a `.git` component (in
-    any case, as git compares them) and reads whole; False for anything else."""
-    data = _content(path, _MAX_INDEX_BYTES)
-    if data is None or len(data) < 12 or data[:4] != b"DIRC":
-        return data is not None and not data  # an empty file is no index at all: plain
-    version, count = int.from_bytes(data[4:8], "big"), int.from_bytes(data[8:12], "big")
-    if version not in (2, 3, 4):
-        return False
-    at, previous = 12, b""
-    for _ in range(count):
-        if at + 62 > len(data):
-            return False
-        flags = int.from_bytes(data[at + 60:at + 62], "big")
-        at += 62 + (2 if version >= 3 and flags & 0x4000 else 0)
-        if version == 4:  # the path is the previous one, cut by a varint, plus a suffix
-            if at >= len(data):
-                return False
-            byte = data[at]
-            at += 1
-            strip = byte & 0x7F
-            while byte & 0x80:  # git's offset varint (varint.c)
-                if at >= len(data) or strip > len(data):
-                    return False
-                byte = data[at]
-                at += 1
-                strip = ((strip + 1) << 7) | (byte & 0x7F)
-            end = data.find(b"\0", at)
-            if end < 0 or strip > len(previous):
-                return False
-            name = previous[:len(previous) - strip] + data[at:end]
-            at = end + 1
-        else:
-            end = data.find(b"\0", at)
-            if end < 0:
-                return False
-            name = data[at:end]
-            start = at - 62 - (2 if version >= 3 and flags & 0x4000 else 0)
-            at = start + ((end - start) // 8 + 1) * 8  # NUL-padded to 8 bytes
-        if any(part.lower() == b".git" for part in name.split(b"/")):
-            return False
-        previous = name
-    return True
+def _listing_of(env: dict[str, str], index: str) -> str | None:
+    """What git reads from `index` (mode, object and name of every entry), or None."""
+    try:
+        listed = git(["ls-files", "--stage", "-z"], env={**env, "GIT_INDEX_FILE": index},
+                     timeout=LOCAL_TIMEOUT)
+    except SourceError:
+        return None
+    return listed.stdout if listed.returncode == 0 else None
 
 
 def _make_ours(directory: str) -> None:
