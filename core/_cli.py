@@ -477,7 +477,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     from evalctl._report.console import RunView
     from evalctl._report.journal import attempts_to_run, read_journal
     from evalctl._report.rundir import read_run
-    from evalctl._report.writing import report_path_problem, write_reports
+    from evalctl._report.writing import write_reports
     from evalctl._run.runner import (
         RunOptions,
         execute,
@@ -556,9 +556,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     loaded = load_suite(suite_path, registry)
     for warning in loaded.warnings:
         click.echo(str(warning), err=True)
-    unwritable = report_path_problem(report, suite_path) if report is not None else None
-    if unwritable:  # found now, not after a run that may have cost hours and dollars
-        raise UsageError(f"--report {report}: it {unwritable}")
+    _report_path_checked(report, suite_path)
     # The JSON report is always written: it is the run's record, and what compare and
     # --baseline read. --reporter (or the config's reporters) choose the others.
     reporter_names = tuple(dict.fromkeys(
@@ -661,11 +659,11 @@ def _rerender_earlier_reports(result: Any, registry: Any, written_now: tuple[str
     stem = report_stem(result)
     written: list[Path] = []
     failures: list[str] = []
+    by_extension: dict[str, list[str]] = {}
+    for name, spec in registry.reporters.items():
+        by_extension.setdefault(spec.extension, []).append(name)
     for directory in dict.fromkeys((out_dir.resolve(), beside_run.resolve())):
         done_here = set(written_now) if directory == out_dir.resolve() else set()
-        by_extension: dict[str, list[str]] = {}
-        for name, spec in registry.reporters.items():
-            by_extension.setdefault(spec.extension, []).append(name)
         formats = []
         for earlier in sorted(directory.glob(f"{stem}.*")):
             extension = earlier.name[len(stem) + 1:]
@@ -694,6 +692,17 @@ def _a_directory(path: Path, what: str) -> None:
     if not path.is_dir():
         raise UsageError(f"{what} {path}: not a directory; name a run directory "
                          "(eval_reports/workspaces-<time>)")
+
+
+def _report_path_checked(report: Path | None, suite: Path | None = None) -> None:
+    """Refuse `--report PATH` that must not be written (report_path_problem), before
+    any work: found now, not after a run that may have cost hours and dollars."""
+    from evalctl._errors import UsageError
+    from evalctl._report.writing import report_path_problem
+
+    problem = report_path_problem(report, suite) if report is not None else None
+    if problem:
+        raise UsageError(f"--report {report}: it {problem}")
 
 
 def _output_problem(path: Path, flag: str) -> None:
@@ -738,13 +747,10 @@ def report_command(ctx: click.Context, run_dir: Path, reporters: tuple[str, ...]
     reported not run) all render. Exit 0 when every report was written, 1 when a
     reporter failed, 2 when there is no run there.
     """
-    from evalctl._errors import UsageError
     from evalctl._report.rundir import read_run
-    from evalctl._report.writing import report_path_problem, write_reports
+    from evalctl._report.writing import write_reports
 
-    unwritable = report_path_problem(report) if report is not None else None
-    if unwritable:
-        raise UsageError(f"--report {report}: it {unwritable}")
+    _report_path_checked(report)
     stored = read_run(run_dir)
     for problem in stored.problems:
         click.echo(f"warning: {problem}", err=True)
@@ -789,15 +795,12 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
     checks are not asked again. Exit 0 all passed, 1 a task failed or errored, 2 no run
     or nothing to regrade there.
     """
-    from evalctl._errors import UsageError
     from evalctl._report.console import RunView
-    from evalctl._report.writing import report_path_problem, write_reports
+    from evalctl._report.writing import write_reports
     from evalctl._run.regrade import execute_regrade, plan_regrade, summary_line
 
     _a_directory(run_dir, "RUN_DIR")
-    unwritable = report_path_problem(report, suite) if report is not None else None
-    if unwritable:
-        raise UsageError(f"--report {report}: it {unwritable}")
+    _report_path_checked(report, suite)
     registry = _registry(ctx)
     names = tuple(dict.fromkeys((ALWAYS_REPORTED, *(
         reporters or _config().get("reporters", DEFAULT_REPORTERS)))))

@@ -120,3 +120,13 @@ def percent(value: float | None, digits: int = 1) -> str:
 def money(value: float | None) -> str:
     """USD, or "unpriced" for a model with no price: never a silent $0."""
     return "unpriced" if value is None else f"${value:.4f}"
+
+
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    """` (did you mean 'x'?)` for the option closest in spelling to `word`, or "" when
+    none is close: how every refusal of an unknown name offers the likely one."""
+    import difflib  # only when a name was wrong
+
+    close = difflib.get_close_matches(word, list(options), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+

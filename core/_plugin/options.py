@@ -4,13 +4,13 @@ silently ignored."""
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
 from evalctl._errors import UsageError
 from evalctl._plugin.specs import ProviderSpec
 from evalctl._schema_check import SchemaCheck
+from evalctl._text import did_you_mean
 
 _TYPE_WORDS = {"integer": "a whole number", "number": "a number", "boolean": "true or false",
                "string": "text", "array": "a list", "object": "a mapping"}
@@ -32,8 +32,7 @@ def typed_options(kind: str, name: str, options_schema: Mapping[str, Any],
     typed: dict[str, Any] = {}
     for key, value in options.items():
         if key not in properties:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else \
+            hint = did_you_mean(key, known) or \
                 (_FLAGS.get(key, "") if kind == "provider" else "")
             raise UsageError(f"{kind} '{name}' has no option '{key}'{hint}; its "
                              f"options: {', '.join(known) or 'none'}")

@@ -32,6 +32,7 @@ from evalctl._plugin.specs import (
     ReporterSpec,
     SandboxSpec,
 )
+from evalctl._text import did_you_mean
 
 ENTRY_POINT_GROUP = "evalctl"
 DISABLE_ENV = "EVALCTL_DISABLE_PLUGINS"
@@ -176,9 +177,8 @@ class Registry:
             return self._conflict_message(kind, name, records)
         known = sorted(self.specs[kind])
         message = f"unknown {kind} '{name}'"
-        close = difflib.get_close_matches(name, known, n=1)
-        if close:
-            message += f" (did you mean '{close[0]}'?)"
+        close = did_you_mean(name, known)
+        message += close
         message += f"; installed {_PLURALS.get(kind, kind + 's')}: {', '.join(known) or 'none'}"
         # A plugin that is installed but did not load may well be what provides it: say
         # so, and suggest installing nothing (the fix is to enable or repair it).

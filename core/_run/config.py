@@ -5,13 +5,13 @@ override them."""
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evalctl._errors import Problem, SuiteError
+from evalctl._text import did_you_mean
 
 KEYS = {"reporters": list, "provider": str, "model": str, "concurrency": int, "out": str,
         "provider_options": dict, "sandbox": str, "sandbox_options": dict, "agent": str,
@@ -110,8 +110,7 @@ def _check(path: Path, text: str, table: tuple[str, ...], data: dict[str, Any]) 
     for key, value in data.items():
         expected = KEYS.get(key)
         if expected is None:
-            close = difflib.get_close_matches(key, list(KEYS), n=1)
-            mean = f" (did you mean '{close[0]}'?)" if close else ""
+            mean = did_you_mean(key, KEYS)
             hint = ""
             if key == "tool" and not table:
                 hint = ("; [tool.evalctl] belongs in pyproject.toml: in evalctl.toml, "

@@ -458,7 +458,7 @@ async def _run_task(task: Task, prepared: PreparedRun, attempt: int, *,
     except GradingSandboxFailed as exc:
         await make_repositories_safe(workspace)
         return _sandbox_failure(task, workspace, attempt, exc.__cause__ or exc)
-    # After grading too: a check may run the agent's code, which may write .git/config.
+    # Once grading is over: a check may run the agent's code, which may write .git/config.
     unsafe = await make_repositories_safe(workspace)
     if budget is not None:
         for check in checks:

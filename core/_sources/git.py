@@ -145,10 +145,9 @@ def tree_problem(repository: Path, rev: str, max_entries: int, max_bytes: int,
             return f"its tree could not be listed within {timeout:g}s"
         if process.returncode != 0:
             errors.seek(0)
-            lines = errors.read(4096).decode("utf-8", "replace").strip().splitlines()
-            said = "; ".join(line for line in lines[-3:] if line)
-            raise SourceError(f"cannot list the tree of {rev}: "
-                              f"{said or f'exit {process.returncode}'}")
+            said = errors.read(4096).decode("utf-8", "replace")
+            raise SourceError(f"cannot list the tree of {rev}: " + _failed(
+                subprocess.CompletedProcess(process.args, process.returncode, "", said)))
     return None
 
 
@@ -510,8 +509,6 @@ def _replace_index(directory: str, relative: str, names: set[str],
     name it takes from a tree; and no reading of the file but git's own can be trusted
     to be git's. What the agent staged and did not commit then shows as an unstaged
     change, its index kept beside."""
-    import tempfile
-
     if "index" not in names:
         return
     env = {**_neutral_environment(Path(directory)), "GIT_DIR": directory}

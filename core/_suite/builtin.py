@@ -4,7 +4,6 @@ there is one, else the built-in suite of that name."""
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 from evalctl._errors import Problem, SuiteError
 from evalctl._suite.yamlsource import YamlSyntaxError, parse_document
+from evalctl._text import did_you_mean
 
 BARE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")  # no separator, no extension
 
@@ -85,8 +85,7 @@ def resolve_suite(argument: str | Path) -> Path:
         return known[path.name]
     if path.exists():  # a directory: the loader says why it is not a suite
         return path
-    close = difflib.get_close_matches(path.name, list(known), n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    hint = did_you_mean(path.name, known)
     listed = f"; built-in suites: {', '.join(known)} (evalctl suites describes them)" \
         if known else ""
     raise SuiteError([Problem(str(argument), 0, "cannot read suite: no such file, and no "
