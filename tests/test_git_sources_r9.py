@@ -237,7 +237,11 @@ def test_a_config_that_is_a_link_or_includes_another_is_replaced(workspace, tmp_
     (root / ".git" / "config").unlink()
     (root / ".git" / "config").symlink_to(elsewhere)
     done = neutralise_repository_config(root, seed)
-    assert "unreadable, not a file" in done[".git/config"]
+    assert done[".git/config"] == f"removed (a link to {str(elsewhere)!r}, which git writes " \
+                                  "through)"
+    assert users_git(root, "status", "--porcelain").stdout == ""  # git needs no config
+    (root / ".git" / "config").mkdir()
+    assert "unreadable, not a file" in neutralise_repository_config(root, seed)[".git/config"]
     assert (root / ".git" / "config").is_file() and not (root / ".git" / "config").is_symlink()
     assert elsewhere.read_text() == "[core]\n\tpager = touch PAGED\n"  # never written through
     assert users_git(root, "status", "--porcelain").returncode == 0
@@ -397,8 +401,12 @@ def test_a_link_where_git_looks_for_a_submodules_repository_is_moved_aside(works
     (root / ".git" / "modules").mkdir()
     (root / ".git" / "modules" / "sub").symlink_to(elsewhere)
     done = neutralise_repository_config(root, seed)
-    assert done[".git/modules/sub"].startswith("moved to sub.agent (a link where git looks")
-    assert (root / ".git" / "modules" / "sub.agent").is_symlink()
+    assert done[".git/modules/sub"] == f"removed (a link to {str(elsewhere)!r}, which git " \
+                                       "writes through)"
+    assert list((root / ".git" / "modules").iterdir()) == []
+    # Not renamed: git would find a renamed link under the name of a submodule the agent
+    # called `sub.agent`. Done twice, nothing more is done.
+    assert neutralise_repository_config(root, seed) == {}
 
 
 def test_a_paused_rebases_todo_is_moved_aside(workspace):
@@ -530,3 +538,79 @@ def test_an_interrupted_attempt_and_what_a_resume_retires_are_cleaned(tmp_path):
     into = prepared.run_dir / ".retired" / "session-1" / "plant"
     assert runner._retire(prepared.run_dir, "plant", into) is not None
     assert "fsmonitor" not in (into / "workspace" / "r" / ".git" / "config").read_text()
+
+
+def test_links_anywhere_in_a_git_directory_are_moved_aside_so_git_writes_nowhere_else(
+        workspace, tmp_path):
+    """Found by a fifth attacker round: COMMIT_EDITMSG and logs/HEAD linked to host
+    files, and refs/heads and logs/refs linked to host directories, had the user's own
+    `git commit` and `git stash` in the kept workspace write there, with text the agent
+    chose through MERGE_MSG or HEAD's subject."""
+    root, seed = workspace
+    outside = tmp_path / "outside"
+    (outside / "heads").mkdir(parents=True)
+    (outside / "profile").write_text("the user's profile\n")
+    (outside / "loghead").write_text("")
+    dot_git = root / ".git"
+    (dot_git / "MERGE_MSG").write_text("$(touch MARKER)\n")
+    (dot_git / "COMMIT_EDITMSG").symlink_to(outside / "profile")
+    (dot_git / "logs").mkdir(exist_ok=True)
+    (dot_git / "logs" / "HEAD").unlink(missing_ok=True)
+    (dot_git / "logs" / "HEAD").symlink_to(outside / "loghead")
+    shutil.rmtree(dot_git / "refs" / "heads")
+    (dot_git / "refs" / "heads").symlink_to(outside / "heads")
+    os.mkfifo(dot_git / "objects" / "fifo")
+
+    done = neutralise_repository_config(root, seed)
+    for path, target in ((".git/COMMIT_EDITMSG", "profile"), (".git/logs/HEAD", "loghead"),
+                         (".git/refs/heads", "heads")):
+        assert done[path] == f"removed (a link to {str(outside / target)!r}, which git " \
+                             "writes through)", path
+    assert done[".git/objects/fifo"] == "removed (neither a file nor a directory)"
+    assert done[".git/MERGE_MSG"] == "moved to MERGE_MSG.agent"
+    assert not (dot_git / "refs" / "heads").exists()
+
+    # The user's git afterwards: a commit with the default message source, a branch, a
+    # stash. Nothing of it reaches outside.
+    (root / "README").write_text("changed\n")
+    env = ["-c", "user.name=U", "-c", "user.email=u@example.invalid"]
+    assert users_git(root, *env, "commit", "-qam", "mine").returncode == 0
+    assert users_git(root, *env, "checkout", "-q", "-b", "feature").returncode == 0
+    (root / "README").write_text("again\n")
+    assert users_git(root, *env, "stash").returncode == 0
+    assert (outside / "profile").read_text() == "the user's profile\n"
+    assert (outside / "loghead").read_text() == ""
+    assert list((outside / "heads").iterdir()) == []
+    assert (dot_git / "refs" / "heads" / "feature").is_file()
+    assert users_git(root, "log", "-1", "--format=%s", "feature").stdout == "mine\n"
+
+
+def test_a_head_that_is_an_old_style_link_becomes_the_file_git_makes_now(workspace, tmp_path):
+    root, seed = workspace
+    head = root / ".git" / "HEAD"
+    rev = users_git(root, "rev-parse", "HEAD").stdout.strip()
+    git(root, "branch", "main", rev)
+    head.unlink()
+    head.symlink_to("refs/heads/main")
+    done = neutralise_repository_config(root, seed)
+    assert done[".git/HEAD"] == "removed (a link to 'refs/heads/main', which git writes " \
+                                "through); HEAD now names refs/heads/main"
+    assert head.read_text() == "ref: refs/heads/main\n" and not head.is_symlink()
+    assert users_git(root, "rev-parse", "HEAD").stdout.strip() == rev
+    # A HEAD linked anywhere else is only moved aside.
+    head.unlink()
+    head.symlink_to("../../../elsewhere")
+    done = neutralise_repository_config(root, seed)
+    assert done[".git/HEAD"] == "removed (a link to '../../../elsewhere', which git writes " \
+                                "through)"
+    assert not head.exists() and not head.is_symlink()
+
+
+def test_links_in_a_bare_repository_the_agent_made_are_moved_aside(workspace, tmp_path):
+    root, seed = workspace
+    bare = root / "bare.git"
+    git(root, "init", "-q", "--bare", str(bare))
+    (bare / "logs").symlink_to(tmp_path)
+    done = neutralise_repository_config(root, seed)
+    assert done["bare.git/logs"] == f"removed (a link to {str(tmp_path)!r}, which git writes " \
+                                    "through)"

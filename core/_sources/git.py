@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import IO
 
 from evalctl._errors import EvalctlError
+from evalctl._files import write_new_file
 from evalctl._sources.model import Source
 
 GIT_TIMEOUT = 1800  # a first clone of a large repository takes minutes
@@ -342,8 +344,16 @@ SAFE_CONFIG = {
 # config.worktree (more configuration); a paused rebase, cherry-pick or revert's state,
 # whose todo lists can hold `exec` lines that `git rebase --continue` runs.
 _MOVED_ASIDE = ("hooks", "commondir", "config.worktree", "rebase-merge", "rebase-apply",
-                "sequencer")
+                "sequencer",
+                # An operation in progress, left for the user's next command to finish:
+                # `git commit` takes MERGE_MSG (or SQUASH_MSG) as its message and
+                # MERGE_HEAD as a second parent, chosen by the agent.
+                "MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "MERGE_RR", "AUTO_MERGE",
+                "SQUASH_MSG", "CHERRY_PICK_HEAD", "REVERT_HEAD", "BISECT_START",
+                "BISECT_LOG", "BISECT_RUN", "BISECT_HEAD", "rr-cache")
 _MAX_CONFIG_BYTES = 1 << 20
+# A HEAD that is a link git reads as an old-style symbolic ref, when it names one.
+_REF_NAME = re.compile(r"refs/[A-Za-z0-9._/-]{1,200}")
 
 
 def neutralise_repository_config(workspace: Path, seed: Path | None = None) -> dict[str, str]:
@@ -358,11 +368,14 @@ def neutralise_repository_config(workspace: Path, seed: Path | None = None) -> d
     files are not the seed's own (`seed`: the seed copy; a source's test fixture is left
     alone). In each, a `config` holding anything but SAFE_CONFIG's settings is renamed
     `config.agent` and replaced by its safe settings alone; `hooks` (unless it holds
-    only git's `.sample` files), `commondir` and `config.worktree` are renamed with an
-    `.agent` suffix. Renamed, not deleted: what the agent left stays there to read.
-    Links are never followed."""
+    only git's `.sample` files), `commondir`, `config.worktree` and the state of an
+    operation in progress (a merge's MERGE_MSG, a rebase's todo list) are renamed with
+    an `.agent` suffix: renamed, not deleted, what the agent left stays there to read.
+    Anything at any depth of it that is neither a file nor a directory is removed, a
+    link's target said: git writes through a link (COMMIT_EDITMSG, logs/HEAD, a linked
+    refs/heads/) to wherever it leads. Links are never followed."""
     done: dict[str, str] = {}
-    # (path, workspace-relative path with a trailing "/", whether inside a .git)
+    # (path, workspace-relative path with a trailing "/", whether inside a git directory)
     pending: list[tuple[str, str, bool]] = [(os.fspath(workspace), "", False)]
     while pending:
         directory, relative, in_git = pending.pop()
@@ -372,42 +385,69 @@ def neutralise_repository_config(workspace: Path, seed: Path | None = None) -> d
         repository = _looks_like_git_directory(directory, set(listing))
         if repository and (in_git or not _as_in_seed(seed, relative, directory,
                                                       set(listing))):
-            _neutralise_git_directory(directory, relative, set(listing), done)
+            # Links first: git would read the index, say, through one.
+            _remove_links(directory, relative, listing, done)
+            _neutralise_git_directory(directory, relative, set(_listing(directory) or {}),
+                                      done)
             listing = _listing(directory) or {}  # what was renamed is not walked
-        if in_git and repository:
-            # Inside a .git only the repositories of submodules and worktrees are
-            # looked for: its objects and refs run nothing, and may be millions.
-            listing = {k: v for k, v in listing.items() if k in ("modules", "worktrees")}
-        for name, is_directory in sorted(listing.items()):
+            in_git = True  # all of it: objects/ and refs/ included
+        for name, kind in sorted(listing.items()):
             path, below = os.path.join(directory, name), relative + name
-            if name == ".git" and not is_directory:
+            if name == ".git" and kind != "directory":
                 with contextlib.suppress(OSError):
                     done[below] = f"moved to {_move_aside(path)} (a .git that is not a " \
                                   "directory sends git to another one)"
-            elif in_git and not is_directory and os.path.islink(path):
-                # A submodule's or worktree's repository that is a link (found by an
-                # attacker round: `git submodule update` ran the hook of the repository
-                # .git/modules/NAME led to, in the attempt's TMPDIR).
-                with contextlib.suppress(OSError):
-                    done[below] = f"moved to {_move_aside(path)} (a link where git looks " \
-                                  "for a repository)"
-            elif is_directory:
+            elif in_git and kind == "other":
+                _remove_links(directory, relative, {name: kind}, done)
+            elif kind == "directory":
                 pending.append((path, below + "/", in_git or name == ".git"))
     return dict(sorted(done.items()))
 
 
-def _listing(directory: str) -> dict[str, bool] | None:
-    """Name -> whether it is a directory (a link is not), of what `directory` holds;
-    None when it cannot be read."""
+def _remove_links(directory: str, relative: str, listing: dict[str, str],
+                  done: dict[str, str]) -> None:
+    """Remove what `listing` holds that is neither a file nor a directory, saying where
+    a link led: git writes through a link (found by an attacker round: a
+    `.git/logs -> /home/u/.ssh` had the user's `git commit` write there; a submodule's
+    repository linked into TMPDIR had `git submodule update` run its hook), and would
+    block on a FIFO. Removed, not renamed: a renamed link still leads where it did, and
+    git would find it under a name the agent chose to match (a submodule called
+    `sub.agent`). A HEAD that is a link naming a ref, as git once made them, is written
+    as the file git makes now."""
+    for name, kind in sorted(listing.items()):
+        if kind != "other":
+            continue
+        path = os.path.join(directory, name)
+        try:
+            target = os.readlink(path) if os.path.islink(path) else None
+            _make_ours(directory)
+            os.unlink(path)
+        except OSError as exc:
+            done[relative + name] = f"NOT removed: {exc.strerror or exc}"
+            continue
+        done[relative + name] = "removed (neither a file nor a directory)" if target is None \
+            else f"removed (a link to {target[:300]!r}, which git writes through)"
+        if name == "HEAD" and target is not None and _REF_NAME.fullmatch(target) \
+                and ".." not in target:
+            with contextlib.suppress(OSError):
+                write_new_file(Path(directory), "HEAD", f"ref: {target}\n".encode())
+                done[relative + name] += f"; HEAD now names {target}"
+
+
+def _listing(directory: str) -> dict[str, str] | None:
+    """Name -> "directory", "file" or "other" (a link, a FIFO, a socket, a device), of
+    what `directory` holds; None when it cannot be read."""
     for attempt in range(2):
         found = {}
         try:
             with os.scandir(directory) as entries:
                 for entry in entries:
                     try:
-                        found[entry.name] = entry.is_dir(follow_symlinks=False)
+                        found[entry.name] = \
+                            "directory" if entry.is_dir(follow_symlinks=False) else \
+                            "file" if entry.is_file(follow_symlinks=False) else "other"
                     except OSError:
-                        found[entry.name] = False
+                        found[entry.name] = "other"
             return found
         except PermissionError:
             if attempt:
