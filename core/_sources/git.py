@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
@@ -344,13 +345,20 @@ SAFE_CONFIG = {
 # config.worktree (more configuration); a paused rebase, cherry-pick or revert's state,
 # whose todo lists can hold `exec` lines that `git rebase --continue` runs.
 _MOVED_ASIDE = ("hooks", "commondir", "config.worktree", "rebase-merge", "rebase-apply",
-                "sequencer",
-                # An operation in progress, left for the user's next command to finish:
-                # `git commit` takes MERGE_MSG (or SQUASH_MSG) as its message and
-                # MERGE_HEAD as a second parent, chosen by the agent.
-                "MERGE_HEAD", "MERGE_MSG", "MERGE_MODE", "MERGE_RR", "AUTO_MERGE",
-                "SQUASH_MSG", "CHERRY_PICK_HEAD", "REVERT_HEAD", "BISECT_START",
-                "BISECT_LOG", "BISECT_RUN", "BISECT_HEAD", "rr-cache")
+                "sequencer", "rr-cache",
+                # Remotes defined in files, which `git remote -v` does not show and the
+                # user's `git pull` fetches from.
+                "remotes", "branches",
+                # Object stores read besides the repository's own: a FIFO in TMPDIR
+                # hangs every git command, a host repository's objects can be read.
+                "objects/info/alternates", "objects/info/http-alternates")
+# An operation in progress, left for the user's next command to finish, is named in
+# capitals at a git directory's top (MERGE_MSG and MERGE_HEAD: `git commit` takes them as
+# its message and second parent; MERGE_AUTOSTASH: a stash it applies; BISECT_*,
+# NOTES_MERGE_*...): all of them but these, and the messages git wrote for an editor
+# and reads no more, are moved aside.
+_OPERATION_STATE = re.compile(r"(?![A-Z_]*_EDITMSG$)[A-Z][A-Z_]*")  # not a message
+_NOT_OPERATION_STATE = frozenset({"HEAD", "ORIG_HEAD", "FETCH_HEAD", "EDIT_DESCRIPTION"})
 _MAX_CONFIG_BYTES = 1 << 20
 # A HEAD that is a link git reads as an old-style symbolic ref, when it names one.
 _REF_NAME = re.compile(r"refs/[A-Za-z0-9._/-]{1,200}")
@@ -364,44 +372,66 @@ def neutralise_repository_config(workspace: Path, seed: Path | None = None) -> d
     Every git directory in the workspace is seen to: each `.git` (a `.git` that is a
     file or a link, which would send git to a directory of the agent's choosing, is
     renamed `.git.agent`), what lies in one (a submodule's under `.git/modules/`), and
-    any directory git would take for a bare repository (HEAD, objects/ and refs/) whose
-    files are not the seed's own (`seed`: the seed copy; a source's test fixture is left
-    alone). In each, a `config` holding anything but SAFE_CONFIG's settings is renamed
-    `config.agent` and replaced by its safe settings alone; `hooks` (unless it holds
-    only git's `.sample` files), `commondir`, `config.worktree` and the state of an
-    operation in progress (a merge's MERGE_MSG, a rebase's todo list) are renamed with
-    an `.agent` suffix: renamed, not deleted, what the agent left stays there to read.
-    Anything at any depth of it that is neither a file nor a directory is removed, a
-    link's target said: git writes through a link (COMMIT_EDITMSG, logs/HEAD, a linked
-    refs/heads/) to wherever it leads. Links are never followed."""
+    any directory git would take for a bare repository (HEAD, objects/ and refs/). In
+    each, a `config` holding anything but SAFE_CONFIG's settings is renamed
+    `config.agent` and replaced by its safe settings alone (unless it is a bare
+    repository of the seed's, `seed` the seed copy, with the seed's config: a source's
+    test fixture); `hooks` (unless it holds only git's `.sample` files), _MOVED_ASIDE's
+    others and the state of an operation in progress (a merge's MERGE_MSG, a rebase's
+    todo list) are renamed with an `.agent` suffix: renamed, not deleted, what the agent
+    left stays there to read. Anything at any depth of it that is neither a file nor a
+    directory is removed, a link's target said: git writes through a link
+    (COMMIT_EDITMSG, logs/HEAD, a linked refs/heads/) to wherever it leads. The index is
+    replaced by one made from HEAD (_replace_index). Links are never followed. What
+    could not be done is said with a value starting "NOT"."""
     done: dict[str, str] = {}
-    # (path, workspace-relative path with a trailing "/", whether inside a git directory)
+    # (path, workspace-relative path with a trailing "/", whether inside a .git)
     pending: list[tuple[str, str, bool]] = [(os.fspath(workspace), "", False)]
     while pending:
         directory, relative, in_git = pending.pop()
         listing = _listing(directory)
         if listing is None:
+            if os.path.lexists(directory):  # too deep to name, say: said, to warn
+                done[relative.rstrip("/") or "."] = "NOT looked in: it cannot be listed"
             continue
         repository = _looks_like_git_directory(directory, set(listing))
-        if repository and (in_git or not _as_in_seed(seed, relative, directory,
-                                                      set(listing))):
-            # Links first: git would read the index, say, through one.
-            _remove_links(directory, relative, listing, done)
+        if repository:
+            fixture = not in_git and relative != "" and \
+                _as_in_seed(seed, relative, directory, set(listing))
+            # Links first, at any depth: git would read the index, say, through one,
+            # and what is renamed below must not be renamed through one.
+            _remove_all_links(directory, relative, done)
             _neutralise_git_directory(directory, relative, set(_listing(directory) or {}),
-                                      done)
+                                      done, keep_config=fixture)
             listing = _listing(directory) or {}  # what was renamed is not walked
-            in_git = True  # all of it: objects/ and refs/ included
+            # Inside a git directory only the repositories of submodules and worktrees
+            # are looked for: its objects and refs run nothing, and may be millions.
+            listing = {k: v for k, v in listing.items() if k in ("modules", "worktrees")}
         for name, kind in sorted(listing.items()):
             path, below = os.path.join(directory, name), relative + name
             if name == ".git" and kind != "directory":
-                with contextlib.suppress(OSError):
+                try:
                     done[below] = f"moved to {_move_aside(path)} (a .git that is not a " \
                                   "directory sends git to another one)"
-            elif in_git and kind == "other":
-                _remove_links(directory, relative, {name: kind}, done)
+                except OSError as exc:
+                    done[below] = f"NOT moved aside: {exc.strerror or exc}"
             elif kind == "directory":
                 pending.append((path, below + "/", in_git or name == ".git"))
     return dict(sorted(done.items()))
+
+
+def _remove_all_links(top: str, relative: str, done: dict[str, str]) -> None:
+    """_remove_links in `top` and every directory below it (links are not followed)."""
+    pending = [(top, relative)]
+    while pending:
+        directory, below = pending.pop()
+        listing = _listing(directory)
+        if listing is None:
+            done[below.rstrip("/")] = "NOT looked in for links: it cannot be listed"
+            continue
+        _remove_links(directory, below, listing, done)
+        pending += [(os.path.join(directory, name), below + name + "/")
+                    for name, kind in listing.items() if kind == "directory"]
 
 
 def _remove_links(directory: str, relative: str, listing: dict[str, str],
@@ -471,19 +501,20 @@ def _looks_like_git_directory(directory: str, names: set[str]) -> bool:
 
 
 def _as_in_seed(seed: Path | None, relative: str, directory: str, names: set[str]) -> bool:
-    """Whether a repository-like directory outside any .git holds the seed's own config
-    and hooks (a source's fixture), byte for byte."""
+    """Whether a repository-like directory outside any .git is one of the seed's own (a
+    source's test fixture), with the seed's config byte for byte and no hooks: its
+    config (a bare fixture's `core.bare = true`, say) is then the task author's, and
+    kept. Anything else of it is seen to as in any repository."""
     if seed is None:
         return False
-    for name in ("config", *_MOVED_ASIDE):
-        if name not in names:
-            continue
-        ours, theirs = os.path.join(directory, name), os.path.join(seed, relative, name)
-        if os.path.isdir(ours) or os.path.islink(ours):
-            return False  # a hooks directory is never taken as the seed's
-        if _content(ours) is None or _content(ours) != _content(theirs):
-            return False
-    return True
+    theirs_directory = os.path.join(seed, relative)
+    theirs = _listing(theirs_directory)
+    if theirs is None or not _looks_like_git_directory(theirs_directory, set(theirs)):
+        return False
+    ours = _content(os.path.join(directory, "config"))
+    if ours is None or ours != _content(os.path.join(theirs_directory, "config")):
+        return False
+    return "hooks" not in names or _only_samples(os.path.join(directory, "hooks"))
 
 
 def _content(path: str, limit: int = _MAX_CONFIG_BYTES) -> bytes | None:
@@ -508,10 +539,12 @@ def _content(path: str, limit: int = _MAX_CONFIG_BYTES) -> bytes | None:
 
 
 def _move_aside(path: str) -> str:
-    """Rename `path` to `path.agent` (or `.agent.N` when that is taken); the new
-    name's last component."""
-    for number in range(1000):
-        target = f"{path}.agent" + (f".{number}" if number else "")
+    """Rename `path` to `path.agent` (or `.agent.N`, or a random suffix, when that is
+    taken: found by an attacker round, an agent that had made `hooks.agent` to
+    `hooks.agent.999` kept its hooks); the new name's last component."""
+    names = [f"{path}.agent", *(f"{path}.agent.{n}" for n in range(1, 10)),
+             *(f"{path}.agent.{uuid.uuid4().hex[:12]}" for _ in range(5))]
+    for target in names:
         if not os.path.lexists(target):
             os.rename(path, target)
             return os.path.basename(target)
@@ -519,36 +552,87 @@ def _move_aside(path: str) -> str:
 
 
 def _neutralise_git_directory(directory: str, relative: str, names: set[str],
-                              done: dict[str, str]) -> None:
-    for name in _MOVED_ASIDE:
+                              done: dict[str, str], *, keep_config: bool = False) -> None:
+    state = sorted(name for name in names if _OPERATION_STATE.fullmatch(name)
+                   and name not in _NOT_OPERATION_STATE)
+    for name in [*_MOVED_ASIDE, *state]:
         path = os.path.join(directory, name)
-        if name not in names or (name == "hooks" and _only_samples(path)):
-            continue
+        if not os.path.lexists(path) or _empty_directory(path) or \
+                (name == "hooks" and (keep_config or _only_samples(path))):
+            continue  # nothing in it (`git init` makes an empty branches/)
         try:
-            _make_ours(directory)
+            _make_ours(os.path.dirname(path))
             done[relative + name] = f"moved to {_move_aside(path)}"
         except OSError as exc:  # said, so that the caller can warn
             done[relative + name] = f"NOT moved aside: {exc.strerror or exc}"
-    if "config" in names:
+    if "config" in names and not keep_config:
         try:
             _make_ours(directory)
             _neutralise_config(os.path.join(directory, "config"), relative + "config", done)
         except OSError as exc:
             done[relative + "config"] = f"NOT rewritten: {exc.strerror or exc}"
+    if any(path.startswith(relative) and what.startswith("NOT")
+           for path, what in done.items()):
+        # Part of it could not be made safe: git is not run there, even by evalctl (it
+        # would run the hooks and fsmonitor left in place: found by an attacker round).
+        done[relative + "index"] = "NOT checked: this git directory could not be made safe"
+        return
     _replace_index(directory, relative, names, done)
+    if os.path.basename(directory) == ".git":
+        _keep_a_repository(directory, relative, done)
+
+
+def _keep_a_repository(directory: str, relative: str, done: dict[str, str]) -> None:
+    """Leave a .git that git takes for a repository: with a HEAD it cannot read, or no
+    objects/ or refs/, git would go on up to the repository around the run directory
+    (the user's project) and `git stash` there would take the user's own work (found
+    by an attacker round). A HEAD git cannot read is moved aside for one naming a branch
+    that says so."""
+    head = os.path.join(directory, "HEAD")
+    content = _content(head, 4096)
+    text = content.decode("ascii", "replace").strip() if content is not None else ""
+    valid = re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", text) or \
+        (text.startswith("ref: ") and _REF_NAME.fullmatch(text[5:]) and ".." not in text)
+    try:
+        if not valid:
+            if os.path.lexists(head):
+                done[relative + "HEAD"] = f"moved to {_move_aside(head)} (git cannot " \
+                                          "read it); HEAD now names refs/heads/" \
+                                          "evalctl-head-moved-aside"
+            else:  # none, or a link removed above
+                done[relative + "HEAD"] = (done[relative + "HEAD"] + "; HEAD now" if
+                                           relative + "HEAD" in done else "made (there "
+                                           "was none): it") + " names refs/heads/" \
+                                          "evalctl-head-moved-aside"
+            write_new_file(Path(directory), "HEAD",
+                           b"ref: refs/heads/evalctl-head-moved-aside\n")
+        for name in ("objects", "refs"):
+            if not os.path.isdir(os.path.join(directory, name)):
+                os.mkdir(os.path.join(directory, name))
+                done[relative + name] = "made (there was none): git needs it to see a " \
+                                        "repository here"
+    except OSError as exc:
+        done[relative + "HEAD"] = f"NOT made readable to git: {exc.strerror or exc}"
+
+
+# evalctl's own git in an agent's repository runs nothing of it, were anything left.
+_RUN_NOTHING = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
+                "-c", "core.untrackedCache=false")
 
 
 def _replace_index(directory: str, relative: str, names: set[str],
                    done: dict[str, str]) -> None:
-    """Keep the agent's index only when git reads from it exactly what it reads from an
-    index made from HEAD's tree; else move it (and a split index's shared parts) aside
-    and put that one in its place. git does not check the names of an index it reads
-    from disk (found by attacker rounds: an entry `../../home/u/.gitconfig`, or
-    `.git/hooks/post-checkout` hidden from a reader by a split index, an extended flag
-    or a length field, was written by the user's `git restore .`), while it checks every
-    name it takes from a tree; and no reading of the file but git's own can be trusted
-    to be git's. What the agent staged and did not commit then shows as an unstaged
-    change, its index kept beside."""
+    """Put an index made from HEAD's tree in place of the agent's. git does not check
+    the names of an index it reads from disk (found by attacker rounds: an entry
+    `../../home/u/.gitconfig`, or `.git/hooks/post-checkout` hidden from a reader by a
+    split index, an extended flag or a length field, was written by the user's `git
+    restore .`), while it checks every name it takes from a tree; and no reading of the
+    file but git's own can be trusted to be git's. When git reads the same entries from
+    both, the agent's is simply replaced: what it held besides (assume-unchanged and
+    skip-worktree flags that hide changes from `git status`, a cached tree a later
+    `git commit` would record) is dropped with it. Else the agent's (and a split
+    index's shared parts) is moved aside: what it staged and did not commit then shows
+    as an unstaged change."""
     if "index" not in names:
         return
     env = {**_neutral_environment(Path(directory)), "GIT_DIR": directory}
@@ -556,39 +640,45 @@ def _replace_index(directory: str, relative: str, names: set[str],
     with tempfile.TemporaryDirectory(prefix="evalctl-index-") as scratch:
         fresh = os.path.join(scratch, "index")
         try:
-            built = git(["read-tree", "HEAD"], env={**env, "GIT_INDEX_FILE": fresh},
-                        timeout=LOCAL_TIMEOUT)
+            built = git([*_RUN_NOTHING, "read-tree", "HEAD"],
+                        env={**env, "GIT_INDEX_FILE": fresh}, timeout=LOCAL_TIMEOUT)
             same = built.returncode == 0 and _listing_of(env, fresh) == \
                 _listing_of(env, index) is not None
         except SourceError:
             built, same = None, False
-        if same:
+        made = Path(fresh).read_bytes() if built is not None and built.returncode == 0 \
+            else None
+    if same and made is not None:
+        try:
+            _make_ours(directory)
+            write_new_file(Path(directory), "index", made)
+        except OSError as exc:
+            done[relative + "index"] = f"NOT replaced: {exc.strerror or exc}"
+        return
+    for name in sorted(names):
+        if name != "index" and not name.startswith("sharedindex."):
+            continue
+        try:
+            _make_ours(directory)
+            done[relative + name] = f"moved to {_move_aside(os.path.join(directory, name))}"
+        except OSError as exc:
+            done[relative + name] = f"NOT moved aside: {exc.strerror or exc}"
+    if not done.get(relative + "index", "").startswith("moved"):
+        return
+    if made is not None:
+        with contextlib.suppress(OSError):
+            write_new_file(Path(directory), "index", made)
+            done[relative + "index"] += " (it staged what HEAD does not hold); a new one " \
+                                        "was made from HEAD"
             return
-        for name in sorted(names):
-            if name != "index" and not name.startswith("sharedindex."):
-                continue
-            try:
-                _make_ours(directory)
-                done[relative + name] = \
-                    f"moved to {_move_aside(os.path.join(directory, name))}"
-            except OSError as exc:
-                done[relative + name] = f"NOT moved aside: {exc.strerror or exc}"
-        if not done.get(relative + "index", "").startswith("moved"):
-            return
-        if built is not None and built.returncode == 0:
-            with contextlib.suppress(OSError):
-                shutil.copyfile(fresh, index)
-                done[relative + "index"] += " (it staged what HEAD does not hold); a new " \
-                                            "one was made from HEAD"
-                return
-        done[relative + "index"] += " (HEAD's tree could not be read: no index now)"
+    done[relative + "index"] += " (HEAD's tree could not be read: no index now)"
 
 
 def _listing_of(env: dict[str, str], index: str) -> str | None:
     """What git reads from `index` (mode, object and name of every entry), or None."""
     try:
-        listed = git(["ls-files", "--stage", "-z"], env={**env, "GIT_INDEX_FILE": index},
-                     timeout=LOCAL_TIMEOUT)
+        listed = git([*_RUN_NOTHING, "ls-files", "--stage", "-z"],
+                     env={**env, "GIT_INDEX_FILE": index}, timeout=LOCAL_TIMEOUT)
     except SourceError:
         return None
     return listed.stdout if listed.returncode == 0 else None
@@ -602,6 +692,13 @@ def _make_ours(directory: str) -> None:
     mode = os.lstat(directory).st_mode
     if stat.S_ISDIR(mode) and mode & 0o700 != 0o700:
         os.chmod(directory, stat.S_IMODE(mode) | 0o700)
+
+
+def _empty_directory(path: str) -> bool:
+    try:
+        return not os.path.islink(path) and os.path.isdir(path) and not os.listdir(path)
+    except OSError:
+        return False
 
 
 def _only_samples(hooks: str) -> bool:
