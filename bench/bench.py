@@ -679,7 +679,11 @@ def main() -> None:
     chosen = sys.argv[1:] or list(BENCHES)
     print(f"evalctl benchmarks on {os.cpu_count()} cores, Python {sys.version.split()[0]}, "
           f"load average {os.getloadavg()[0]:.1f}")
-    with tempfile.TemporaryDirectory(prefix="evalctl-bench-") as scratch:
+    # Outside /tmp, as a run's default ./eval_reports is: under /tmp the bwrap sandbox
+    # adds a read-only bind over the path to each workspace (docs/sandboxes.md).
+    where = "/var/tmp" if os.path.isdir("/var/tmp") and os.access("/var/tmp", os.W_OK) \
+        else None
+    with tempfile.TemporaryDirectory(prefix="evalctl-bench-", dir=where) as scratch:
         for name in chosen:
             BENCHES[name](Path(scratch))
 

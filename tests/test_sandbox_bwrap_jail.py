@@ -723,19 +723,56 @@ def test_read_only_paths_cannot_be_changed_removed_or_replaced(layout: Layout) -
 
 
 def test_workspace_under_host_tmp(tmp_path: Path) -> None:
-    """A run directory under the host's /tmp still works, with one wrinkle: the path to the
-    workspace is then created inside the jail's own tmp (mounted at /tmp), so writes to the
-    workspace's parent land in the attempt's tmp directory, never in the real run directory.
-    """
+    """A run directory under the host's /tmp still works: the path to the workspace is
+    then made inside the jail's own tmp (mounted at /tmp), read-only, so nothing is
+    written beside the workspace, in the attempt's tmp or the real run directory."""
     layout = make_layout(tmp_path)
     jail = bs.BwrapJail(layout.workspace, layout.home, layout.tmp, bs.BwrapOptions())
     with jail:
-        done = run(jail, f"touch new.txt ../parent.txt && ls -A {layout.run}")
+        done = run(jail, f"touch new.txt && ls -A {layout.run} && touch /tmp/mine.txt && "
+                         "! touch ../parent.txt 2>/dev/null")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["parent.txt", "task-a"]
+    assert done.stdout.split() == ["task-a"]
     assert (layout.workspace / "new.txt").exists()
+    assert (layout.tmp / "mine.txt").exists()  # the rest of /tmp is the attempt's
     assert not (layout.run / "parent.txt").exists()
-    assert (layout.tmp / layout.run.relative_to("/tmp") / "parent.txt").exists()
+    assert not (layout.tmp / layout.run.relative_to("/tmp") / "parent.txt").exists()
+
+
+def test_the_path_to_a_workspace_under_tmp_cannot_be_led_out_of_the_sandbox(
+        tmp_path: Path) -> None:
+    """Found by an attacker round: a command replaced a directory on the way to the
+    workspace, inside its own /tmp, with a link to /oldroot/<host path>; the next
+    command's bubblewrap, making the workspace's mount point, followed it and made the
+    rest of the path on the host, as the harness's user."""
+    layout = make_layout(tmp_path)
+    target = Path(tempfile.mkdtemp(prefix="bwrap-target-", dir="/var/tmp"))
+    try:
+        first = layout.run.relative_to("/tmp").parts[0]
+        jail = bs.BwrapJail(layout.workspace, layout.home, layout.tmp, bs.BwrapOptions())
+        with jail:
+            attack = run(jail, f"mv /tmp/{first} /tmp/moved; "
+                               f"rm -rf /tmp/{first}; ln -s /oldroot{target} /tmp/{first}; "
+                               f"mkdir /tmp/{first}/x; "
+                               f"ls -ld /tmp/{first}")
+            assert "Device or resource busy" in attack.stderr  # a mount point
+            assert "Read-only file system" in attack.stderr
+            assert attack.stdout.startswith("d")  # still the directory it was
+            again = run(jail, "pwd")
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() == str(layout.workspace)
+        assert list(target.iterdir()) == []
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+
+
+def test_a_link_on_the_way_to_a_mount_point_is_refused_not_followed(tmp_path: Path) -> None:
+    layout = make_layout(tmp_path)
+    first = layout.run.relative_to("/tmp").parts[0]
+    (layout.tmp / first).symlink_to(tmp_path)
+    jail = bs.BwrapJail(layout.workspace, layout.home, layout.tmp, bs.BwrapOptions())
+    with pytest.raises(bs.SandboxError, match="is not a directory of its own"):
+        jail.open()
 
 
 # --------------------------------------------------------------------------- identity

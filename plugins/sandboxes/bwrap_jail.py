@@ -1111,6 +1111,33 @@ def _base_plan(ro_paths: tuple[str, ...], hidden: tuple[Path, ...]) -> _BasePlan
 # --------------------------------------------------------------------------- the jail
 
 
+def _make_mount_point(root: Path, parts: list[str], *, directory: bool) -> None:
+    """root/parts..., each directory on the way made when missing and never followed
+    when it is a link (a SandboxError then): the last a directory, or an empty file."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            try:
+                if last and not directory:
+                    os.close(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW |
+                                     os.O_CLOEXEC, 0o644, dir_fd=fd))
+                    return
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW |
+                                os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:
+                raise SandboxError(
+                    f"cannot make the mount point {root.joinpath(*parts)}: "
+                    f"{root.joinpath(*parts[:index + 1])} is not a directory of its own "
+                    f"({exc.strerror or exc})") from None
+            os.close(fd)
+            fd = below
+    finally:
+        os.close(fd)
+
+
 def _real_path(path: str | os.PathLike[str]) -> Path:
     """Path(path).resolve(strict=True), as the kernel resolves it: one open and one
     readlink, where Python's realpath looks at every component of a deep run directory
@@ -1375,6 +1402,7 @@ class BwrapJail:
                    self.workspace),
             *self._read_only_mounts(),
         ]
+        own += self._guards([*base.code, own[2]])
         args = list(_leading_args(self._bwrap, self.options.network))
         for mount in _order_with_base(base, own):
             args += mount.args()
@@ -1384,6 +1412,34 @@ class BwrapJail:
         # binds (into RAM).  Not recursive: the binds above keep their own flags.
         args += ["--remount-ro", "/"]
         return args
+
+    def _guards(self, mounts: list[_Mount]) -> list[_Mount]:
+        """Read-only binds over the directories that lead, inside the attempt's TMPDIR
+        (at /tmp) or HOME, to where `mounts` are mounted, and those directories made on
+        the host beforehand. bubblewrap makes a missing mount point itself, following
+        links, while the host's root is still reachable from where it works (found by an
+        attacker round: with the run directory under /tmp, the workspace's mount point
+        was made inside the agent's own /tmp; a command replaced a directory on the way
+        with a link to /oldroot/root, and the next command's bubblewrap made the rest of
+        the path under the host's /root, as root). Read-only, and a mount point in every
+        sandbox of the attempt, no directory on the way can be renamed or replaced."""
+        roots = [(self.tmp, SANDBOX_TMP)]
+        if self.home != self.tmp:
+            roots.append((self.home, SANDBOX_HOME))
+        dests = [str(m.dest) for m in mounts]
+        guards: dict[str, _Mount] = {}
+        for mount, dest in zip(mounts, dests, strict=True):
+            for source_root, dest_root in roots:
+                if dest == str(dest_root) or not _within(dest, str(dest_root)) or any(
+                        other != dest and _within(dest, other) for other in dests):
+                    continue  # mounted inside another of `mounts`, which holds its place
+                parts = dest[len(str(dest_root)) + 1:].split("/")
+                _make_mount_point(source_root, parts, directory=not os.path.isfile(
+                    mount.source))
+                if len(parts) > 1:
+                    first = str(dest_root / parts[0])
+                    guards[first] = _Mount("ro", str(source_root / parts[0]), Path(first))
+        return list(guards.values())
 
     def _read_only_mounts(self) -> list[_Mount]:
         """The workspace's read-only paths, bound read-only over its own bind: a bound file
