@@ -63,6 +63,12 @@ class GraderSpec:
     unknown model) and the run stops with exit 2 before any task, as it does for a
     misconfigured agent provider. A check that cannot run for a reason found only while
     grading raises evalctl.GraderUnavailable from `grade` instead.
+    `as_left_by_agent` is True when the check judges the workspace as the agent left it
+    (its changes, what it said of them), not as the checks before it leave it: it is
+    graded before the task's checks that are not, whatever its place among them (the
+    report keeps their order), so code a check runs cannot change what it reads (found
+    by an attacker round: an agent's module that rewrote its own placeholder when the
+    tests imported it passed `no_placeholders` listed after `tests_pass`).
     """
 
     name: str
@@ -75,6 +81,7 @@ class GraderSpec:
     rate: str | None = None
     trusts: str = ""  # what the grader relies on, and what it does not: for the docs
     preflight: Callable[[list[Mapping[str, Any]]], Any] | None = None
+    as_left_by_agent: bool = False
 
     def __post_init__(self) -> None:
         _check_name("grader", self.name)

@@ -118,14 +118,19 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
         # _before_grading, after a synchronous grader in its own trip, else before.
         clean = functools.partial(remove_bytecode_caches, workspace.root)
         cleaned = True
-        for index, (check, spec) in enumerate(graded):
-            then = clean if index + 1 < len(graded) and \
+        # Checks of the workspace as the agent left it go first; reported in their place.
+        order = sorted(range(len(graded)), key=lambda i: not graded[i][1].as_left_by_agent)
+        outcomes: dict[int, CheckOutcome] = {}
+        for step, index in enumerate(order):
+            check, spec = graded[index]
+            then = clean if step + 1 < len(graded) and \
                 not inspect.iscoroutinefunction(spec.grade) else None
             # A small workspace with no cache to remove needs no sweep (nor a trip).
             swept = cleaned or (small and small_tree(workspace.root, without=CACHE_NAMES))
-            checks.append(await grade(check, spec, workspace.root, agent,
-                                      before=None if swept else clean, after=then))
+            outcomes[index] = await grade(check, spec, workspace.root, agent,
+                                          before=None if swept else clean, after=then)
             cleaned = then is not None
+        checks += [outcomes[index] for index in range(len(graded))]
     finally:
         await agent.sandbox.close()
     late = protected_changes_during_grading(

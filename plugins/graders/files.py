@@ -434,17 +434,19 @@ def evalctl_register_graders(register):
         name="no_placeholders",
         grade=grade_no_placeholders,
         params_schema={"type": "object", "properties": {}},
+        as_left_by_agent=True,
         description="Are the files the agent created or changed free of placeholders (TODO, "
                     "FIXME, XXX, '...' bodies, NotImplementedError stubs, 'your code here')? "
                     "Lines that were already in the seeded files are not blamed.",
         example="- type: no_placeholders",
         trusts="Trusts evalctl's record of which files the agent created or changed (hashes "
                "taken in evalctl's process) and the seed copy, which evalctl checks against "
-               "what it seeded before grading. Every file is read whole, 1 MB of lines at a "
-               "time (padding cannot hide a placeholder); a line over 1 MB is not scanned, and "
-               "fails the check, since its file is then not known to be clean, and so does a "
-               "hard-linked file (another name for it could hide one), which is not read. A "
-               "file is skipped only when it is binary (a NUL in its first 8 KiB and either "
-               "not UTF-8 or over 10% control bytes) or not the agent's to read: a link out "
-               "of the workspace, a FIFO or a device.",
+               "what it seeded before grading. It reads them as the agent left them: it is "
+               "graded before the task's other checks, wherever it is listed. Every file is "
+               "read whole, 1 MB of lines at a time (padding cannot hide a placeholder); a "
+               "line over 1 MB is not scanned, and fails the check, since its file is then not"
+               " known to be clean, and so does a hard-linked file (another name for it could "
+               "hide one), which is not read. A file is skipped only when it is binary (a NUL "
+               "in its first 8 KiB and either not UTF-8 or over 10% control bytes) or not the "
+               "agent's to read: a link out of the workspace, a FIFO or a device.",
     ))

@@ -181,12 +181,14 @@ def evalctl_register_graders(register):
         params_schema={"type": "object", "properties": {}},
         talk_only=True,
         rate="grounding",
+        as_left_by_agent=True,
         example="- type: grounding",
         description="Does every file path named in the agent's final summary exist in the "
                     "workspace? Reported as its own grounding_rate as well, over the "
                     "summaries that name a file: one that names none passes, with no claim "
                     "to check, and is left out of the rate (n/a when no summary named one).",
         trusts="Trusts the agent's final message only to name paths; whether each exists is "
-               "read from the workspace (a link that leads out of it names nothing there). "
+               "read from the workspace as the agent left it, before the task's other checks "
+               "(a link that leads out of it names nothing there). "
                "Talk-only: it cannot keep a task honest alone.",
     ))
