@@ -784,3 +784,41 @@ def test_a_directory_that_cannot_be_listed_is_said(workspace, monkeypatch):
     monkeypatch.setattr(gitsource.os, "scandir", too_long)
     assert neutralise_repository_config(root, seed) == \
         {"deep": "NOT looked in: it cannot be listed"}
+
+
+def test_replacement_objects_and_attributes_cannot_hide_the_agents_changes(workspace):
+    """Found by an attacker round: `git replace HEAD <a commit of the agent's tree>`
+    left the user's `git status` and `git diff` empty over the agent's backdoor, which
+    the user's next commit would then take; `* -diff` attributes, an exclude list and
+    grafts hide changes, files and history the same way."""
+    root, seed = workspace
+    (root / "src" / "app.py").write_text("print('backdoor')\n")
+    (root / "hidden.py").write_text("evil\n")
+    git(root, "add", "-A")
+    tree = plumbing(root, "write-tree")
+    replacement = plumbing(root, "commit-tree", tree, "-m", "base")
+    git(root, "replace", plumbing(root, "rev-parse", "HEAD"), replacement)
+    git(root, "pack-refs", "--all")  # one replacement in packed-refs
+    git(root, "reset", "-q")
+    dot_git = root / ".git"
+    (dot_git / "info").mkdir(exist_ok=True)
+    (dot_git / "info" / "attributes").write_text("* -diff\n")
+    (dot_git / "info" / "exclude").write_text("# git's own comment\nhidden.py\n")
+    (dot_git / "info" / "grafts").write_text("")
+    assert users_git(root, "status", "--porcelain").stdout == ""  # what the user saw
+    done = neutralise_repository_config(root, seed)
+    assert done[".git/packed-refs"].startswith("rewritten without its refs/replace/")
+    for path in (".git/info/attributes", ".git/info/exclude", ".git/info/grafts"):
+        assert done[path].startswith("moved to "), path
+    status = users_git(root, "status", "--porcelain")
+    assert status.stdout == " M src/app.py\n?? hidden.py\n", status.stdout
+    assert "backdoor" in users_git(root, "diff").stdout
+
+
+def test_an_exclude_list_of_comments_alone_is_git_init_s_and_left(tmp_path):
+    root = tmp_path / "ws"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")  # with git's template: info/exclude, comments
+    commit(root, {"a": "a\n"}, "first")
+    assert (root / ".git" / "info" / "exclude").read_text().startswith("#")
+    assert neutralise_repository_config(root) == {}

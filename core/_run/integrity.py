@@ -132,13 +132,28 @@ def write_verify_files(verify: Mapping[str, str | None],
 
 
 def _write_replacing(root: Path, relative: str, content: str | None) -> None:
-    """Write `content` at `relative` inside `root` (None: make sure nothing is there): its
-    directory is resolved inside the workspace (a planted link that leads out is
-    refused), and a link or file already at the path is replaced, never followed."""
-    parent_relative = os.path.dirname(relative) or "."
-    parent = resolve_inside(root, parent_relative)
-    parent.mkdir(parents=True, exist_ok=True)
-    parent = resolve_inside(root, parent_relative)  # again: mkdir may have met a link
+    """Write `content` at `relative` inside `root` (None: make sure nothing is there),
+    never through a link: a link on the way is refused when it leads out of the
+    workspace, else replaced by a directory (found by an attacker round: with `tests ->
+    real`, the hidden test was written into real/ and kept read-only there, and code a
+    check ran pointed the link `tests`, which nothing kept, at a host directory that the
+    next check's sandbox then mounted writable), a file on the way is refused, and a
+    link or file at the path itself is replaced."""
+    parent = root
+    for part in (os.path.dirname(relative) or ".").split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            raise ConfinementError(f"{relative} leads out of the workspace")
+        parent = parent / part
+        if parent.is_symlink():
+            resolve_inside(root, str(parent.relative_to(root)))  # one leading out: refused
+            parent.unlink()
+        if not parent.exists():
+            parent.mkdir()
+        elif not parent.is_dir():
+            raise ConfinementError(f"{parent.relative_to(root)} is a file the agent left "
+                                   "where a verify file's directory goes")
     target = parent / os.path.basename(relative)
     if target.is_symlink() or target.is_file():
         target.unlink()

@@ -351,7 +351,12 @@ _MOVED_ASIDE = ("hooks", "commondir", "config.worktree", "rebase-merge", "rebase
                 "remotes", "branches",
                 # Object stores read besides the repository's own: a FIFO in TMPDIR
                 # hangs every git command, a host repository's objects can be read.
-                "objects/info/alternates", "objects/info/http-alternates")
+                "objects/info/alternates", "objects/info/http-alternates",
+                # What makes git show other than what is there: replacement objects
+                # (`git replace HEAD <the agent's commit>` left the user's `git status`
+                # and `git diff` empty over the agent's changes), grafted history, and
+                # attributes (`* -diff` shows every change as "Binary files differ").
+                "refs/replace", "info/grafts", "info/attributes")
 # An operation in progress, left for the user's next command to finish, is named in
 # capitals at a git directory's top (MERGE_MSG and MERGE_HEAD: `git commit` takes them as
 # its message and second parent; MERGE_AUTOSTASH: a stash it applies; BISECT_*,
@@ -565,6 +570,15 @@ def _neutralise_git_directory(directory: str, relative: str, names: set[str],
             done[relative + name] = f"moved to {_move_aside(path)}"
         except OSError as exc:  # said, so that the caller can warn
             done[relative + name] = f"NOT moved aside: {exc.strerror or exc}"
+    _without_replacements(directory, relative, done)
+    exclude = os.path.join(directory, "info", "exclude")
+    if _content(exclude) is not None and any(
+            line.strip() and not line.lstrip().startswith(b"#")
+            for line in (_content(exclude) or b"").splitlines()):
+        try:  # it hides new files from `git status`; git's own holds only comments
+            done[relative + "info/exclude"] = f"moved to {_move_aside(exclude)}"
+        except OSError as exc:
+            done[relative + "info/exclude"] = f"NOT moved aside: {exc.strerror or exc}"
     if "config" in names and not keep_config:
         try:
             _make_ours(directory)
@@ -580,6 +594,23 @@ def _neutralise_git_directory(directory: str, relative: str, names: set[str],
     _replace_index(directory, relative, names, done)
     if os.path.basename(directory) == ".git":
         _keep_a_repository(directory, relative, done)
+
+
+def _without_replacements(directory: str, relative: str, done: dict[str, str]) -> None:
+    """packed-refs without its refs/replace/ entries (the agent's kept aside)."""
+    path = os.path.join(directory, "packed-refs")
+    data = _content(path, 64 << 20)
+    if data is None or b" refs/replace/" not in data:
+        return
+    kept = b"".join(line for line in data.splitlines(keepends=True)
+                    if b" refs/replace/" not in line)
+    try:
+        moved = _move_aside(path)
+        write_new_file(Path(directory), "packed-refs", kept)
+        done[relative + "packed-refs"] = f"rewritten without its refs/replace/ entries; " \
+                                         f"the agent's is {moved}"
+    except OSError as exc:
+        done[relative + "packed-refs"] = f"NOT rewritten: {exc.strerror or exc}"
 
 
 def _keep_a_repository(directory: str, relative: str, done: dict[str, str]) -> None:
@@ -635,7 +666,8 @@ def _replace_index(directory: str, relative: str, names: set[str],
     as an unstaged change."""
     if "index" not in names:
         return
-    env = {**_neutral_environment(Path(directory)), "GIT_DIR": directory}
+    env = {**_neutral_environment(Path(directory)), "GIT_DIR": directory,
+           "GIT_NO_REPLACE_OBJECTS": "1"}
     index = os.path.join(directory, "index")
     with tempfile.TemporaryDirectory(prefix="evalctl-index-") as scratch:
         fresh = os.path.join(scratch, "index")

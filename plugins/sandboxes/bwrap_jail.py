@@ -1111,6 +1111,16 @@ def _base_plan(ro_paths: tuple[str, ...], hidden: tuple[Path, ...]) -> _BasePlan
 # --------------------------------------------------------------------------- the jail
 
 
+def _through_a_link(top: str, path: str) -> bool:
+    """Whether a directory between `top` and `path` (below it) is a link, or missing."""
+    here = top
+    for part in path[len(top) + 1:].split("/")[:-1]:
+        here = os.path.join(here, part)
+        if not os.path.isdir(here) or os.path.islink(here):
+            return True
+    return False
+
+
 def _make_mount_point(root: Path, parts: list[str], *, directory: bool) -> None:
     """root/parts..., each directory on the way made when missing and never followed
     when it is a link (a SandboxError then): the last a directory, or an empty file."""
@@ -1458,8 +1468,12 @@ class BwrapJail:
         mounts = []
         for relative in self.read_only:
             path = os.path.normpath(os.path.join(self.workspace, relative))
-            if not path.startswith(f"{self.workspace}/"):
-                continue  # the workspace itself is its own bind's, outside is not ours
+            if not path.startswith(f"{self.workspace}/") or _through_a_link(
+                    str(self.workspace), path):
+                # The workspace itself is its own bind's, outside is not ours; and a
+                # path through a link would be mounted where the link leads, leaving
+                # the link free to be pointed elsewhere before the next command.
+                continue
             try:
                 mode = os.lstat(path).st_mode
             except OSError:
