@@ -26,6 +26,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import threading
@@ -599,14 +600,24 @@ def _neutralise_git_directory(directory: str, relative: str, names: set[str],
 def _without_replacements(directory: str, relative: str, done: dict[str, str]) -> None:
     """packed-refs without its refs/replace/ entries (the agent's kept aside)."""
     path = os.path.join(directory, "packed-refs")
-    data = _content(path, 64 << 20)
-    if data is None or b" refs/replace/" not in data:
+    try:  # read whole, whatever its size (found by an attacker round: 64 MB hid them)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return
-    kept = b"".join(line for line in data.splitlines(keepends=True)
-                    if b" refs/replace/" not in line)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return
+        kept, replaced = [], False
+        for line in handle:
+            if b" refs/replace/" in line:
+                replaced = True
+            else:
+                kept.append(line)
+    if not replaced:
+        return
     try:
         moved = _move_aside(path)
-        write_new_file(Path(directory), "packed-refs", kept)
+        write_new_file(Path(directory), "packed-refs", b"".join(kept))
         done[relative + "packed-refs"] = f"rewritten without its refs/replace/ entries; " \
                                          f"the agent's is {moved}"
     except OSError as exc:

@@ -25,6 +25,8 @@ import os
 import sys
 from typing import Any
 
+import pytest
+
 _STDOUT = os.dup(1)  # taken at import, before pytest's capture replaces fd 1
 _write = os.write
 _state: dict[str, Any] = {"collected": 0, "collection_errors": [], "outcomes": {},
@@ -88,6 +90,79 @@ def pytest_configure(config: Any) -> None:
     # package's metadata the agent left in the workspace cannot register one. It comes
     # after the standard library and pytest, so nothing there can be shadowed.
     sys.path.append(str(config.rootpath))
+    sys.meta_path.insert(0, _PinnedFinder)  # type: ignore[arg-type]
+
+
+def _module_name(path: Any, config: Any) -> str:
+    """The name pytest imports a test file under (`--import-mode=append`)."""
+    from _pytest.pathlib import resolve_pkg_root_and_module_name
+
+    try:
+        return resolve_pkg_root_and_module_name(
+            path, consider_namespace_packages=bool(
+                config.getini("consider_namespace_packages")))[1]
+    except Exception:  # not in a package: its own name, as pytest falls back to
+        return str(path.stem)
+
+
+_PINNED: dict[str, str] = {}  # module name -> the test file it must be imported from
+
+
+class _PinnedFinder:
+    """First on sys.meta_path: a module name a test file is being imported under finds
+    that file, whatever else of that name sys.path holds; through pytest's assertion
+    rewriter when it takes the file."""
+
+    @staticmethod
+    def find_spec(name: str, path: Any = None, target: Any = None) -> Any:
+        import importlib.util
+
+        origin = _PINNED.get(name)
+        if origin is None:
+            return None
+        for finder in sys.meta_path:
+            if type(finder).__name__ == "AssertionRewritingHook":
+                found = finder.find_spec(name, [os.path.dirname(origin)])
+                if found is not None and found.origin == origin:
+                    return found
+        return importlib.util.spec_from_file_location(name, origin)
+
+
+class _Witnessed(pytest.Module):
+    """A test module imported from its own file. pytest imports one by name and takes
+    what sys.modules then holds, so a module of the same name found first on sys.path, a
+    package beside it (`test_calc/`), or an entry the agent's code put in sys.modules
+    would stand in for it (found by an attacker round: an agent's test_calc.py at the
+    workspace root, which gave itself the hidden tests/test_calc.py's __file__ and its
+    code that file's name, and emptied its tests, passed every named test)."""
+
+    def _getobj(self) -> Any:
+        import importlib.util
+
+        from _pytest.python import importtestmodule
+
+        name, origin = _module_name(self.path, self.config), str(self.path)
+        _PINNED[name] = origin
+        try:
+            sys.modules.pop(name, None)
+            spec = _PinnedFinder.find_spec(name)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                # pytest imports it again (this file, pinned) and reports the error its way.
+                sys.modules.pop(name, None)
+                return importtestmodule(self.path, self.config)
+            sys.modules[name] = module  # whatever the code it imported put there
+            return importtestmodule(self.path, self.config)
+        finally:
+            _PINNED.pop(name, None)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path: Any, parent: Any) -> Any:
+    return _Witnessed.from_parent(parent, path=module_path)
 
 
 def pytest_collectreport(report: Any) -> None:
