@@ -15,13 +15,25 @@ from typing import Any
 BINARY_SAMPLE_BYTES = 8192
 _TEXT_CONTROLS = frozenset(b"\t\n\r\f\x1b")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_SURROGATE_OR_CONTROL = re.compile("[\ud800-\udfff\x00-\x08\x0b-\x0c\x0e-\x1f\x7f]")
+# Invisible characters that change how the text around them is shown: the bidirectional
+# controls (U+202A-U+202E, U+2066-U+2069, the marks U+200E, U+200F and U+061C), which can
+# reorder a line as it is displayed (Trojan Source), and other format characters that
+# are not seen at all (U+200B, U+2060-U+2064, U+206A-U+206F, U+FEFF, U+FFF9-U+FFFB, and
+# the tag characters U+E0000-U+E007F, which can spell a hidden text). Zero-width joiners
+# (U+200C, U+200D) and the soft hyphen are left: ordinary text in several scripts needs
+# them, and they reorder nothing.
+_FORMAT = "\u061c\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb" \
+    "\U000e0000-\U000e007f"
+_SURROGATE_OR_CONTROL = re.compile(
+    f"[\ud800-\udfff\x00-\x08\x0b-\x0c\x0e-\x1f\x7f{_FORMAT}]")
 
 
 def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     if 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, as os and surrogateescape keep it
         return f"\\x{code - 0xDC00:02x}"
+    if code > 0xFFFF:
+        return f"\\U{code:08x}"
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
@@ -37,8 +49,10 @@ def escape_surrogates(text: str) -> str:
 
 def escape_text(text: str) -> str:
     """`text` safe to show in any report: lone surrogates escaped as in
-    `escape_surrogates`, and control characters other than tab and line breaks as
-    `\\xNN`, so nothing is lost and no reporter can choke on it."""
+    `escape_surrogates`, control characters other than tab and line breaks as `\\xNN`,
+    and the invisible characters that reorder or hide text (bidirectional controls,
+    `_FORMAT`) as `\\uXXXX`, so nothing is lost, no reporter can choke on it, and no
+    rendered report reads other than it is."""
     return _SURROGATE_OR_CONTROL.sub(_escape, text) \
         if _SURROGATE_OR_CONTROL.search(text) else text
 
@@ -58,6 +72,17 @@ def json_line(record: Any) -> str:
     if not text.isascii() and _SURROGATE.search(text):
         text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return text
+
+
+def parse_json(text: str | bytes) -> Any:
+    """`json.loads(text)`, where a value nested deeper than Python's recursion reaches
+    (`[` a hundred thousand times) is a ValueError, as any other text that is not JSON
+    is, never a RecursionError: for every JSON evalctl reads that it did not just write
+    (a report, a journal, a downloaded run directory)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to read") from None
 
 
 def truncate(text: str, limit: int, keep: str = "both") -> str:

@@ -309,3 +309,34 @@ def test_compare_html_shows_the_verdict_and_its_evidence(page, run, tmp_path):
     assert page.tab.locator("#task h2").inner_text().startswith("lazy")
     page.screenshot("html-report-compare-task.png")
     assert page.problems == []
+
+
+BIDI_SUITE = """\
+- id: bidi
+  prompt: Write answer.txt.
+  checks:
+    - type: file_contains
+      path: answer.txt
+      text: done
+  script:
+    - text: "thinking \\u202eevil"
+      tool_calls:
+        - tool: write_file
+          input:
+            path: answer.txt
+            content: "x\\u2066z\\u2069 done \\U000e0041\\n"
+    - text: Done.
+"""
+
+
+def test_bidi_controls_in_a_transcript_or_diff_are_shown_escaped(page, tmp_path):
+    (tmp_path / "bidi.yaml").write_text(BIDI_SUITE, encoding="utf-8")
+    done = run_evalctl(tmp_path, "run", "bidi.yaml", "--reporter", "html", "--sandbox", "local")
+    assert done.returncode == 0, done.stdout + done.stderr
+    page.open(next((tmp_path / "eval_reports").glob("report-*.html")), "#task=bidi")
+    page.tab.wait_for_selector("#task h2")
+    text = page.tab.locator("#task").inner_text()
+    assert "thinking \\u202eevil" in text  # the model's text
+    assert "x\\u2066z\\u2069 done \\U000e0041" in text  # the diff, and the tool's input
+    assert not any(raw in text for raw in "\u202e\u2066\u2069\U000e0041")
+    assert page.problems == []

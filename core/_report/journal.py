@@ -31,8 +31,30 @@ from typing import Any
 
 from evalctl._blocking import off_loop
 from evalctl._errors import UsageError
-from evalctl._report.results import ERROR, NOT_RUN, RunResult, TaskResult
-from evalctl._text import json_line
+from evalctl._report.results import (
+    AGENT,
+    BUDGET,
+    COST,
+    ERROR,
+    EXECUTOR,
+    FLAG,
+    MAYBE_TEXT,
+    NOT_RUN,
+    PATH_TEXT,
+    PLUGINS,
+    REGRADE_OF,
+    SANDBOX,
+    TABLE,
+    TASK_RESULT_SCHEMA,
+    TEXT,
+    TEXTS,
+    USAGE,
+    RunResult,
+    TaskResult,
+    malformed,
+)
+from evalctl._schema_check import SchemaCheck
+from evalctl._text import json_line, parse_json
 
 JOURNAL_NAME = "journal.jsonl"
 JOURNAL_FORMAT = "evalctl-journal/1"
@@ -44,6 +66,48 @@ MAYBE_UNREADABLE = " (or it finished and its journal line is one that could not 
 # Which attempt a damaged `attempt` line was of, when its start survived: the journal
 # writes `{"kind": "attempt", "at": ..., "result": {"id": ..., "attempt": N, ...`.
 _ATTEMPT_OF = re.compile(rb'"result": \{"id": ("(?:[^"\\]|\\.)*"), "attempt": (\d+)[,}]')
+
+
+# The most attempts of one task a run plans: `evalctl run --repeat`'s most.
+MOST_REPEATS = 10_000
+_REPEAT = {"type": "integer", "minimum": 1, "maximum": MOST_REPEATS}
+_MAYBE_TEXTS = {"type": ["array", "null"], "items": TEXT}
+# What each kind of line holds, as evalctl writes it (`_header` in the runner and the
+# regrade, `Journal`): checked as each line is read, so that nothing reading the journal
+# afterwards (a resume, every report) meets a field of another type. Fields that older
+# versions did not write may be absent; a resume's options are the run's identity.
+_OPTIONS = {"type": "object", "properties": {
+    "provider": TEXT, "model": MAYBE_TEXT, "provider_options": TABLE, "only": _MAYBE_TEXTS,
+    "tags": _MAYBE_TEXTS, "repeat": _REPEAT, "sandbox": MAYBE_TEXT, "sandbox_options": TABLE,
+    "config_sandbox": MAYBE_TEXT, "config_sandbox_options": TABLE, "agent": MAYBE_TEXT,
+    "agent_options": TABLE, "config_agent": MAYBE_TEXT, "config_agent_options": TABLE,
+    "config_agents": TABLE, "max_cost": {"type": ["number", "null"]},
+    "max_tokens": {"type": ["integer", "null"]}},
+    "required": ["provider", "model", "provider_options", "only", "tags", "repeat", "sandbox",
+                 "sandbox_options", "config_sandbox", "config_sandbox_options"]}
+_HEADER = SchemaCheck({"type": "object", "properties": {
+    "started_at": TEXT,
+    "suite": {"type": "object", "properties": {
+        "path": PATH_TEXT, "absolute_path": PATH_TEXT, "name": TEXT, "sha256": TEXT}},
+    "provider": TEXT, "model": MAYBE_TEXT, "evalctl_version": TEXT,
+    "plugins": {**PLUGINS, "type": "object"},
+    "run_directory": PATH_TEXT, "repeat": _REPEAT, "rate_names": TEXTS,
+    "sandbox": {**SANDBOX, "type": "object"}, "agent": {**AGENT, "type": "object"},
+    "executor": EXECUTOR, "options": _OPTIONS,
+    "tasks": {"type": "array", "items": {"type": "object", "required": ["id"],
+                                         "properties": {"id": TEXT, "tags": TEXTS}}},
+    "regrade_of": REGRADE_OF}})
+_RECORDS = {
+    "attempt": SchemaCheck({"type": "object", "required": ["result"],
+                            "properties": {"at": TEXT, "result": TASK_RESULT_SCHEMA}}),
+    "retired": SchemaCheck({"type": "object", "properties": {
+        "at": TEXT, "name": TEXT, "into": TEXT, "usage": USAGE, "cost": COST}}),
+    "resume": SchemaCheck({"type": "object", "properties": {
+        "at": TEXT, "retry_errors": FLAG, "max_cost": COST,
+        "max_tokens": {"type": ["integer", "null"]}, "executor": EXECUTOR}}),
+    "end": SchemaCheck({"type": "object", "properties": {
+        "at": TEXT, "interrupted": FLAG, "reason": MAYBE_TEXT, "budget": BUDGET}}),
+}
 
 
 def now() -> str:
@@ -142,13 +206,21 @@ def read_journal(run_dir: str | os.PathLike[str]) -> JournalContents:
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw)
+            record = parse_json(raw)
             kind = record["kind"]
             if header is None:
                 if kind != "run" or record.get("format") != JOURNAL_FORMAT:
                     raise ValueError(f"expected a run header of format {JOURNAL_FORMAT}")
+                problem = malformed(_HEADER, record)
+                if problem is not None:
+                    raise UsageError(f"{path}:{number}: a journal header with a malformed "
+                                     f"field ({problem}); the run cannot be read or resumed")
                 header = record
-            elif kind == "attempt":
+                continue
+            problem = malformed(_RECORDS[kind], record) if kind in _RECORDS else None
+            if problem is not None:
+                raise ValueError(f"a malformed field: {problem}")
+            if kind == "attempt":
                 result = TaskResult.from_dict(record["result"])
                 contents.results[(result.task_id, result.attempt)] = result
                 contents.add_result_spend(result)
@@ -156,7 +228,7 @@ def read_journal(run_dir: str | os.PathLike[str]) -> JournalContents:
                 contents.add_spend(record.get("usage"), record.get("cost"))
             elif kind in ("resume", "end"):
                 contents.sessions.append(record)
-        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             if header is None:
                 raise UsageError(f"{path}:{number}: not an evalctl journal ({exc})") from None
             contents.problems.append(f"{path}:{number}: unreadable line skipped "
@@ -179,7 +251,7 @@ def _attempt_of(raw: bytes) -> tuple[str, int] | None:
     if found is None:
         return None
     try:
-        task_id = json.loads(found[1])
+        task_id = parse_json(found[1])
     except ValueError:
         return None
     return (task_id, int(found[2])) if isinstance(task_id, str) else None

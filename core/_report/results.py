@@ -18,7 +18,6 @@ that errored is left out of its rate.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from evalctl._errors import UsageError
 from evalctl._plugin.types import ExitStatus, TokenUsage
-from evalctl._text import sum_costs
+from evalctl._schema_check import SchemaCheck
+from evalctl._text import escape_text, parse_json, sum_costs, truncate
 
 if TYPE_CHECKING:
     from evalctl._report.compare import Comparison
@@ -58,6 +58,78 @@ ERROR_KINDS = {
                 "with --retry-errors",
     "internal": "a bug in evalctl or a plugin; please report it with the attempt's ledger",
 }
+
+
+# The JSON types of what a run's record holds, checked where a record is read back (a
+# JSON report, the journal, both perhaps from a downloaded CI artifact): a field of
+# another type is refused there, naming it, instead of failing as a traceback wherever
+# it is used. Fields evalctl once did not write may be absent.
+TEXT: dict[str, Any] = {"type": "string"}
+MAYBE_TEXT: dict[str, Any] = {"type": ["string", "null"]}
+# A path evalctl recorded: no path holds a NUL.
+PATH_TEXT: dict[str, Any] = {"type": "string", "pattern": r"^[^\x00]*$"}
+MAYBE_PATH_TEXT: dict[str, Any] = {**PATH_TEXT, "type": ["string", "null"]}
+FLAG: dict[str, Any] = {"type": "boolean"}
+COUNT: dict[str, Any] = {"type": "integer", "minimum": 0}
+COST: dict[str, Any] = {"type": ["number", "null"]}
+TABLE: dict[str, Any] = {"type": ["object", "null"]}  # options: any values
+TEXTS: dict[str, Any] = {"type": "array", "items": TEXT}
+USAGE: dict[str, Any] = {"type": ["object", "null"], "properties": {
+    key: COUNT for key in ("input_tokens", "output_tokens", "cache_read_tokens",
+                           "cache_write_tokens")}}
+CHECK_SCHEMA: dict[str, Any] = {"type": "object", "required": ["type"], "properties": {
+    "type": TEXT, "kind": TEXT, "passed": FLAG, "detail": TEXT, "error": FLAG,
+    "usage": USAGE, "cost": COST, "rate": MAYBE_TEXT, "suspected_gaming": FLAG,
+    "rated": FLAG}}
+TASK_RESULT_SCHEMA: dict[str, Any] = {"type": "object", "required": ["id", "status"],
+                                      "properties": {
+    "id": TEXT, "attempt": {"type": "integer", "minimum": 1},
+    "status": {"enum": [PASSED, FAILED, ERROR, NOT_RUN]}, "passed": FLAG,
+    "exit_status": MAYBE_TEXT, "error": MAYBE_TEXT, "error_kind": MAYBE_TEXT,
+    "checks": {"type": "array", "items": CHECK_SCHEMA}, "turns": COUNT, "tool_calls": COUNT,
+    "usage": USAGE, "cost": COST, "duration": {"type": "number"}, "tags": TEXTS,
+    "workspace": MAYBE_PATH_TEXT, "ledger": MAYBE_PATH_TEXT, "host": MAYBE_TEXT,
+    "record_problems": {"type": ["array", "null"], "items": TEXT}}}
+PLUGINS: dict[str, Any] = {"type": ["object", "null"], "additionalProperties": MAYBE_TEXT}
+SANDBOX: dict[str, Any] = {"type": ["object", "null"], "properties": {
+    "name": TEXT, "options": TABLE, "isolated": FLAG, "chosen_by": MAYBE_TEXT}}
+AGENT: dict[str, Any] = {"type": ["object", "null"], "properties": {
+    "name": MAYBE_TEXT, "base": MAYBE_TEXT, "version": MAYBE_TEXT, "options": TABLE,
+    "chosen_by": MAYBE_TEXT}}
+EXECUTOR: dict[str, Any] = {"type": ["object", "null"], "properties": {
+    "name": TEXT, "options": TABLE, "chosen_by": MAYBE_TEXT}}
+BUDGET: dict[str, Any] = {"type": ["object", "null"], "properties": {
+    "max_cost": COST, "max_tokens": {"type": ["integer", "null"]}, "spent_cost": COST,
+    "spent_tokens": {"type": ["integer", "null"]}, "unpriced": FLAG, "reached": FLAG}}
+REGRADE_OF: dict[str, Any] = {"type": ["object", "null"], "properties": {
+    "run_directory": PATH_TEXT, "started_at": MAYBE_TEXT, "suite_sha256": MAYBE_TEXT},
+    "required": ["run_directory", "started_at", "suite_sha256"]}
+REPORT_SCHEMA: dict[str, Any] = {"type": "object", "required": ["tasks"], "properties": {
+    "suite": {"type": ["object", "null"], "properties": {
+        "path": PATH_TEXT, "name": TEXT, "sha256": TEXT}},
+    "provider": TEXT, "model": MAYBE_TEXT, "started_at": TEXT, "finished_at": TEXT,
+    "evalctl_version": TEXT, "plugins": PLUGINS,
+    "tasks": {"type": "array", "items": TASK_RESULT_SCHEMA}, "interrupted": FLAG,
+    "run_directory": PATH_TEXT, "repeat": {"type": "integer", "minimum": 1},
+    "sandbox": SANDBOX, "agent": AGENT, "executor": EXECUTOR, "budget": BUDGET,
+    "regrade_of": REGRADE_OF, "summary": TABLE}}
+
+
+def malformed(check: SchemaCheck, value: Any) -> str | None:
+    """The first field of `value` that `check`'s schema refuses, said as `field: why`
+    (`tasks[0].status: 7 is not one of [...]`), or None when every field is as evalctl
+    writes it."""
+    if check.surely_valid(value):
+        return None
+    errors = check.errors(value)
+    if not errors:
+        return None
+    error = errors[0]
+    where = ""
+    for step in error.absolute_path:
+        where += f"[{step}]" if isinstance(step, int) else f".{step}" if where else str(step)
+    why = escape_text(truncate(" ".join(error.message.split()), 200, keep="head"))
+    return f"{where}: {why}" if where else why
 
 
 @dataclass
@@ -98,8 +170,10 @@ class CheckOutcome:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckOutcome:
         usage = data.get("usage")
+        # Escaped again as read: a record from elsewhere (a downloaded run) is shown as
+        # safely as one escaped when it was made (escape_text leaves that one as it is).
         return cls(str(data["type"]), str(data.get("kind", "mechanical")),
-                   bool(data.get("passed")), str(data.get("detail", "")),
+                   bool(data.get("passed")), escape_text(str(data.get("detail", ""))),
                    bool(data.get("error", False)),
                    TokenUsage.from_dict(usage) if usage is not None else None,
                    data.get("cost"), data.get("rate"),
@@ -201,7 +275,8 @@ class TaskResult:
         return cls(
             task_id=str(data["id"]), status=str(data["status"]),
             checks=[CheckOutcome.from_dict(c) for c in data.get("checks", [])],
-            exit_status=data.get("exit_status"), error=data.get("error"),
+            exit_status=data.get("exit_status"),
+            error=None if data.get("error") is None else escape_text(str(data["error"])),
             turns=int(data.get("turns", 0)), tool_calls=int(data.get("tool_calls", 0)),
             usage=TokenUsage.from_dict(data.get("usage") or {}), cost=data.get("cost", 0.0),
             duration=float(data.get("duration", 0.0)), workspace=data.get("workspace"),
@@ -483,7 +558,7 @@ def load_report(path: str | Path) -> RunResult:
     (exit 2) saying why when the file is not one."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:
@@ -491,6 +566,10 @@ def load_report(path: str | Path) -> RunResult:
     if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
         raise UsageError(f"{path}: not an evalctl JSON report (expected \"format\": "
                          f"\"{REPORT_FORMAT}\"; write one with evalctl run --report)")
+    problem = malformed(SchemaCheck(REPORT_SCHEMA), data)
+    if problem is not None:
+        raise UsageError(f"{path}: an evalctl report with missing or malformed fields "
+                         f"({problem})")
     try:
         return RunResult.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -120,6 +120,9 @@ def _check(path: Path, text: str, table: tuple[str, ...], data: dict[str, Any]) 
             problem(key, f"'{key}' must be {_TYPE_WORDS[expected]}, got {value!r}")
         elif key == "reporters" and not all(isinstance(r, str) for r in value):
             problem(key, "'reporters' must be a list of names")
+        elif key == "out" and "\x00" in value:
+            problem(key, f"'out' must be a directory's path, got {value!r}: no path holds a "
+                         "NUL character")
     if problems:
         raise SuiteError(problems)
 

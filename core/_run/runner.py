@@ -126,7 +126,10 @@ def resumed_options(contents: JournalContents, given: Mapping[str, Any],
     """The options of a run to resume: the journal's, with the budget and concurrency
     given now. An option given now that differs from the journal's is refused, with
     every difference named: a resumed run must mean what it meant."""
-    recorded = dict(contents.header.get("options", {}))
+    if "options" not in contents.header:
+        raise UsageError(f"cannot resume {contents.run_dir}: its journal's header records no "
+                         "options, so what the run meant is unknown; start a new run instead")
+    recorded = dict(contents.header["options"])
     merged = {**recorded, **{k: v for k, v in given.items() if k in IDENTITY_OPTIONS}}
     changed = differences(recorded, merged, IDENTITY_OPTIONS)
     if changed:

@@ -20,8 +20,9 @@ from typing import Any
 # value's stored text (a header line, then the value), so checking it re-encodes nothing;
 # 6: suites read by the libyaml fast path — an entry that a version with a hole in it
 # validated (a byte-order mark inside the file, say) is not trusted; 7: numbers no JSON
-# holds, names no workspace can hold and regexes refused: what 6 found valid is not
-FORMAT = "7"
+# holds, names no workspace can hold and regexes refused: what 6 found valid is not;
+# 8: lone surrogates, and a NUL in a setup command, refused
+FORMAT = "8"
 
 
 def cache_dir() -> Path:

@@ -27,7 +27,7 @@ from evalctl._suite.model import (
     Suite,
     Task,
 )
-from evalctl._suite.problems import schema_problems
+from evalctl._suite.problems import schema_problems, text_problems
 from evalctl._suite.rules import (
     counts_for_rule_one,
     rule_problems,
@@ -302,5 +302,6 @@ def _parse_and_validate(raw: bytes, label: str, schema: Mapping[str, Any],
                                   "only a few")])
 
     problems = list(schema_problems(located, schema, label, registry))
+    problems.extend(text_problems(located, text, label, plugin_task_keys(registry.providers)))
     problems.extend(rule_problems(located, label, registry))
     return located, problems

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -111,6 +112,66 @@ def schema_problems(located: Located, schema: Mapping[str, Any], label: str,
     yield from (Problem(label, located.line_of(path), f"{_where(located, path)}: {why}")
                 for path, (_, why) in odd.items() if path not in explained)
     yield from found
+
+
+# A YAML escape of a UTF-16 surrogate (`\\udc00`, `\\U0000d800`): a suite is UTF-8 text, so
+# that is the only way a lone surrogate gets into one, and only a suite that has one is
+# looked through (a walk of every suite would cost a cold load of a large one dearly).
+_SURROGATE_ESCAPE = re.compile(r"\\(?:u|U0000)[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NUL_ESCAPE = re.compile(r"\\(?:0|x00|u0000|U00000000)")
+_LONE = ("holds a lone surrogate ({code}), which is not a character: no path, file or "
+         "command can hold it; write the character itself (in YAML \\U0001f600, not the "
+         "pair \\ud83d\\ude00)")
+
+
+def text_problems(located: Located, text: str, label: str, task_keys: Iterable[str]
+                  ) -> Iterable[Problem]:
+    """Text no path, file or command can hold, which the schema lets through and the
+    run would then fail on (a check that crashes, a workspace that cannot be seeded):
+    a lone surrogate anywhere but in what the model is told or says (a task's prompt and
+    the providers' `task_keys`, such as a script, which are sent escaped), and a NUL in a
+    setup command."""
+    data = located.data
+    tasks = () if isinstance(data, list) else ("tasks",)
+    said = {"prompt", *task_keys}
+    if _SURROGATE_ESCAPE.search(text):
+        pending: list[tuple[tuple[Any, ...], Any]] = [((), data)]
+        while pending:
+            path, node = pending.pop()
+            if isinstance(node, str):
+                found = _SURROGATE.search(node)
+                if found:
+                    yield Problem(label, located.line_of(path), f"{_where(located, path)}: "
+                                  + _LONE.format(code=shown(found.group())))
+            elif isinstance(node, dict):
+                in_task = len(path) == len(tasks) + 1 and path[:-1] == tasks
+                for key, value in node.items():
+                    found = _SURROGATE.search(key)
+                    if found:
+                        yield Problem(label, located.key_lines.get(
+                            (*path, key), located.line_of(path)),
+                            f"{_where(located, path)}: the key '{shown(key)}' "
+                            + _LONE.format(code=shown(found.group())))
+                    elif not (in_task and key in said):
+                        pending.append(((*path, key), value))
+            elif isinstance(node, list):
+                pending.extend(((*path, index), item) for index, item in enumerate(node))
+    if _NUL_ESCAPE.search(text):
+        owners = [(("defaults",), data.get("defaults"))] if isinstance(data, dict) else []
+        written = data if isinstance(data, list) else data.get("tasks") \
+            if isinstance(data, dict) else None
+        if isinstance(written, list):
+            owners += [((*tasks, index), task) for index, task in enumerate(written)]
+        for path, owner in owners:
+            setup = owner.get("setup") if isinstance(owner, dict) else None
+            commands = setup.get("commands") if isinstance(setup, dict) else None
+            for index, command in enumerate(commands if isinstance(commands, list) else []):
+                if isinstance(command, str) and "\x00" in command:
+                    where = (*path, "setup", "commands", index)
+                    yield Problem(label, located.line_of(where),
+                                  f"{_where(located, where)}: holds a NUL character (\\x00), "
+                                  "which no command can")
 
 
 def _at(data: Any, path: tuple[Any, ...]) -> Any:

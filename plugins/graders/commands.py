@@ -198,7 +198,9 @@ def evalctl_register_graders(register):
         params_schema={
             "type": "object",
             "properties": {"command": {"type": "string", "minLength": 1,
-                                       "description": "A bash command; exit 0 passes."},
+                                       "pattern": "^[^\\x00]*$",
+                                       "description": "A bash command (no NUL byte); exit 0 "
+                                                      "passes."},
                            "timeout": TIMEOUT},
             "required": ["command"],
         },

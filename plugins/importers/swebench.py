@@ -74,7 +74,7 @@ def _test_ids(value: Any, key: str) -> tuple[list[str], str | None]:
     if isinstance(value, str):
         try:
             value = json.loads(value) if value.strip() else []
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past reading
             return [], f"{key} is text that is not a JSON list of test ids"
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
             return [], f"{key} must be a list of test ids"
@@ -171,6 +171,10 @@ def read_instances(path: Path, options: dict[str, Any]) -> evalctl.ImportedSuite
             instance = json.loads(line)
         except ValueError as exc:
             suite.problems.append(evalctl.ImportProblem(number, f"not JSON: {exc}"))
+            continue
+        except RecursionError:
+            suite.problems.append(evalctl.ImportProblem(number, "not JSON: nested too deeply "
+                                                                "to read"))
             continue
         problems = _instance_problems(instance)
         fail, fail_problem = _test_ids(instance.get("FAIL_TO_PASS", []), "FAIL_TO_PASS") \

@@ -24,6 +24,15 @@
   const taskSection = $("task");
   const otherSections = ["overview", "compare"].map($).filter(Boolean);
 
+  // Invisible characters that reorder or hide the text around them (bidirectional
+  // controls, zero-width spaces, tag characters), shown as escapes (\u202e) the way
+  // evalctl escapes them in every other report, so a transcript or a diff reads as it is.
+  const INVISIBLE = /[\u061c\u200b\u200e\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\u{e0000}-\u{e007f}]/gu;
+  const shown = (text) => text.replace(INVISIBLE, (c) => {
+    const code = c.codePointAt(0).toString(16);
+    return code.length > 4 ? "\\U" + code.padStart(8, "0") : "\\u" + code.padStart(4, "0");
+  });
+
   function safeHref(href) {
     return /^(#|\.\/|\.\.\/|file:)/.test(href) ? href : "#";
   }
@@ -39,7 +48,7 @@
     }
     for (const child of children.flat(Infinity)) {
       if (child === null || child === undefined || child === false) continue;
-      node.append(child instanceof Node ? child : String(child)); // text, never markup
+      node.append(child instanceof Node ? child : shown(String(child))); // text, never markup
     }
     return node;
   }
