@@ -16,35 +16,10 @@ from evalctl._report.journal import JOURNAL_NAME, read_journal
 from evalctl._text import escape_text
 
 from .conftest import run_cli
-
-QUICK = """\
-- id: {id}
-  prompt: Write {id}.txt.
-  checks:
-    - type: file_contains
-      path: {id}.txt
-      text: done
-  script:
-    - tool_calls:
-        - tool: write_file
-          input:
-            path: {id}.txt
-            content: done
-    - text: Wrote {id}.txt.
-"""
+from .test_cli_newcomer_r9 import invoke
+from .test_journal import QUICK
 
 DEEP = "[" * 100_000
-
-
-def invoke(where: Path, *args: str):
-    import os
-
-    previous = Path.cwd()
-    os.chdir(where)
-    try:
-        return CliRunner().invoke(cli, list(args))
-    finally:
-        os.chdir(previous)
 
 
 def finished_run(where: Path, ids: tuple[str, ...] = ("one", "two")) -> Path:
@@ -341,9 +316,7 @@ def test_a_bidi_control_in_a_downloaded_record_is_escaped_as_it_is_read(run_copy
 
 def test_a_nul_in_a_command_checks_command_is_refused_at_validation(tmp_path):
     """Found by an attacker round: it passed validation and crashed the grader."""
-    from click.testing import CliRunner
 
-    from evalctl._cli import cli
 
     suite = tmp_path / "suite.yaml"
     suite.write_text('- id: t\n  prompt: x\n  checks:\n    - type: command\n'
