@@ -100,8 +100,8 @@ NAMED = {
     # Found by an outside attacker.
     "pytest-toml-plugin": "tests/test_calc.py::test_add (failed)",
     "distinfo-entrypoint-plugin": "tests/test_calc.py::test_add (failed)",
-    "module-patches-runtest": "replaced pytest's own _pytest.python.Function.runtest",
-    "tests-init-docs-example-protection": "replaced pytest's own",
+    "module-patches-runtest": "replaced _pytest.python.Function.runtest, which pytest's",
+    "tests-init-docs-example-protection": "which pytest's verdicts rest on",
     "pyc-poisons-protected-test": "tests/test_calc.py::test_add (failed)",
     "late-conftest-from-earlier-check": "protected file(s) changed while the checks ran",
     "python-check-sys-exit": "assertion failed",

@@ -50,6 +50,11 @@ _GUARDED = (
     ("pluggy._callers", None, "_multicall"),
     ("pluggy._hooks", "HookCaller", "__call__"),
     ("os", None, "_exit"),
+    # How a test's code comes to be: a `compile` replaced on import of the agent's code
+    # emptied the tests of the next test file (found by an attacker round).
+    ("builtins", None, "compile"),
+    ("builtins", None, "exec"),
+    ("builtins", None, "__import__"),
 )
 
 
@@ -93,16 +98,33 @@ def pytest_configure(config: Any) -> None:
     sys.meta_path.insert(0, _PinnedFinder)  # type: ignore[arg-type]
 
 
-def _module_name(path: Any, config: Any) -> str:
-    """The name pytest imports a test file under (`--import-mode=append`)."""
+def _module_name(path: Any, config: Any) -> tuple[str, str]:
+    """The directory pytest puts on sys.path for a test file, and the name it imports
+    it under (`--import-mode=append`)."""
     from _pytest.pathlib import resolve_pkg_root_and_module_name
 
     try:
-        return resolve_pkg_root_and_module_name(
+        root, name = resolve_pkg_root_and_module_name(
             path, consider_namespace_packages=bool(
-                config.getini("consider_namespace_packages")))[1]
+                config.getini("consider_namespace_packages")))
+        return str(root), name
     except Exception:  # not in a package: its own name, as pytest falls back to
-        return str(path.stem)
+        return str(path.parent), str(path.stem)
+
+
+def _ahead_of_the_workspace(directory: str, workspace: str) -> None:
+    """`directory` on sys.path just before the workspace's root, where pytest would
+    append it after: a test's own helpers (`from helpers import x` beside it) are then
+    found there, not in a module of the same name at the workspace's root (found by an
+    attacker round: an agent's helpers.py there stood in for the hidden test's). Still
+    after the standard library and the installed packages."""
+    if directory == workspace or workspace not in sys.path:
+        return
+    if directory in sys.path:
+        if sys.path.index(directory) < sys.path.index(workspace):
+            return
+        sys.path.remove(directory)
+    sys.path.insert(sys.path.index(workspace), directory)
 
 
 _PINNED: dict[str, str] = {}  # module name -> the test file it must be imported from
@@ -141,7 +163,10 @@ class _Witnessed(pytest.Module):
 
         from _pytest.python import importtestmodule
 
-        name, origin = _module_name(self.path, self.config), str(self.path)
+        _note_tampering()
+        root, name = _module_name(self.path, self.config)
+        origin = str(self.path)
+        _ahead_of_the_workspace(root, str(self.config.rootpath))
         _PINNED[name] = origin
         try:
             sys.modules.pop(name, None)
@@ -151,9 +176,11 @@ class _Witnessed(pytest.Module):
             try:
                 spec.loader.exec_module(module)
             except BaseException:
-                # pytest imports it again (this file, pinned) and reports the error its way.
+                # Its collection fails with this error. Not imported a second time: code
+                # the first import ran (the agent's, which the test imports) could have
+                # changed how the second one compiles it (found by an attacker round).
                 sys.modules.pop(name, None)
-                return importtestmodule(self.path, self.config)
+                raise
             sys.modules[name] = module  # whatever the code it imported put there
             return importtestmodule(self.path, self.config)
         finally:
@@ -225,15 +252,24 @@ def pytest_runtest_logreport(report: Any) -> None:
         outcomes[report.nodeid] = "xpassed" if hasattr(report, "wasxfail") else "passed"
 
 
+def _note_tampering() -> None:
+    """Add to the report what of _GUARDED is not what it was when this module was
+    imported: at the end, and before each test file is imported (a replacement put back
+    before the end would otherwise go unseen)."""
+    tampered = _state["tampered"]
+    for key, (module, owner, name) in zip(_ORIGINAL, _GUARDED, strict=True):
+        if _ORIGINAL[key] is not None and key not in tampered and \
+                _lookup(module, owner, name) is not _ORIGINAL[key]:
+            tampered.append(key)
+    if sys.pycache_prefix != _PYCACHE_PREFIX and "sys.pycache_prefix" not in tampered:
+        tampered.append("sys.pycache_prefix")
+
+
 def pytest_unconfigure(config: Any) -> None:
     nonce = config.getoption("evalctl_witness", default="")
     if not nonce:
         return
-    for key, (module, owner, name) in zip(_ORIGINAL, _GUARDED, strict=True):
-        if _ORIGINAL[key] is not None and _lookup(module, owner, name) is not _ORIGINAL[key]:
-            _state["tampered"].append(key)
-    if sys.pycache_prefix != _PYCACHE_PREFIX:
-        _state["tampered"].append("sys.pycache_prefix")
+    _note_tampering()
     roots = tuple(dict.fromkeys((os.path.abspath(str(config.rootpath)),
                                  os.path.realpath(str(config.rootpath)))))
     for plugin in config.pluginmanager.get_plugins():
