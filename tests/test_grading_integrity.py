@@ -806,3 +806,45 @@ def test_what_a_hidden_test_imports_and_how_it_compiles_are_its_own(tmp_path, sa
     (task,) = run.tasks
     tests = next(c for c in task.checks if c.type == "tests_pass")
     assert not tests.passed and caught in tests.detail, tests.detail
+
+
+TWO_CONFTESTS = """\
+- id: two-conftests
+  prompt: Fix add() in calc.py.
+  files:
+    calc.py: "def add(a, b):\\n    return a - b\\n"
+    conftest.py: "import pytest\\n\\n@pytest.fixture\\ndef pair():\\n    return (2, 3)\\n"
+    tests/conftest.py: "import pytest\\n\\n@pytest.fixture\\ndef total():\\n    return 5\\n"
+  verify_files:
+    tests/test_calc.py: |
+      from calc import add
+
+      class TestAdd:
+          def test_fixture(self, pair, total):
+              assert add(*pair) == total
+  protected:
+    - conftest.py
+    - "tests/*"
+  checks:
+    - type: tests_pass
+      tests:
+        - tests/test_calc.py::TestAdd::test_fixture
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: calc.py
+            content: "def add(a, b):\\n    return a + b\\n"
+    - text: Fixed.
+"""
+
+
+def test_a_task_with_a_conftest_at_the_root_and_in_its_tests_passes_when_fixed(
+        tmp_path, sandbox_name):
+    """Found by an attacker round (a fairness bug): under --import-mode=append pytest
+    imported the root's conftest.py for tests/conftest.py, both named "conftest", and
+    refused the mismatch, failing an honest fix."""
+    run = evalctl.testing.run_suite(TWO_CONFTESTS, sandbox=sandbox_name,
+                                    out_dir=tmp_path / "out")
+    (task,) = run.tasks
+    assert task.status == "passed", [c.detail for c in task.checks]

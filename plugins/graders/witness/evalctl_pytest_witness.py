@@ -95,7 +95,6 @@ def pytest_configure(config: Any) -> None:
     # package's metadata the agent left in the workspace cannot register one. It comes
     # after the standard library and pytest, so nothing there can be shadowed.
     sys.path.append(str(config.rootpath))
-    sys.meta_path.insert(0, _PinnedFinder)  # type: ignore[arg-type]
 
 
 def _module_name(path: Any, config: Any) -> tuple[str, str]:
@@ -130,6 +129,26 @@ def _ahead_of_the_workspace(directory: str, workspace: str) -> None:
 _PINNED: dict[str, str] = {}  # module name -> the test file it must be imported from
 
 
+def _conftest_being_imported() -> str | None:
+    """The conftest.py pytest is importing as "conftest", read from its import_path's
+    frame: by name, `--import-mode=append` would find the first conftest.py on sys.path
+    (the workspace root's, appended first) for a tests/conftest.py outside any package,
+    and pytest then refuses the mismatch, failing an honest suite (found by an attacker
+    round)."""
+    frame = sys._getframe(1)
+    for _ in range(30):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if code.co_name == "import_path" and code.co_filename.endswith(
+                os.path.join("_pytest", "pathlib.py")):
+            path = frame.f_locals.get("path")
+            return str(path) if path is not None and os.path.basename(str(path)) == \
+                "conftest.py" else None
+        frame = frame.f_back
+    return None
+
+
 class _PinnedFinder:
     """First on sys.meta_path: a module name a test file is being imported under finds
     that file, whatever else of that name sys.path holds; through pytest's assertion
@@ -139,7 +158,8 @@ class _PinnedFinder:
     def find_spec(name: str, path: Any = None, target: Any = None) -> Any:
         import importlib.util
 
-        origin = _PINNED.get(name)
+        origin = _PINNED.get(name) or (_conftest_being_imported() if name == "conftest"
+                                       else None)
         if origin is None:
             return None
         for finder in sys.meta_path:
@@ -185,6 +205,11 @@ class _Witnessed(pytest.Module):
             return importtestmodule(self.path, self.config)
         finally:
             _PINNED.pop(name, None)
+
+
+# First, from the start: pytest imports the conftest.py files of the tests named on its
+# command line before it configures its plugins.
+sys.meta_path.insert(0, _PinnedFinder)  # type: ignore[arg-type]
 
 
 @pytest.hookimpl(tryfirst=True)
