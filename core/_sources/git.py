@@ -593,6 +593,7 @@ def _neutralise_git_directory(directory: str, relative: str, names: set[str],
         done[relative + "index"] = "NOT checked: this git directory could not be made safe"
         return
     _replace_index(directory, relative, names, done)
+    _true_shallow(directory, relative, done)
     if os.path.basename(directory) == ".git":
         _keep_a_repository(directory, relative, done)
 
@@ -622,6 +623,79 @@ def _without_replacements(directory: str, relative: str, done: dict[str, str]) -
                                          f"the agent's is {moved}"
     except OSError as exc:
         done[relative + "packed-refs"] = f"NOT rewritten: {exc.strerror or exc}"
+
+
+_MAX_SHALLOW = 1000
+
+
+def _true_shallow(directory: str, relative: str, done: dict[str, str]) -> None:
+    """A `shallow` naming only commits whose parents are missing, as a shallow fetch's
+    does (found by an attacker round: one naming a commit whose parent is there hid the
+    history before it from `git log`, as grafts did). Otherwise the agent's is moved
+    aside and one of its true entries put in its place."""
+    path = os.path.join(directory, "shallow")
+    if not os.path.lexists(path):
+        return
+    data = _content(path, 64 * _MAX_SHALLOW)
+    entries = [] if data is None else data.decode("ascii", "replace").split()
+    if data is None or len(entries) > _MAX_SHALLOW or \
+            not all(re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", e) for e in entries):
+        kept = None
+    else:
+        kept = _cut_where_history_is_missing(directory, entries)
+    if kept is not None and kept == entries:
+        return
+    try:
+        moved = _move_aside(path)
+        if kept:
+            write_new_file(Path(directory), "shallow", "".join(f"{e}\n" for e in kept).encode())
+        done[relative + "shallow"] = f"moved to {moved} (it hid history that is there)" + \
+            ("; one naming only commits whose parents are missing was made" if kept else "")
+    except OSError as exc:
+        done[relative + "shallow"] = f"NOT moved aside: {exc.strerror or exc}"
+
+
+def _cut_where_history_is_missing(directory: str, entries: list[str]) -> list[str] | None:
+    """The `entries` whose commits' parents are not all in the repository (None: git
+    could not be asked). One `git cat-file --batch` for the commits, one
+    `--batch-check` for their parents."""
+    env = {**_neutral_environment(Path(directory)), "GIT_DIR": directory,
+           "GIT_NO_REPLACE_OBJECTS": "1"}
+
+    def batch(option: str, lines: list[str]) -> bytes | None:
+        try:
+            done = subprocess.run(["git", *_RUN_NOTHING, "cat-file", option],
+                                  input="".join(f"{line}\n" for line in lines).encode(),
+                                  env=env, capture_output=True, timeout=LOCAL_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    raw = batch("--batch", entries)
+    if raw is None:
+        return None
+    parents: dict[str, list[str]] = {}
+    for entry in entries:
+        header, _, raw = raw.partition(b"\n")
+        fields = header.split()
+        if len(fields) != 3 or fields[1] != b"commit":
+            parents[entry] = []  # no such commit here: nothing it could hide
+            continue
+        size = int(fields[2])
+        body, raw = raw[:size], raw[size + 1:]
+        headers = body.split(b"\n\n", 1)[0].split(b"\n")
+        parents[entry] = [line.split()[1].decode() for line in headers
+                          if line.startswith(b"parent ") and len(line.split()) == 2]
+    wanted = sorted({p for ps in parents.values() for p in ps})
+    present: set[str] = set()
+    if wanted:
+        checked = batch("--batch-check", wanted)
+        if checked is None:
+            return None
+        present = {line.split()[0].decode() for line in checked.splitlines()
+                   if len(line.split()) == 3}
+    return [e for e in entries if not parents[e] or not all(p in present
+                                                             for p in parents[e])]
 
 
 def _keep_a_repository(directory: str, relative: str, done: dict[str, str]) -> None:
