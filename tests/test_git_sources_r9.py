@@ -845,3 +845,14 @@ def test_a_shallow_entry_that_hides_history_which_is_there_is_dropped(workspace)
     assert (root / ".git" / "shallow").read_text() == own
     assert users_git(root, "log", "--format=%s").stdout == "tidy up\nbackdoor\nbase\n"
     assert neutralise_repository_config(root, seed) == {}
+
+
+def test_a_shallow_naming_other_objects_or_none_is_read_without_harm(workspace):
+    root, seed = workspace
+    own = (root / ".git" / "shallow").read_text()
+    blob = plumbing(root, "hash-object", "-w", "--stdin", data=b"a blob\n")
+    (root / ".git" / "shallow").write_text("".join(sorted([own, f"{blob}\n", "0" * 40 + "\n"])))
+    assert ".git/shallow" not in neutralise_repository_config(root, seed)  # hide nothing
+    (root / ".git" / "shallow").write_text("not a commit id\n")
+    done = neutralise_repository_config(root, seed)
+    assert done[".git/shallow"] == "moved to shallow.agent (not as git writes it)"

@@ -640,16 +640,20 @@ def _true_shallow(directory: str, relative: str, done: dict[str, str]) -> None:
     entries = [] if data is None else data.decode("ascii", "replace").split()
     if data is None or len(entries) > _MAX_SHALLOW or \
             not all(re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", e) for e in entries):
-        kept = None
+        kept = None  # not what git writes: moved aside whole
     else:
         kept = _cut_where_history_is_missing(directory, entries)
-    if kept is not None and kept == entries:
+        if kept is None:
+            done[relative + "shallow"] = "NOT checked: git could not read its commits"
+            return
+    if kept == entries:
         return
     try:
         moved = _move_aside(path)
         if kept:
             write_new_file(Path(directory), "shallow", "".join(f"{e}\n" for e in kept).encode())
-        done[relative + "shallow"] = f"moved to {moved} (it hid history that is there)" + \
+        done[relative + "shallow"] = f"moved to {moved} (not as git writes it)" \
+            if kept is None else f"moved to {moved} (it hid history that is there)" + \
             ("; one naming only commits whose parents are missing was made" if kept else "")
     except OSError as exc:
         done[relative + "shallow"] = f"NOT moved aside: {exc.strerror or exc}"
@@ -678,14 +682,15 @@ def _cut_where_history_is_missing(directory: str, entries: list[str]) -> list[st
     for entry in entries:
         header, _, raw = raw.partition(b"\n")
         fields = header.split()
-        if len(fields) != 3 or fields[1] != b"commit":
-            parents[entry] = []  # no such commit here: nothing it could hide
-            continue
+        parents[entry] = []  # no such commit here: nothing it could hide
+        if len(fields) != 3 or not fields[2].isdigit():
+            continue  # "<oid> missing"
         size = int(fields[2])
         body, raw = raw[:size], raw[size + 1:]
-        headers = body.split(b"\n\n", 1)[0].split(b"\n")
-        parents[entry] = [line.split()[1].decode() for line in headers
-                          if line.startswith(b"parent ") and len(line.split()) == 2]
+        if fields[1] == b"commit":
+            headers = body.split(b"\n\n", 1)[0].split(b"\n")
+            parents[entry] = [line.split()[1].decode("ascii", "replace") for line in headers
+                              if line.startswith(b"parent ") and len(line.split()) == 2]
     wanted = sorted({p for ps in parents.values() for p in ps})
     present: set[str] = set()
     if wanted:
