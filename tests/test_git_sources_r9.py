@@ -215,11 +215,16 @@ def test_an_fsmonitor_and_a_hook_the_agent_planted_do_not_run_on_the_host(worksp
     assert neutralise_repository_config(root, seed) == {}
 
 
+def agent_identity(root: Path) -> None:
+    """The name and email an agent gives its commits, in the repository's config."""
+    git(root, "config", "user.name", "Agent")
+    git(root, "config", "user.email", "agent@example.invalid")
+
+
 def test_ordinary_git_work_of_the_agent_is_left_as_it_is(workspace):
     root, seed = workspace
     config = (root / ".git" / "config").read_bytes()
-    git(root, "config", "user.name", "Agent")
-    git(root, "config", "user.email", "agent@example.invalid")
+    agent_identity(root)
     (root / "src" / "app.py").write_text("print(2)\n")
     git(root, "commit", "-qam", "fix")
     git(root, "checkout", "-q", "-b", "work")
@@ -830,8 +835,7 @@ def test_a_shallow_entry_that_hides_history_which_is_there_is_dropped(workspace)
     grafts did. The checkout's own entry, whose parent is missing, stays."""
     root, seed = workspace
     own = (root / ".git" / "shallow").read_text()
-    git(root, "config", "user.name", "Agent")
-    git(root, "config", "user.email", "agent@example.invalid")
+    agent_identity(root)
     (root / "src" / "app.py").write_text("print('backdoor')\n")
     git(root, "commit", "-qam", "backdoor")
     (root / "README").write_text("tidy\n")
