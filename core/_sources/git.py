@@ -368,6 +368,11 @@ _NOT_OPERATION_STATE = frozenset({"HEAD", "ORIG_HEAD", "FETCH_HEAD", "EDIT_DESCR
 _MAX_CONFIG_BYTES = 1 << 20
 # A HEAD that is a link git reads as an old-style symbolic ref, when it names one.
 _REF_NAME = re.compile(r"refs/[A-Za-z0-9._/-]{1,200}")
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256
+
+
+def _names_a_ref(text: str) -> bool:
+    return bool(_REF_NAME.fullmatch(text)) and ".." not in text
 
 
 def neutralise_repository_config(workspace: Path, seed: Path | None = None) -> dict[str, str]:
@@ -416,11 +421,8 @@ def neutralise_repository_config(workspace: Path, seed: Path | None = None) -> d
         for name, kind in sorted(listing.items()):
             path, below = os.path.join(directory, name), relative + name
             if name == ".git" and kind != "directory":
-                try:
-                    done[below] = f"moved to {_move_aside(path)} (a .git that is not a " \
-                                  "directory sends git to another one)"
-                except OSError as exc:
-                    done[below] = f"NOT moved aside: {exc.strerror or exc}"
+                _set_aside(path, below, done,
+                           why=" (a .git that is not a directory sends git to another one)")
             elif kind == "directory":
                 pending.append((path, below + "/", in_git or name == ".git"))
     return dict(sorted(done.items()))
@@ -463,8 +465,7 @@ def _remove_links(directory: str, relative: str, listing: dict[str, str],
             continue
         done[relative + name] = "removed (neither a file nor a directory)" if target is None \
             else f"removed (a link to {target[:300]!r}, which git writes through)"
-        if name == "HEAD" and target is not None and _REF_NAME.fullmatch(target) \
-                and ".." not in target:
+        if name == "HEAD" and target is not None and _names_a_ref(target):
             with contextlib.suppress(OSError):
                 write_new_file(Path(directory), "HEAD", f"ref: {target}\n".encode())
                 done[relative + name] += f"; HEAD now names {target}"
@@ -526,8 +527,6 @@ def _as_in_seed(seed: Path | None, relative: str, directory: str, names: set[str
 def _content(path: str, limit: int = _MAX_CONFIG_BYTES) -> bytes | None:
     """A regular file's bytes (never through a link), None when it is not one or holds
     more than `limit`."""
-    import stat
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -557,6 +556,19 @@ def _move_aside(path: str) -> str:
     raise OSError(f"no free name to move {path} aside")
 
 
+def _set_aside(path: str, key: str, done: dict[str, str], *, why: str = "",
+               ours: bool = False) -> None:
+    """_move_aside(path), said in `done[key]`: what it was moved to (and `why`), or that
+    it could not be, for the caller to warn. `ours`: its directory is made the owner's
+    to write first (an agent may have taken that away)."""
+    try:
+        if ours:
+            _make_ours(os.path.dirname(path))
+        done[key] = f"moved to {_move_aside(path)}{why}"
+    except OSError as exc:
+        done[key] = f"NOT moved aside: {exc.strerror or exc}"
+
+
 def _neutralise_git_directory(directory: str, relative: str, names: set[str],
                               done: dict[str, str], *, keep_config: bool = False) -> None:
     state = sorted(name for name in names if _OPERATION_STATE.fullmatch(name)
@@ -566,20 +578,14 @@ def _neutralise_git_directory(directory: str, relative: str, names: set[str],
         if not os.path.lexists(path) or _empty_directory(path) or \
                 (name == "hooks" and (keep_config or _only_samples(path))):
             continue  # nothing in it (`git init` makes an empty branches/)
-        try:
-            _make_ours(os.path.dirname(path))
-            done[relative + name] = f"moved to {_move_aside(path)}"
-        except OSError as exc:  # said, so that the caller can warn
-            done[relative + name] = f"NOT moved aside: {exc.strerror or exc}"
+        _set_aside(path, relative + name, done, ours=True)
     _without_replacements(directory, relative, done)
     exclude = os.path.join(directory, "info", "exclude")
-    if _content(exclude) is not None and any(
-            line.strip() and not line.lstrip().startswith(b"#")
-            for line in (_content(exclude) or b"").splitlines()):
-        try:  # it hides new files from `git status`; git's own holds only comments
-            done[relative + "info/exclude"] = f"moved to {_move_aside(exclude)}"
-        except OSError as exc:
-            done[relative + "info/exclude"] = f"NOT moved aside: {exc.strerror or exc}"
+    excluded = _content(exclude)
+    if excluded is not None and any(line.strip() and not line.lstrip().startswith(b"#")
+                                    for line in excluded.splitlines()):
+        # It hides new files from `git status`; git's own holds only comments.
+        _set_aside(exclude, relative + "info/exclude", done)
     if "config" in names and not keep_config:
         try:
             _make_ours(directory)
@@ -639,7 +645,7 @@ def _true_shallow(directory: str, relative: str, done: dict[str, str]) -> None:
     data = _content(path, 64 * _MAX_SHALLOW)
     entries = [] if data is None else data.decode("ascii", "replace").split()
     if data is None or len(entries) > _MAX_SHALLOW or \
-            not all(re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", e) for e in entries):
+            not all(_OBJECT_ID.fullmatch(e) for e in entries):
         kept = None  # not what git writes: moved aside whole
     else:
         kept = _cut_where_history_is_missing(directory, entries)
@@ -663,8 +669,7 @@ def _cut_where_history_is_missing(directory: str, entries: list[str]) -> list[st
     """The `entries` whose commits' parents are not all in the repository (None: git
     could not be asked). One `git cat-file --batch` for the commits, one
     `--batch-check` for their parents."""
-    env = {**_neutral_environment(Path(directory)), "GIT_DIR": directory,
-           "GIT_NO_REPLACE_OBJECTS": "1"}
+    env = _environment_in(directory)
 
     def batch(option: str, lines: list[str]) -> bytes | None:
         try:
@@ -712,8 +717,8 @@ def _keep_a_repository(directory: str, relative: str, done: dict[str, str]) -> N
     head = os.path.join(directory, "HEAD")
     content = _content(head, 4096)
     text = content.decode("ascii", "replace").strip() if content is not None else ""
-    valid = re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", text) or \
-        (text.startswith("ref: ") and _REF_NAME.fullmatch(text[5:]) and ".." not in text)
+    valid = _OBJECT_ID.fullmatch(text) or (text.startswith("ref: ") and
+                                           _names_a_ref(text[5:]))
     try:
         if not valid:
             if os.path.lexists(head):
@@ -741,6 +746,13 @@ _RUN_NOTHING = ("-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false",
                 "-c", "core.untrackedCache=false")
 
 
+def _environment_in(directory: str) -> dict[str, str]:
+    """The environment of evalctl's own git in the agent's git directory `directory`:
+    no configuration but git's and the repository's, no replacement objects."""
+    return {**_neutral_environment(Path(directory)), "GIT_DIR": directory,
+            "GIT_NO_REPLACE_OBJECTS": "1"}
+
+
 def _replace_index(directory: str, relative: str, names: set[str],
                    done: dict[str, str]) -> None:
     """Put an index made from HEAD's tree in place of the agent's. git does not check
@@ -756,8 +768,7 @@ def _replace_index(directory: str, relative: str, names: set[str],
     as an unstaged change."""
     if "index" not in names:
         return
-    env = {**_neutral_environment(Path(directory)), "GIT_DIR": directory,
-           "GIT_NO_REPLACE_OBJECTS": "1"}
+    env = _environment_in(directory)
     index = os.path.join(directory, "index")
     with tempfile.TemporaryDirectory(prefix="evalctl-index-") as scratch:
         fresh = os.path.join(scratch, "index")
@@ -780,11 +791,7 @@ def _replace_index(directory: str, relative: str, names: set[str],
     for name in sorted(names):
         if name != "index" and not name.startswith("sharedindex."):
             continue
-        try:
-            _make_ours(directory)
-            done[relative + name] = f"moved to {_move_aside(os.path.join(directory, name))}"
-        except OSError as exc:
-            done[relative + name] = f"NOT moved aside: {exc.strerror or exc}"
+        _set_aside(os.path.join(directory, name), relative + name, done, ours=True)
     if not done.get(relative + "index", "").startswith("moved"):
         return
     if made is not None:
@@ -809,8 +816,6 @@ def _listing_of(env: dict[str, str], index: str) -> str | None:
 def _make_ours(directory: str) -> None:
     """Let the owner list, enter and write `directory` (the agent may have taken the
     permissions away: `chmod 555 .git` would keep its config where it is)."""
-    import stat
-
     mode = os.lstat(directory).st_mode
     if stat.S_ISDIR(mode) and mode & 0o700 != 0o700:
         os.chmod(directory, stat.S_IMODE(mode) | 0o700)
