@@ -14,7 +14,7 @@ from typing import Any
 
 BINARY_SAMPLE_BYTES = 8192
 _TEXT_CONTROLS = frozenset(b"\t\n\r\f\x1b")
-_SURROGATE = re.compile("[\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")  # a lone one: not a character; no path holds it
 # Invisible characters that change how the text around them is shown: the bidirectional
 # controls (U+202A-U+202E, U+2066-U+2069, the marks U+200E, U+200F and U+061C), which can
 # reorder a line as it is displayed (Trojan Source), and other format characters that
@@ -44,7 +44,7 @@ def escape_surrogates(text: str) -> str:
     send a lone surrogate; either would make writing or sending the text fail. A byte of
     a name becomes `\\xNN` (as `ls -b` shows it), any other lone surrogate `\\uXXXX`.
     """
-    return _SURROGATE.sub(_escape, text) if _SURROGATE.search(text) else text
+    return SURROGATE.sub(_escape, text) if SURROGATE.search(text) else text
 
 
 def escape_text(text: str) -> str:
@@ -69,8 +69,8 @@ def json_line(record: Any) -> str:
     text = _LINE_ENCODER.encode(record)
     # A lone surrogate is only ever inside a JSON string, where \\uXXXX is its escape.
     # isascii() is a flag of the string's, not a scan: most lines skip the search.
-    if not text.isascii() and _SURROGATE.search(text):
-        text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    if not text.isascii() and SURROGATE.search(text):
+        text = SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
     return text
 
 

@@ -12,6 +12,7 @@ from evalctl._errors import Problem
 from evalctl._plugin.registry import Registry
 from evalctl._schema_check import surely_valid, unusable_numbers
 from evalctl._suite.yamlsource import Located
+from evalctl._text import SURROGATE
 
 
 def shown(text: str) -> str:
@@ -118,7 +119,6 @@ def schema_problems(located: Located, schema: Mapping[str, Any], label: str,
 # that is the only way a lone surrogate gets into one, and only a suite that has one is
 # looked through (a walk of every suite would cost a cold load of a large one dearly).
 _SURROGATE_ESCAPE = re.compile(r"\\(?:u|U0000)[dD][89a-fA-F]")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 _NUL_ESCAPE = re.compile(r"\\(?:0|x00|u0000|U00000000)")
 _LONE = ("holds a lone surrogate ({code}), which is not a character: no path, file or "
          "command can hold it; write the character itself (in YAML \\U0001f600, not the "
@@ -140,14 +140,14 @@ def text_problems(located: Located, text: str, label: str, task_keys: Iterable[s
         while pending:
             path, node = pending.pop()
             if isinstance(node, str):
-                found = _SURROGATE.search(node)
+                found = SURROGATE.search(node)
                 if found:
                     yield Problem(label, located.line_of(path), f"{_where(located, path)}: "
                                   + _LONE.format(code=shown(found.group())))
             elif isinstance(node, dict):
                 in_task = len(path) == len(tasks) + 1 and path[:-1] == tasks
                 for key, value in node.items():
-                    found = _SURROGATE.search(key)
+                    found = SURROGATE.search(key)
                     if found:
                         yield Problem(label, located.key_lines.get(
                             (*path, key), located.line_of(path)),
