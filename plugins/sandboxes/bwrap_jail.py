@@ -1401,18 +1401,19 @@ class BwrapJail:
                     f"refusing to mount {mount.source} read-only: it contains {run_dir}, "
                     "so every workspace, ledger and seed of the run would be visible"
                 )
+        # Read-only all of it, when every file in it is protected (read_only ".").
+        workspace = _Mount("ro" if "." in self.read_only else "rw", str(self.workspace),
+                           self.workspace)
         own = [
             _Mount("rw", str(self.tmp), SANDBOX_TMP),
             # The graders' HOME is their TMPDIR: a link, where a second bind of the same
             # directory would cost bubblewrap another pass over the mount table.
             _Mount("symlink", str(SANDBOX_TMP), SANDBOX_HOME) if self.home == self.tmp
             else _Mount("rw", str(self.home), SANDBOX_HOME),
-            # Read-only all of it, when every file in it is protected (read_only ".").
-            _Mount("ro" if "." in self.read_only else "rw", str(self.workspace),
-                   self.workspace),
+            workspace,
             *self._read_only_mounts(),
+            *self._guards([*base.code, workspace]),
         ]
-        own += self._guards([*base.code, own[2]])
         args = list(_leading_args(self._bwrap, self.options.network))
         for mount in _order_with_base(base, own):
             args += mount.args()

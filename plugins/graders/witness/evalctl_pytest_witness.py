@@ -97,7 +97,7 @@ def pytest_configure(config: Any) -> None:
     sys.path.append(str(config.rootpath))
 
 
-def _module_name(path: Any, config: Any) -> tuple[str, str]:
+def _import_root_and_name(path: Any, config: Any) -> tuple[str, str]:
     """The directory pytest puts on sys.path for a test file, and the name it imports
     it under (`--import-mode=append`)."""
     from _pytest.pathlib import resolve_pkg_root_and_module_name
@@ -184,7 +184,7 @@ class _Witnessed(pytest.Module):
         from _pytest.python import importtestmodule
 
         _note_tampering()
-        root, name = _module_name(self.path, self.config)
+        root, name = _import_root_and_name(self.path, self.config)
         origin = str(self.path)
         _ahead_of_the_workspace(root, str(self.config.rootpath))
         _PINNED[name] = origin
