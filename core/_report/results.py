@@ -18,6 +18,7 @@ that errored is left out of its rate.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,6 +114,12 @@ REPORT_SCHEMA: dict[str, Any] = {"type": "object", "required": ["tasks"], "prope
     "run_directory": PATH_TEXT, "repeat": {"type": "integer", "minimum": 1},
     "sandbox": SANDBOX, "agent": AGENT, "executor": EXECUTOR, "budget": BUDGET,
     "regrade_of": REGRADE_OF, "summary": TABLE}}
+
+
+@functools.cache
+def _report_check() -> SchemaCheck:
+    """REPORT_SCHEMA compiled once, when a report is first read (compare reads two)."""
+    return SchemaCheck(REPORT_SCHEMA)
 
 
 def malformed(check: SchemaCheck, value: Any) -> str | None:
@@ -566,7 +573,7 @@ def load_report(path: str | Path) -> RunResult:
     if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
         raise UsageError(f"{path}: not an evalctl JSON report (expected \"format\": "
                          f"\"{REPORT_FORMAT}\"; write one with evalctl run --report)")
-    problem = malformed(SchemaCheck(REPORT_SCHEMA), data)
+    problem = malformed(_report_check(), data)
     if problem is not None:
         raise UsageError(f"{path}: an evalctl report with missing or malformed fields "
                          f"({problem})")
