@@ -637,6 +637,52 @@ def test_a_check_of_what_the_agent_left_reads_it_before_code_a_check_runs(tmp_pa
     assert "    return a - b\n" in (Path(task.workspace) / "calc.py").read_text()
 
 
+
+NAMES_THE_HIDDEN_TEST = """\
+- id: names-the-hidden-test
+  prompt: add() in calc.py returns the wrong answer; fix it and add a test.
+  files:
+    calc.py: |
+      def add(a, b):
+          return a - b
+  verify_files:
+    tests/test_calc.py: |
+      from calc import add
+
+      def test_add():
+          assert add(2, 2) == 4
+  checks:
+    - type: grounding
+    - type: file_exists
+      path: tests/test_calc.py
+  script:
+{calls}
+    - text: I fixed `calc.py` and wrote the regression test in `tests/test_calc.py`.
+"""
+
+
+@pytest.mark.parametrize("wrote_it", [False, True])
+def test_a_check_of_what_the_agent_left_does_not_see_the_hidden_files(tmp_path, wrote_it):
+    """Found by an attacker round: the verify files were written before the checks of
+    the workspace as the agent left it, so grounding counted a hidden test the agent
+    never wrote, but named, as a file of its own. They are written after those checks,
+    and before the others (file_exists sees the hidden test)."""
+    calls = ("    - tool_calls:\n        - tool: write_file\n          input:\n"
+             "            path: tests/test_calc.py\n            content: 'def test_mine(): pass'"
+             if wrote_it else "")
+    run = evalctl.testing.run_suite(NAMES_THE_HIDDEN_TEST.format(calls=calls),
+                                    out_dir=tmp_path / "out")
+    (task,) = run.tasks
+    grounding, exists = [c for c in task.checks if c.type in ("grounding", "file_exists")]
+    assert exists.passed, exists.detail
+    if wrote_it:
+        assert grounding.passed, grounding.detail
+    else:
+        assert not grounding.passed and "tests/test_calc.py" in grounding.detail, \
+            grounding.detail
+    # The test the checks saw is the hidden one, not the agent's.
+    assert "assert add(2, 2) == 4" in (Path(task.workspace) / "tests/test_calc.py").read_text()
+
 RELINKED = """\
 - id: relinked
   prompt: Write solution.py.

@@ -68,7 +68,10 @@ class GraderSpec:
     graded before the task's checks that are not, whatever its place among them (the
     report keeps their order), so code a check runs cannot change what it reads (found
     by an attacker round: an agent's module that rewrote its own placeholder when the
-    tests imported it passed `no_placeholders` listed after `tests_pass`).
+    tests imported it passed `no_placeholders` listed after `tests_pass`). It is graded
+    before the task's hidden verify files are written and before the graders' sandbox
+    opens, so `result.sandbox` is None for it (found by an attacker round: `grounding`
+    counted a hidden test the summary named as the agent's file).
     """
 
     name: str

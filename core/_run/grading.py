@@ -94,36 +94,51 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     sandbox `open_grading(state, read_only)` opens with the graders' own HOME and TMPDIR
     (made here) and the protected files read-only (GradingSandboxFailed when it cannot
     open). Checks whose grader is of a kind in
-    `skip_kinds` are left out (a regrade's judges)."""
+    `skip_kinds` are left out (a regrade's judges). Checks of the workspace as the agent
+    left it (`GraderSpec.as_left_by_agent`) go first, before the hidden verify files are
+    written and before that sandbox opens (`result.sandbox` is None for them); the
+    report keeps the task's order."""
+    specs = [(check, registry.graders[check["type"]]) for check in task.checks]
+    graded = [(check, spec) for check, spec in specs if spec.kind not in skip_kinds]
+    as_left = [index for index, (_, spec) in enumerate(graded) if spec.as_left_by_agent]
+    outcomes: dict[int, CheckOutcome] = {}
     # The walks between the agent and the graders read a small workspace on the loop
     # (nothing changes it meanwhile: the agent's sandbox is closed). What writes (verify
     # files, bytecode caches to remove) goes off it: on ext4 a create or a removal can
     # wait for the journal to commit.
     small = task.small_seed() and small_tree(workspace.root, without=CACHE_NAMES)
+    # With checks of the workspace as the agent left it, the hidden files are written
+    # only after them (found by an attacker round: grounding counted a hidden test the
+    # agent's summary named, and never wrote, as a file of the agent's).
+    hidden_now = verify if not as_left else {}
     integrity, before_grading, state = \
-        _before_grading(task, workspace, agent, verify, sweep=False) if small and not verify \
-        else await off_loop(_before_grading, task, workspace, agent, verify)
+        _before_grading(task, workspace, agent, hidden_now, sweep=False) \
+        if small and not hidden_now else \
+        await off_loop(_before_grading, task, workspace, agent, hidden_now)
+    for index in as_left:  # they read files in evalctl's own process: no cache to sweep
+        check, spec = graded[index]
+        outcomes[index] = await grade(check, spec, workspace.root, agent)
+    if as_left and verify:
+        written, before_grading = await off_loop(_write_hidden_files, task, workspace,
+                                                 verify)
+        integrity += written
     try:
-        written = [path for path, content in verify.items() if content is not None]
+        written_paths = [path for path, content in verify.items() if content is not None]
         agent.sandbox = await open_grading(state, read_only_paths(task, before_grading,
-                                                                  written))
+                                                                  written_paths))
     except Exception as exc:
         raise GradingSandboxFailed(str(exc)) from exc
     try:
         checks = list(integrity)
-        specs = [(check, registry.graders[check["type"]]) for check in task.checks]
-        graded = [(check, spec) for check, spec in specs if spec.kind not in skip_kinds]
         # The bytecode caches are swept again before every check (one that ran the
         # agent's code may have left a forged cache for the next): before the first by
         # _before_grading, after a synchronous grader in its own trip, else before.
         clean = functools.partial(remove_bytecode_caches, workspace.root)
         cleaned = True
-        # Checks of the workspace as the agent left it go first; reported in their place.
-        order = sorted(range(len(graded)), key=lambda i: not graded[i][1].as_left_by_agent)
-        outcomes: dict[int, CheckOutcome] = {}
-        for step, index in enumerate(order):
+        rest = [index for index in range(len(graded)) if index not in outcomes]
+        for step, index in enumerate(rest):
             check, spec = graded[index]
-            then = clean if step + 1 < len(graded) and \
+            then = clean if step + 1 < len(rest) and \
                 not inspect.iscoroutinefunction(spec.grade) else None
             # A small workspace with no cache to remove needs no sweep (nor a trip).
             swept = cleaned or (small and small_tree(workspace.root, without=CACHE_NAMES))
@@ -141,6 +156,17 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     if late is not None:
         checks.append(late)
     return checks
+
+
+def _write_hidden_files(task: Task, workspace: Workspace, verify: Mapping[str, str | None]
+                        ) -> tuple[list[CheckOutcome], dict[str, str]]:
+    """The verify files, written after the checks of the workspace as the agent left it,
+    and the protected files' hashes taken again (a verify file may be one of them)."""
+    written = write_verify_files(verify, workspace)
+    protected = protected_snapshot(task, workspace.root) if task.protected else {}
+    if protected:
+        detach_protected_links(task, workspace.root, protected)
+    return [written] if written is not None else [], protected
 
 
 def _before_grading(task: Task, workspace: Workspace, agent: AgentResult,

@@ -189,6 +189,7 @@ def evalctl_register_graders(register):
                     "to check, and is left out of the rate (n/a when no summary named one).",
         trusts="Trusts the agent's final message only to name paths; whether each exists is "
                "read from the workspace as the agent left it, before the task's other checks "
-               "(a link that leads out of it names nothing there). "
+               "and its hidden verify files (a link that leads out of it names nothing "
+               "there). "
                "Talk-only: it cannot keep a task honest alone.",
     ))
