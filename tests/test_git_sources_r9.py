@@ -541,7 +541,7 @@ def test_an_interrupted_attempt_and_what_a_resume_retires_are_cleaned(tmp_path):
     # A killed attempt's (nothing ran after it): cleaned as a resume retires it.
     git(workspace / "r", "config", "core.fsmonitor", "touch MARKER; false #")
     into = prepared.run_dir / ".retired" / "session-1" / "plant"
-    assert runner._retire(prepared.run_dir, "plant", into) is not None
+    assert runner._retire(prepared.run_dir, "plant", into, None) is not None
     assert "fsmonitor" not in (into / "workspace" / "r" / ".git" / "config").read_text()
 
 

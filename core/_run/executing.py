@@ -77,7 +77,8 @@ class RunAttempt(Attempt):
         if state.prepared.options.resume is not None:
             run_dir = state.prepared.run_dir
             into = run_dir / ".retired" / f"session-{state.session}" / self.name
-            retired = await asyncio.to_thread(_retire, run_dir, self.name, into)
+            retired = await asyncio.to_thread(_retire, run_dir, self.name, into,
+                                              self.task.source)
             if retired is not None:
                 # A journaled (errored) attempt's spend is counted already, from its
                 # result; a killed one's only its ledger knows.

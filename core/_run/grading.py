@@ -33,7 +33,8 @@ from evalctl._run.integrity import (
     restore_seed,
     write_verify_files,
 )
-from evalctl._sources.git import neutralise_repository_config
+from evalctl._sources.git import neutralise_repository_config, seed_origin
+from evalctl._sources.model import Source
 from evalctl._suite.model import Task
 from evalctl._text import escape_text
 from evalctl._workspace import Workspace, attempt_paths, grading_state
@@ -220,30 +221,35 @@ def attempt_status(exit_status: str | None, checks: list[CheckOutcome],
 _NO_REPOSITORY = frozenset({".git", "HEAD"})
 
 
-async def make_repositories_safe(workspace: Workspace) -> tuple[str, ...]:
+async def make_repositories_safe(workspace: Workspace, source: Source | None
+                                 ) -> tuple[str, ...]:
     """Take out of the git directories the agent could write (its workspace, and its
     HOME and TMPDIR, kept under .state/<attempt> on the host) what git would run for a
     user who runs it there later: an agent's `core.fsmonitor`, hooks, a staged .git
     path (`neutralise_repository_config`), recorded in the ledger. What could not be made
     safe, for the result to say. Called when the attempt is over, grading included (a
-    check may run the agent's code). A small tree with no git directory is told so on
-    the loop, without a trip."""
+    check may run the agent's code). A workspace seeded from a git `source` is checked
+    against its seed commit too (and given one back, if the agent removed it). A small
+    tree with no git directory is told so on the loop, without a trip."""
+    origin = seed_origin(source)
     roots = [root for root in (workspace.root, workspace.home.parent)
-             if not small_tree(root, without=_NO_REPOSITORY)]
+             if (origin is not None and root == workspace.root)
+             or not small_tree(root, without=_NO_REPOSITORY)]
     if not roots:
         return ()
-    done = await off_loop(_neutralise_and_record, workspace, roots)
+    done = await off_loop(_neutralise_and_record, workspace, roots, source)
     return tuple(f"its {path} could not be made safe to run git in: {what}"
                  for path, what in done.items() if what.startswith("NOT"))
 
 
-def _neutralise_and_record(workspace: Workspace, roots: list[Path]) -> dict[str, str]:
+def _neutralise_and_record(workspace: Workspace, roots: list[Path], source: Source | None
+                           ) -> dict[str, str]:
     done: dict[str, str] = {}
     for root in roots:
-        seed = workspace.seed_path if root == workspace.root else None
-        label = "" if root == workspace.root else f".state/{root.name}/"
+        seed, origin, label = (workspace.seed_path, seed_origin(source), "") \
+            if root == workspace.root else (None, None, f".state/{root.name}/")
         done.update({label + path: what for path, what in
-                     neutralise_repository_config(root, seed).items()})
+                     neutralise_repository_config(root, seed, origin=origin).items()})
     if done:  # the agent's ledger was closed with its attempt: opened again, numbering on
         ledger = Ledger(workspace.ledger_path)
         ledger.append("repository_neutralised", paths=done)
@@ -251,13 +257,13 @@ def _neutralise_and_record(workspace: Workspace, roots: list[Path]) -> dict[str,
     return done
 
 
-def make_repositories_safe_now(run_dir: Path, name: str) -> None:
+def make_repositories_safe_now(run_dir: Path, name: str, source: Source | None) -> None:
     """make_repositories_safe for an attempt known by name only, blocking: for one that
     was interrupted or killed (the run is stopping, or a resume retires what it left).
     A problem is passed over: nothing else can be done for it then."""
     paths = attempt_paths(run_dir, name)
-    for root in (paths["workspace"], paths["state"]):
+    for root, origin in ((paths["workspace"], seed_origin(source)), (paths["state"], None)):
         if os.path.isdir(root) and not os.path.islink(root):
             with contextlib.suppress(Exception):
-                neutralise_repository_config(root)
+                neutralise_repository_config(root, origin=origin)
 

@@ -229,7 +229,7 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
     finally:
         # The copy's checks ran the agent's code too, which may have written .git/config
         # again (found by an attacker round: the regrade's kept copy was live).
-        await make_repositories_safe(workspace)
+        await make_repositories_safe(workspace, task.source)
     # The seed copy was checked when the run graded; that evidence is not in the copy.
     checks += [c for c in recorded.checks if c.type == SEED_INTEGRITY and not c.passed]
     if tampered is not None:

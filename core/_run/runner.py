@@ -60,6 +60,7 @@ from evalctl._run.grading import (
 from evalctl._run.grading import grade as grade  # where tests and evalctl.testing find it
 from evalctl._run.sandboxing import SandboxChoice, choose_sandbox, open_sandbox
 from evalctl._run.setup import SetupFailed, prepare_workspace, run_setup
+from evalctl._sources.model import Source
 from evalctl._suite.model import Suite, Task
 from evalctl._text import escape_text
 from evalctl._version import __version__
@@ -403,7 +404,7 @@ async def run_task(task: Task, prepared: PreparedRun, attempt: int = 1, *,
         # is made safe now, on the loop, since the run is stopping (found by an attacker
         # round: an interrupted attempt, and its retired copy, kept its fsmonitor).
         make_repositories_safe_now(
-            prepared.run_dir, attempt_name(task, attempt, prepared.options.repeat))
+            prepared.run_dir, attempt_name(task, attempt, prepared.options.repeat), task.source)
         raise
 
 
@@ -447,7 +448,7 @@ async def _run_task(task: Task, prepared: PreparedRun, attempt: int, *,
     if agent.turns == 0 and agent.exit_status in prepared.error_statuses:
         # The model never answered: the workspace is the seed, and grading it would only
         # add failures that are not the agent's (a missing file, say) to the error.
-        unsafe = await make_repositories_safe(workspace)
+        unsafe = await make_repositories_safe(workspace, task.source)
         return _recorded(_result(task, ERROR, [], agent, workspace, attempt), cassette,
                          ledger, unsafe)
 
@@ -459,10 +460,10 @@ async def _run_task(task: Task, prepared: PreparedRun, attempt: int, *,
         checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,
                                      open_grading)
     except GradingSandboxFailed as exc:
-        await make_repositories_safe(workspace)
+        await make_repositories_safe(workspace, task.source)
         return _sandbox_failure(task, workspace, attempt, exc.__cause__ or exc)
     # Once grading is over: a check may run the agent's code, which may write .git/config.
-    unsafe = await make_repositories_safe(workspace)
+    unsafe = await make_repositories_safe(workspace, task.source)
     if budget is not None:
         for check in checks:
             if check.usage is not None:
@@ -614,11 +615,12 @@ async def _execute(prepared: PreparedRun, progress: ProgressCallback | None) -> 
                      budget=budget.to_dict())
 
 
-def _retire(run_dir: Path, name: str, into: Path) -> tuple[TokenUsage, float | None] | None:
+def _retire(run_dir: Path, name: str, into: Path, source: Source | None
+            ) -> tuple[TokenUsage, float | None] | None:
     """Before an attempt of a resumed run starts again, move aside what an earlier try
     left (a killed attempt's partial workspace, an errored one's) to `into`, and say
     what its ledger recorded spending; None when it left nothing."""
     ledger = run_dir / ".ledgers" / f"{name}.jsonl"
     spend = ledger_spend(ledger) if ledger.exists() else (TokenUsage(), 0.0)
-    make_repositories_safe_now(run_dir, name)  # a killed attempt's, before it is kept
+    make_repositories_safe_now(run_dir, name, source)  # a killed attempt's, before it is kept
     return spend if retire_attempt(run_dir, name, into) else None

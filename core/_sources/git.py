@@ -16,7 +16,10 @@ A commit's tree is measured before anything of it is checked out (once per commi
 process): a source whose files would not fit the bounds below is refused, since a
 checkout is written on the host, outside any sandbox's limits. And a workspace's
 repository is the agent's once it has worked there: `neutralise_repository_config`
-takes out of it, after the attempt, what git would run on the host.
+takes out of it, after the attempt, what git would run on the host, checks that its
+objects of the seed commit are what their ids name (else puts a new repository of the
+seed commit in its place), and writes `refs/evalctl/seed`, the one ref the agent
+cannot have forged.
 """
 
 from __future__ import annotations
@@ -33,11 +36,11 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 from evalctl._errors import EvalctlError
 from evalctl._files import write_new_file
-from evalctl._sources.model import Source
+from evalctl._sources.model import GIT, Source
 
 GIT_TIMEOUT = 1800  # a first clone of a large repository takes minutes
 LOCAL_TIMEOUT = 300
@@ -299,21 +302,47 @@ class SourceCache:
         checked out. Without `keep_git`, only the files are left."""
         repository = self.ensure(source)
         env = _neutral_environment(target)
-        steps = [["init", "--quiet", "--template=", str(target)],
-                 ["-C", str(target), "fetch", "--quiet", "--depth", "1", "--no-tags",
-                  repository.as_uri(), source.rev or ""],
-                 ["-C", str(target), "checkout", "--quiet", "--detach", "FETCH_HEAD"]]
-        for index, step in enumerate(steps):
-            if index == 2:
-                _no_growing_attributes(target / ".git")
+        for step in _one_commit_steps(repository, target, source.rev or ""):
             done = git(step, env=env)
             if done.returncode != 0:
                 raise SourceError(f"cannot check out {source.describe()}: {_failed(done)}")
+        _no_growing_attributes(target / ".git")
+        done = git(["-C", str(target), "checkout", "--quiet", "--detach", "FETCH_HEAD"],
+                   env=env)
+        if done.returncode != 0:
+            raise SourceError(f"cannot check out {source.describe()}: {_failed(done)}")
         (target / ".git" / "info" / "attributes").unlink(missing_ok=True)
         # FETCH_HEAD names the cache; nothing in the workspace should lead back to it.
         (target / ".git" / "FETCH_HEAD").unlink(missing_ok=True)
         if not keep_git:
             shutil.rmtree(target / ".git")
+
+
+def _one_commit_steps(repository: Path, target: Path, rev: str) -> list[list[str]]:
+    """git's arguments that make `target` a repository holding commit `rev` of the cached
+    `repository` and nothing else, before any checkout: the attempt's copy and one put
+    in place of a copy whose objects cannot be trusted are made alike. A 64-digit
+    commit is of a SHA-256 repository, which a SHA-1 one cannot fetch."""
+    formats = ["--object-format=sha256"] if len(rev) == 64 else []
+    return [["init", "--quiet", "--template=", *formats, str(target)],
+            ["-C", str(target), "fetch", "--quiet", "--depth", "1", "--no-tags",
+             repository.as_uri(), rev]]
+
+
+class SeedOrigin(NamedTuple):
+    """Where a workspace's repository came from: the git source (its `rev` the seed
+    commit) and the cache it was fetched from."""
+
+    source: Source
+    cache: SourceCache
+
+
+def seed_origin(source: Source | None) -> SeedOrigin | None:
+    """Where a workspace seeded from `source` got its repository (the process's cache),
+    for the check after the attempt; None for a source of another kind."""
+    if source is None or source.kind != GIT or not source.rev:
+        return None
+    return SeedOrigin(source, default_cache())
 
 
 # Attributes git applies at checkout with no configuration, from the tree's own
@@ -357,7 +386,13 @@ _MOVED_ASIDE = ("hooks", "commondir", "config.worktree", "rebase-merge", "rebase
                 # (`git replace HEAD <the agent's commit>` left the user's `git status`
                 # and `git diff` empty over the agent's changes), grafted history, and
                 # attributes (`* -diff` shows every change as "Binary files differ").
-                "refs/replace", "info/grafts", "info/attributes")
+                "refs/replace", "info/grafts", "info/attributes",
+                # A commit-graph is a cache git reads a commit's tree and parents from
+                # instead of the commit itself, its entries never checked against it
+                # (found by a check of this round: one naming another tree for the seed
+                # commit left `git diff <seed commit>` empty over the agent's changes).
+                # git works the same without one.
+                "objects/info/commit-graph", "objects/info/commit-graphs")
 # An operation in progress, left for the user's next command to finish, is named in
 # capitals at a git directory's top (MERGE_MSG and MERGE_HEAD: `git commit` takes them as
 # its message and second parent; MERGE_AUTOSTASH: a stash it applies; BISECT_*,
@@ -375,7 +410,8 @@ def _names_a_ref(text: str) -> bool:
     return bool(_REF_NAME.fullmatch(text)) and ".." not in text
 
 
-def neutralise_repository_config(workspace: Path, seed: Path | None = None) -> dict[str, str]:
+def neutralise_repository_config(workspace: Path, seed: Path | None = None, *,
+                                 origin: SeedOrigin | None = None) -> dict[str, str]:
     """Take out of the repositories in `workspace` what git would run when a user runs
     it there on the host (`git status` in a kept workspace), once the agent (and all it
     started) is done: workspace-relative path -> what was done, {} when nothing was.
@@ -394,7 +430,12 @@ def neutralise_repository_config(workspace: Path, seed: Path | None = None) -> d
     directory is removed, a link's target said: git writes through a link
     (COMMIT_EDITMSG, logs/HEAD, a linked refs/heads/) to wherever it leads. The index is
     replaced by one made from HEAD (_replace_index). Links are never followed. What
-    could not be done is said with a value starting "NOT"."""
+    could not be done is said with a value starting "NOT".
+
+    `origin`: the workspace's own repository (its `.git`) is a copy of that git source,
+    and is then checked against the seed commit (_check_against_the_seed): its objects
+    are what their ids name, or it is set aside for a new one; `refs/evalctl/seed` names
+    the seed commit; a HEAD that does not is said."""
     done: dict[str, str] = {}
     # (path, workspace-relative path with a trailing "/", whether inside a .git)
     pending: list[tuple[str, str, bool]] = [(os.fspath(workspace), "", False)]
@@ -425,6 +466,8 @@ def neutralise_repository_config(workspace: Path, seed: Path | None = None) -> d
                            why=" (a .git that is not a directory sends git to another one)")
             elif kind == "directory":
                 pending.append((path, below + "/", in_git or name == ".git"))
+    if origin is not None:
+        _check_against_the_seed(os.fspath(workspace), origin, done)
     return dict(sorted(done.items()))
 
 
@@ -739,6 +782,306 @@ def _keep_a_repository(directory: str, relative: str, done: dict[str, str]) -> N
                                         "repository here"
     except OSError as exc:
         done[relative + "HEAD"] = f"NOT made readable to git: {exc.strerror or exc}"
+
+
+# --- a workspace's repository against its seed commit ---------------------------------
+
+# The ref evalctl writes, once the attempt is over, naming the seed commit: what the
+# agent did to HEAD, its branches and its commits, `git diff refs/evalctl/seed` shows.
+SEED_REF = "refs/evalctl/seed"
+# An object read whole to be parsed (a commit, or a tree: one of MAX_SOURCE_ENTRIES
+# entries is a few megabytes) bigger than this is not the seed's.
+_MAX_PARSED_BYTES = 256 * 1024 * 1024
+
+
+def _check_against_the_seed(workspace: str, origin: SeedOrigin, done: dict[str, str]) -> None:
+    """See that the git directory of `workspace`, a copy of `origin`'s seed commit the
+    agent could write, shows the user that commit as it is: every object of the commit
+    (_untrusted_objects) is what its id names, or the directory is set aside (as
+    `.git.agent`: git looks for `.git` alone, walking up) and a new one holding the seed
+    commit, fetched from evalctl's cache as the attempt's copy was, put in its place
+    with an index made from it, so that `git status` and `git diff` show every change
+    of the agent's. A workspace left with no `.git` (the agent removed it, or it was not
+    a directory) is given one the same way: git would otherwise go on up to the
+    repository around the run directory. Then `refs/evalctl/seed` is written
+    (_write_seed_ref). Nothing is run in a git directory part of which could not be
+    made safe."""
+    rev = origin.source.rev or ""
+    if not _OBJECT_ID.fullmatch(rev) or any(
+            (path == ".git" or path.startswith(".git/")) and what.startswith("NOT")
+            for path, what in done.items()):
+        return
+    directory = os.path.join(workspace, ".git")
+    present = os.path.isdir(directory) and not os.path.islink(directory)
+    problem = _untrusted_objects(directory, rev) if present else None
+    if present and problem is None:
+        _write_seed_ref(directory, rev, done)
+        return
+    if present:
+        _set_aside(directory, ".git", done, ours=True,
+                   why=f" (its objects cannot be trusted: {problem})")
+        if done[".git"].startswith("NOT"):
+            return
+    before = done.get(".git")  # None: there was no .git
+    failed = _fresh_repository(workspace, origin)
+    if failed is not None:
+        done[".git"] = f"NOT made again from the seed commit {rev}: {failed}" + \
+            (f" (it was {before})" if before else "")
+        return
+    done[".git"] = (f"{before}; in its place, " if before else "made (there was none): ") + \
+        f"a new .git holding the seed commit {rev} alone, fetched from evalctl's source " \
+        "cache, with an index made from that commit: `git status` and `git diff` show " \
+        "every change the agent made" + \
+        ("; the agent's, its commits included, is kept to read" if before else "")
+    _write_seed_ref(directory, rev, done)
+
+
+def _fresh_repository(workspace: str, origin: SeedOrigin) -> str | None:
+    """Make `workspace/.git` (absent) a repository holding the seed commit alone, fetched
+    from evalctl's cache as the attempt's copy was (_one_commit_steps), HEAD on that
+    commit (detached, as in the copy), and an index made from it: the working tree,
+    the agent's, is left as it is. None, or what failed (an empty repository is left
+    then, which keeps git in the workspace)."""
+    target, rev = Path(workspace), origin.source.rev or ""
+    try:
+        repository: Path | None = origin.cache.ensure(origin.source)
+        failed = None
+    except SourceError as exc:
+        repository, failed = None, str(exc)
+    init, fetch = _one_commit_steps(repository or target, target, rev)
+    directory = os.path.join(workspace, ".git")
+    # Never the agent's HOME (the workspace, as the checkout's would be): git reads
+    # attributes and ignore files under it.
+    env = _environment_in(directory)
+    steps = [(init, _neutral_environment(Path(directory)))]
+    if repository is not None:
+        steps += [([*_RUN_NOTHING, *fetch], env),
+                  ([*_RUN_NOTHING, "update-ref", "--no-deref", "HEAD", rev], env),
+                  ([*_RUN_NOTHING, "read-tree", rev], env)]
+    for step, step_env in steps:
+        try:
+            made = git(step, env=step_env)
+        except SourceError as exc:
+            return str(exc)
+        if made.returncode != 0:
+            return _failed(made)
+    # FETCH_HEAD names the cache; nothing in the workspace should lead back to it.
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(directory, "FETCH_HEAD"))
+    return failed
+
+
+def _untrusted_objects(directory: str, rev: str) -> str | None:
+    """Why the objects git reads in the git directory `directory` for commit `rev` (the
+    commit, every tree and every file's blob of it) cannot be trusted: one is missing,
+    unreadable, or is not what its id names. None when every one hashes to its id.
+
+    git does not check an object's hash when it reads it (found by an attacker round:
+    an agent wrote other content under the seed's blob id, as a loose object or in a
+    newer pack, and the user's `git diff` showed nothing and `git restore` wrote the
+    agent's code back). Every object is read by ONE `git cat-file --batch` and hashed
+    as it comes ("<type> <size>\\0" and the content, SHA-1 or SHA-256 as the seed commit
+    is named), a blob never held whole: a process per object would cost a fork and an
+    exec for each of a source's thousands of files, and a trip through a pipe per
+    object as long again; ids are fed to it a tree level at a time by a thread, while
+    this one reads. The ids are taken from objects already checked, the first (the
+    seed commit's) from evalctl: not from git's listing, which takes a commit's tree
+    from a commit-graph the agent could have written."""
+    algorithm = "sha1" if len(rev) == 40 else "sha256"
+    try:
+        process = subprocess.Popen(["git", *_RUN_NOTHING, "cat-file", "--batch"],
+                                   env=_environment_in(directory), stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError as exc:
+        return f"git could not be run: {exc.strerror or exc}"
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        process.kill()
+
+    timer = threading.Timer(LOCAL_TIMEOUT, expire)
+    timer.daemon = True
+    timer.start()
+    writers: list[threading.Thread] = []
+    problem: str | None = "its objects could not be read"
+    try:
+        problem = _read_and_hash(process, rev, algorithm, writers)
+    except (OSError, ValueError) as exc:
+        problem = f"its objects could not be read: {exc}"
+    finally:
+        timer.cancel()
+        if problem is not None:  # stopped in mid-answer, maybe: no more is wanted
+            process.kill()
+        assert process.stdin is not None and process.stdout is not None
+        with contextlib.suppress(OSError):
+            process.stdin.close()  # the end of the requests: cat-file is done
+        process.wait()
+        process.stdout.close()
+        for writer in writers:
+            writer.join()
+    if expired.is_set():
+        return f"its objects could not be read within {LOCAL_TIMEOUT:g}s"
+    return problem
+
+
+def _read_and_hash(process: subprocess.Popen[bytes], rev: str, algorithm: str,
+                   writers: list[threading.Thread]) -> str | None:
+    """_untrusted_objects's reading: level by level down the seed commit's trees."""
+    assert process.stdin is not None and process.stdout is not None
+    width = hashlib.new(algorithm).digest_size
+    level: list[tuple[str, str, str]] = [(rev, "commit", "the seed commit")]
+    seen = {rev}
+    while level:
+        writer = threading.Thread(target=_request, args=(process.stdin, level), daemon=True)
+        writers.append(writer)
+        writer.start()
+        below: list[tuple[str, str, str]] = []
+        for oid, kind, name in level:
+            content, problem = _read_object(process.stdout, oid, kind, algorithm)
+            if problem is not None:
+                return f"{name} ({kind} {oid[:12]}) {problem}"
+            if kind == "commit":
+                first = content.split(b"\n", 1)[0].split(b" ")
+                tree = first[1].decode("ascii", "replace") if len(first) == 2 and \
+                    first[0] == b"tree" else ""
+                if not _OBJECT_ID.fullmatch(tree) or len(tree) != 2 * width:
+                    return f"{name} ({oid[:12]}) names no tree"
+                below.append((tree, "tree", "its tree"))
+                continue
+            entries = _tree_entries(content, width)
+            if entries is None:
+                return f"{name} (tree {oid[:12]}) cannot be read as a tree"
+            for mode, entry, child in entries:
+                if mode == b"160000" or child in seen:
+                    continue  # a submodule's commit is not in this repository
+                seen.add(child)
+                path = entry.decode("utf-8", "backslashreplace")
+                below.append((child, "tree" if mode in (b"40000", b"040000") else "blob",
+                              path if name == "its tree" else f"{name}/{path}"))
+        level = below
+    return None
+
+
+def _request(stream: IO[bytes], level: list[tuple[str, str, str]]) -> None:
+    try:
+        stream.write("".join(f"{oid}\n" for oid, _, _ in level).encode())
+        stream.flush()
+    except (OSError, ValueError):  # cat-file is gone: the reader says why
+        pass
+
+
+def _read_object(stream: IO[bytes], oid: str, kind: str,
+                 algorithm: str) -> tuple[bytes, str | None]:
+    """One answer of `git cat-file --batch` to `oid`, which should be a `kind`: its
+    content (a blob's is hashed, not kept), and what is wrong with it or None."""
+    header = stream.readline(512)
+    fields = header.split()
+    if len(fields) == 2 and fields[1] == b"missing":
+        return b"", "is missing"
+    if len(fields) != 3 or not header.endswith(b"\n") or not fields[2].isdigit() or \
+            fields[0] != oid.encode():
+        return b"", "could not be read"
+    if fields[1] != kind.encode():
+        return b"", f"is a {fields[1].decode('ascii', 'replace')} under that id"
+    size = int(fields[2])
+    if size > (MAX_SOURCE_FILE_BYTES if kind == "blob" else _MAX_PARSED_BYTES):
+        return b"", f"holds {size:,} bytes, more than the seed's can"
+    digest = hashlib.new(algorithm, f"{kind} {size}\0".encode())
+    kept: list[bytes] = []
+    remaining = size
+    while remaining:
+        block = stream.read(min(remaining, 1 << 20))
+        if not block:
+            return b"", "could not be read whole"
+        digest.update(block)
+        if kind != "blob":
+            kept.append(block)
+        remaining -= len(block)
+    if stream.read(1) != b"\n":
+        return b"", "could not be read whole"
+    if digest.hexdigest() != oid:
+        return b"", "does not hash to its id: git reads other content under it"
+    return b"".join(kept), None
+
+
+def _tree_entries(content: bytes, width: int) -> list[tuple[bytes, bytes, str]] | None:
+    """A tree object's entries (mode, name, object id), or None when it is not one."""
+    entries = []
+    position = 0
+    while position < len(content):
+        space = content.find(b" ", position)
+        end = content.find(b"\0", space + 1) if space >= 0 else -1
+        if end < 0 or end + 1 + width > len(content):
+            return None
+        entries.append((content[position:space], content[space + 1:end],
+                        content[end + 1:end + 1 + width].hex()))
+        position = end + 1 + width
+    return entries
+
+
+def _write_seed_ref(directory: str, rev: str, done: dict[str, str]) -> None:
+    """Write `refs/evalctl/seed` (SEED_REF) naming the seed commit `rev`, in the git
+    directory `directory` whose objects of that commit were checked: after the
+    attempt, so the agent cannot have forged it, and `git diff refs/evalctl/seed` is
+    the diff against the seed whatever it did to HEAD (found by an attacker round: a
+    commit amended with the seed's author, dates and message left `git status` clean
+    and `git log` alike but for the hash). HEAD and the branches are left where the
+    agent put them (a task may ask it to commit); a HEAD on another commit is said.
+    The agent's refs under refs/evalctl/, when they stand in the way, are deleted."""
+    key = ".git/" + SEED_REF
+    env = _environment_in(directory)
+    cleared: list[str] = []
+
+    def write() -> subprocess.CompletedProcess[str]:
+        return git([*_RUN_NOTHING, "update-ref", "--no-deref", SEED_REF, rev], env=env)
+
+    try:
+        written = write()
+        if written.returncode != 0:
+            cleared = _clear_evalctl_refs(directory, env)
+            written = write()
+        if written.returncode != 0:
+            done[key] = f"NOT written: {_failed(written)}"
+            return
+        head = git([*_RUN_NOTHING, "rev-parse", "--verify", "--quiet", "HEAD"], env=env)
+    except SourceError as exc:
+        done[key] = f"NOT written: {exc}"
+        return
+    named = head.stdout.strip() if head.returncode == 0 else ""
+    notes = []
+    if named != rev:
+        notes.append(f"HEAD is {named}, not the seed commit" if named else
+                     "HEAD names no commit")
+    if cleared:
+        notes.append("the agent's refs in its way were deleted: " + ", ".join(cleared[:5]) +
+                     (", ..." if len(cleared) > 5 else ""))
+    if notes:
+        done[key] = f"written, naming the seed commit {rev}; " + "; ".join(notes) + \
+                    ": `git diff refs/evalctl/seed` shows every change since the seed"
+
+
+def _clear_evalctl_refs(directory: str, env: dict[str, str]) -> list[str]:
+    """Take the agent's refs under refs/evalctl out of the way of SEED_REF (a
+    `refs/evalctl/seed/x` makes a ref `refs/evalctl/seed` impossible): the directory
+    of loose ones moved aside, packed ones deleted. What they were, to be said."""
+    cleared = []
+    loose = os.path.join(directory, "refs", "evalctl")
+    if os.path.lexists(loose):
+        with contextlib.suppress(OSError):
+            _make_ours(os.path.dirname(loose))
+            cleared.append(f"refs/evalctl moved to refs/{_move_aside(loose)}")
+    listed = git([*_RUN_NOTHING, "for-each-ref", "--format=%(objectname) %(refname)",
+                  "refs/evalctl"], env=env)
+    refs = [line.split(" ", 1) for line in listed.stdout.splitlines() if " " in line] \
+        if listed.returncode == 0 else []
+    if refs:
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            subprocess.run(["git", *_RUN_NOTHING, "update-ref", "--no-deref", "--stdin"],
+                           input="".join(f"delete {name}\n" for _, name in refs).encode(),
+                           env=env, capture_output=True, timeout=LOCAL_TIMEOUT)
+        cleared += [f"{name} ({oid[:12]})" for oid, name in refs]
+    return cleared
 
 
 # evalctl's own git in an agent's repository runs nothing of it, were anything left.
