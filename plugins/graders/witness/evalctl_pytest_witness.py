@@ -20,7 +20,9 @@ This module imports nothing from evalctl: it runs inside the sandbox.
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import os
 import secrets
 import sys
@@ -95,7 +97,22 @@ _REPORTS_PATH = ("_pytest.reports", "_pytest.reports.BaseReport", "_pytest.repor
                  "_pytest.skipping", "pluggy._callers", "pluggy._execution",
                  "pluggy._hooks.HookCaller", "pluggy._caller.HookCaller",
                  "pluggy._manager.PluginManager")
+# The hooks on the path from a test to its report: their implementations are checked at
+# every report, all hooks' at the other checks.
+_REPORT_HOOKS = frozenset({
+    "pytest_runtest_protocol", "pytest_runtest_logstart", "pytest_runtest_setup",
+    "pytest_runtest_call", "pytest_pyfunc_call", "pytest_runtest_teardown",
+    "pytest_runtest_makereport", "pytest_runtest_logreport", "pytest_report_teststatus",
+    "pytest_runtest_logfinish"})
 _MISSING = object()
+
+
+def _same(now: Any, names: tuple[str, ...], values: tuple[Any, ...]) -> bool:
+    """Whether the mapping `now` binds exactly `names`, each to the same object as in
+    `values`: compared by identity, in C (no object's `__eq__` runs, and a check at every
+    report costs microseconds)."""
+    return len(now) == len(names) and all(
+        map(operator.is_, map(now.get, names, itertools.repeat(_MISSING)), values))
 
 
 class _Bindings:
@@ -105,12 +122,15 @@ class _Bindings:
 
     def __init__(self) -> None:
         self._modules: dict[str, Any] = {}
-        # "module" or "module.Class" -> (the module or class, its bindings then)
-        self._seen: dict[str, tuple[Any, dict[str, Any]]] = {}
+        # "module" or "module.Class" -> (the module or class, its names, their objects)
+        self._seen: dict[str, tuple[Any, tuple[str, ...], tuple[Any, ...]]] = {}
         self._manager: Any = None
-        self._manager_state: dict[str, Any] = {}
-        self._callers: dict[str, tuple[Any, Any]] = {}  # hook name -> (HookCaller, its _hookexec)
-        self._functions: list[tuple[str, Any, Any]] = []  # (hook name, HookImpl, its function)
+        self._state: tuple[tuple[str, ...], tuple[Any, ...]] = ((), ())
+        # The hooks' callers (names, callers, their _hookexec) and implementations (hook
+        # names, HookImpls, their functions): of every hook, and of those a report's path
+        # calls (checked at every report).
+        self._hooks: tuple[tuple[Any, ...], ...] = ((),) * 6
+        self._report_hooks: tuple[tuple[Any, ...], ...] = ((),) * 6
         self._tracers: tuple[Any, Any] = (None, None)
 
     def take(self, manager: Any = None) -> None:
@@ -119,59 +139,93 @@ class _Bindings:
             if module is None or name in self._modules or name.partition(".")[0] not in _WATCHED:
                 continue
             self._modules[name] = module
-            self._seen[name] = (module, dict(vars(module)))
+            self._seen[name] = (module, *_names_and_values(vars(module)))
             for value in list(vars(module).values()):
                 if isinstance(value, type) and value.__module__ == name:
                     self._seen.setdefault(f"{name}.{value.__qualname__}",
-                                          (value, dict(vars(value))))
+                                          (value, *_names_and_values(vars(value))))
         if manager is not None and self._manager is None:
             self._manager = manager
-            self._manager_state = dict(vars(manager))
+            self._state = _names_and_values(vars(manager))
             # pluggy's own add_hookcall_monitoring() rebinds the manager's hook executor,
-            # and a hook's caller can be rebound whole (found by an attacker round).
-            self._callers = {name: (caller, getattr(caller, "_hookexec", None))
-                             for name, caller in vars(manager.hook).items()}
-            # A hook implementation's function can be swapped in place (pytest's own
+            # a hook's caller can be rebound whole (found by an attacker round), and a
+            # hook implementation's function swapped in place (pytest's own
             # pytest_pyfunc_call for one that never calls the test).
-            self._functions = [(name, impl, impl.function) for name, caller in
-                               vars(manager.hook).items() if hasattr(caller, "get_hookimpls")
-                               for impl in caller.get_hookimpls()]
+            callers = list(vars(manager.hook).items())
+            self._hooks = _hook_machinery(callers)
+            self._report_hooks = _hook_machinery([(name, caller) for name, caller in callers
+                                                  if name in _REPORT_HOOKS])
             self._tracers = (sys.gettrace(), sys.getprofile())
 
     def changed(self, keys: tuple[str, ...] | None = None) -> list[str]:
-        """What is bound to something else than when it was taken, by dotted name."""
-        found = [f"sys.modules[{name!r}]" for name, module in self._modules.items()
-                 if keys is None and sys.modules.get(name) is not module]
+        """What is bound to something else than when it was taken, by dotted name: of
+        the modules and classes `keys` names (None: all), and the hook machinery."""
+        found = [] if keys is not None else [
+            f"sys.modules[{name!r}]" for name, module in self._modules.items()
+            if sys.modules.get(name) is not module]
         for key in self._seen if keys is None else keys:
-            owner, bindings = self._seen.get(key, (None, None))
-            if owner is None:
+            owner, names, values = self._seen.get(key, (None, (), ()))
+            if owner is None or _same(vars(owner), names, values):
                 continue
-            now = vars(owner)
-            for attribute in (bindings.keys() | now.keys() if len(now) != len(bindings)
-                              else bindings.keys()):
-                if now.get(attribute, _MISSING) is not bindings.get(attribute, _MISSING) and \
-                        f"{key}.{attribute}" not in _SET_BY_PYTEST and \
-                        not (isinstance(owner, type) and attribute in _SET_ON_ANY_CLASS):
-                    found.append(f"{key}.{attribute}")
+            now, then = vars(owner), dict(zip(names, values, strict=True))
+            different = [name for name in sorted(then.keys() | now.keys())
+                         if now.get(name, _MISSING) is not then.get(name, _MISSING)]
+            replaced = [f"{key}.{name}" for name in different
+                        if f"{key}.{name}" not in _SET_BY_PYTEST
+                        and not (isinstance(owner, type) and name in _SET_ON_ANY_CLASS)]
+            if replaced:
+                found += replaced
+            else:  # only what pytest sets itself: taken as it is now, for the quick check
+                self._seen[key] = (owner, *_names_and_values(now))
         manager = self._manager
-        if manager is not None:
-            state = vars(manager)
-            found += [f"the plugin manager's {name}" for name, value in
-                      self._manager_state.items() if state.get(name, _MISSING) is not value]
-            relay = vars(manager.hook)
-            for name, (caller, execute) in self._callers.items():
-                if relay.get(name) is not caller:
-                    found.append(f"the hook {name}")
-                elif getattr(caller, "_hookexec", None) is not execute:
-                    found.append(f"the hook {name}'s executor")
+        if manager is None:
+            return found
+        state = vars(manager)
+        if not _same(state, *self._state):
+            found += [f"the plugin manager's {name}" for name, value
+                      in zip(*self._state, strict=True) if state.get(name, _MISSING) is not value]
+        relay = vars(manager.hook)
+        names, callers, executors, hooks, impls, functions = \
+            self._hooks if keys is None else self._report_hooks
+        if not all(map(operator.is_, map(relay.get, names), callers)):
+            found += [f"the hook {name}" for name, caller in zip(names, callers, strict=True)
+                      if relay.get(name) is not caller]
+        if not all(map(operator.is_, map(_executor, callers), executors)):
+            found += [f"the hook {name}'s executor" for name, caller, execute in
+                      zip(names, callers, executors, strict=True)
+                      if _executor(caller) is not execute]
+        if not all(map(operator.is_, map(_function, impls), functions)):
             found += [f"an implementation of the hook {name}" for name, impl, function
-                      in self._functions if impl.function is not function]
-            # A trace or profile function sees every call and can change what it runs.
-            if sys.gettrace() is not self._tracers[0]:
-                found.append("sys.settrace")
-            if sys.getprofile() is not self._tracers[1]:
-                found.append("sys.setprofile")
+                      in zip(hooks, impls, functions, strict=True)
+                      if _function(impl) is not function]
+        # A trace or profile function sees every call and can change what it runs.
+        if sys.gettrace() is not self._tracers[0]:
+            found.append("sys.settrace")
+        if sys.getprofile() is not self._tracers[1]:
+            found.append("sys.setprofile")
         return found
+
+
+def _names_and_values(bindings: Any) -> tuple[tuple[str, ...], tuple[Any, ...]]:
+    items = tuple(dict(bindings).items())
+    return tuple(name for name, _ in items), tuple(value for _, value in items)
+
+
+def _hook_machinery(callers: list[tuple[str, Any]]) -> tuple[tuple[Any, ...], ...]:
+    """(names, callers, their executors, hook names, implementations, their functions)."""
+    impls = [(name, impl, _function(impl)) for name, caller in callers
+             if hasattr(caller, "get_hookimpls") for impl in caller.get_hookimpls()]
+    return (tuple(name for name, _ in callers), tuple(caller for _, caller in callers),
+            tuple(_executor(caller) for _, caller in callers),
+            *(tuple(zip(*impls, strict=True)) or ((), (), ())))
+
+
+def _executor(caller: Any) -> Any:
+    return getattr(caller, "_hookexec", None)
+
+
+def _function(impl: Any) -> Any:
+    return getattr(impl, "function", None)
 
 
 _BINDINGS = _Bindings()
@@ -366,7 +420,7 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
 
 
 def _is_canary(report: Any) -> bool:
-    return any(report.nodeid == canary.nodeid for canary in _CANARIES)
+    return bool(_CANARIES) and report.nodeid in {canary.nodeid for canary in _CANARIES}
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -428,9 +482,11 @@ def _written_during_the_run(path: str | None) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_logreport(report: Any) -> None:
-    # Read first (tryfirst), from what the report holds; and the path it took checked.
-    _note(_BINDINGS.changed(_REPORTS_PATH))
+    # Read first (tryfirst), from what the report holds; and, for the call's report (the
+    # one a pass rests on), the path it took checked.
     fields = vars(report)
+    if fields.get("when") == "call":
+        _note(_BINDINGS.changed(_REPORTS_PATH))
     outcomes, outcome = _state["outcomes"], _outcome(report)
     if _is_canary(report):
         # Its body skips with the secret, whatever the code under test does: a canary
