@@ -511,7 +511,7 @@ def _note_tampering() -> None:
     imported, and what of pytest's and pluggy's bindings is not what it was when
     collection started: at the end, and before each test file is imported (a
     replacement put back before the end would otherwise go unseen); the path of a report
-    is checked at each report too."""
+    is checked at each call report too."""
     _note([key for key, (module, owner, name) in zip(_ORIGINAL, _GUARDED, strict=True)
            if _ORIGINAL[key] is not None and _lookup(module, owner, name) is not _ORIGINAL[key]])
     _note(_BINDINGS.changed())
