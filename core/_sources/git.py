@@ -114,6 +114,26 @@ def _failed(done: subprocess.CompletedProcess[str]) -> str:
 _UNMEASURED = object()
 
 
+@contextlib.contextmanager
+def _killed_after(process: subprocess.Popen[bytes], seconds: float
+                  ) -> Iterator[threading.Event]:
+    """`process` killed if it is still running `seconds` from now, within the block; the
+    event yielded says whether it was."""
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        process.kill()
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield expired
+    finally:
+        timer.cancel()
+
+
 def tree_problem(repository: Path, rev: str, max_entries: int, max_bytes: int,
                  max_file_bytes: int, *, timeout: float = LOCAL_TIMEOUT) -> str | None:
     """What makes commit `rev` of `repository` too big to check out (more entries,
@@ -123,29 +143,20 @@ def tree_problem(repository: Path, rev: str, max_entries: int, max_bytes: int,
     a hundred million entries costs no more to refuse than one just past the bound."""
     if shutil.which("git") is None:
         raise SourceError("git is not installed (apt-get install git)")
-    expired = threading.Event()
     with tempfile.TemporaryFile() as errors:
         process = subprocess.Popen(
             ["git", "ls-tree", "-r", "-t", "-l", "-z", "--full-tree", "--end-of-options", rev],
             cwd=repository, env=_neutral_environment(repository), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=errors)
         assert process.stdout is not None
-
-        def expire() -> None:
-            expired.set()
-            process.kill()
-
-        timer = threading.Timer(timeout, expire)
-        timer.daemon = True
-        timer.start()
-        try:
-            problem = _measure(process.stdout, max_entries, max_bytes, max_file_bytes)
-        finally:
-            timer.cancel()
-            if process.poll() is None:
-                process.kill()
-            process.stdout.close()
-            process.wait()
+        with _killed_after(process, timeout) as expired:
+            try:
+                problem = _measure(process.stdout, max_entries, max_bytes, max_file_bytes)
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                process.stdout.close()
+                process.wait()
         if problem is not None:
             return problem
         if expired.is_set():
@@ -894,32 +905,23 @@ def _untrusted_objects(directory: str, rev: str) -> str | None:
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     except OSError as exc:
         return f"git could not be run: {exc.strerror or exc}"
-    expired = threading.Event()
-
-    def expire() -> None:
-        expired.set()
-        process.kill()
-
-    timer = threading.Timer(LOCAL_TIMEOUT, expire)
-    timer.daemon = True
-    timer.start()
     writers: list[threading.Thread] = []
     problem: str | None = "its objects could not be read"
-    try:
-        problem = _read_and_hash(process, rev, algorithm, writers)
-    except (OSError, ValueError) as exc:
-        problem = f"its objects could not be read: {exc}"
-    finally:
-        timer.cancel()
-        if problem is not None:  # stopped in mid-answer, maybe: no more is wanted
-            process.kill()
-        assert process.stdin is not None and process.stdout is not None
-        with contextlib.suppress(OSError):
-            process.stdin.close()  # the end of the requests: cat-file is done
-        process.wait()
-        process.stdout.close()
-        for writer in writers:
-            writer.join()
+    with _killed_after(process, LOCAL_TIMEOUT) as expired:
+        try:
+            problem = _read_and_hash(process, rev, algorithm, writers)
+        except (OSError, ValueError) as exc:
+            problem = f"its objects could not be read: {exc}"
+        finally:
+            if problem is not None:  # stopped in mid-answer, maybe: no more is wanted
+                process.kill()
+            assert process.stdin is not None and process.stdout is not None
+            with contextlib.suppress(OSError):
+                process.stdin.close()  # the end of the requests: cat-file is done
+            process.wait()
+            process.stdout.close()
+            for writer in writers:
+                writer.join()
     if expired.is_set():
         return f"its objects could not be read within {LOCAL_TIMEOUT:g}s"
     return problem
