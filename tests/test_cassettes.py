@@ -586,6 +586,101 @@ tasks:
     assert protected.suspected_gaming and "tests/test_calc.py" in protected.detail
 
 
+NAMES_THE_HIDDEN_TEST = """\
+name: hidden
+tasks:
+  - id: names-the-hidden-test
+    prompt: add() in calc.py returns the wrong answer; fix it and add a regression test.
+    files:
+      calc.py: |
+        def add(a, b):
+            return a - b
+    verify_files:
+      tests/test_calc.py: |
+        from calc import add
+
+        def test_add():
+            assert add(2, 2) == 4
+    checks:
+      - type: grounding
+      - type: file_exists
+        path: calc.py
+    script:
+{calls}
+      - text: I fixed `calc.py` and wrote the regression test in `tests/test_calc.py`.
+"""
+
+
+@pytest.mark.parametrize("wrote_it", [False, True])
+def test_a_regrades_checks_of_what_the_agent_left_do_not_see_the_runs_hidden_files(
+        tmp_path, wrote_it):
+    """Found by an attacker round: the kept workspace a regrade copies holds the verify
+    files the run wrote, so grounding in the regrade counted the hidden test that an
+    agent which wrote nothing had named (failed in the run, passed in the regrade). The
+    copy's verify paths the agent did not write are taken out before its checks; one
+    it wrote stays."""
+    from evalctl._plugin.registry import get_registry
+    from evalctl._run.regrade import execute_regrade, plan_regrade
+
+    calls = ("      - tool_calls:\n          - tool: write_file\n            input:\n"
+             "              path: tests/test_calc.py\n"
+             "              content: 'def test_mine(): pass'") if wrote_it else ""
+    suite = tmp_path / "hidden.yaml"
+    suite.write_text(NAMES_THE_HIDDEN_TEST.format(calls=calls))
+    registry = get_registry()
+    run = run_suite(suite, registry=registry, sandbox="local", out_dir=tmp_path / "out")
+    (task,) = run.tasks
+    assert (Path(task.workspace) / "tests" / "test_calc.py").is_file()  # the run's
+    regraded = asyncio.run(execute_regrade(plan_regrade(Path(run.run_directory), registry)))
+    (again,) = regraded.tasks
+    for graded in (task, again):
+        (grounding,) = [c for c in graded.checks if c.type == "grounding"]
+        if wrote_it:
+            assert graded.status == "passed" and grounding.passed, grounding.detail
+        else:
+            assert graded.status == "failed", graded.checks
+            assert not grounding.passed and "tests/test_calc.py" in grounding.detail, \
+                grounding.detail
+    # The regrade's grading wrote the hidden test again, after those checks.
+    assert "assert add(2, 2) == 4" in \
+        (Path(again.workspace) / "tests" / "test_calc.py").read_text()
+
+
+def test_a_regrades_copy_has_verify_paths_put_back_as_the_agent_left_them(tmp_path):
+    """A verify path the agent did not change gets the seed's file back (a test the
+    hidden one replaced) or nothing; one it deleted stays deleted; one it created or
+    changed keeps what the copy holds; a directory the run made for a verify file goes
+    with it."""
+    from types import SimpleNamespace
+
+    from evalctl._run.regrade import _verify_paths_as_the_agent_left_them
+
+    root, seed = tmp_path / "copy", tmp_path / "seed"
+    for where in (root, seed):
+        (where / "tests").mkdir(parents=True)
+        (where / "tests" / "test_seed.py").write_text("seed's\n")
+        (where / "tests" / "test_gone.py").write_text("seed's\n")
+    # As the run left the kept workspace: every verify path holds the hidden file.
+    for relative in ("tests/test_seed.py", "tests/test_gone.py", "tests/test_mine.py",
+                     "new/deep/test_new.py"):
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text("hidden\n")
+    (root / "tests" / "test_deleted_by_run.py").unlink(missing_ok=True)  # a None verify
+    (seed / "tests" / "test_deleted_by_run.py").write_text("seed's\n")
+    warnings: list[str] = []
+    _verify_paths_as_the_agent_left_them(
+        SimpleNamespace(root=root, seed_path=seed, task_id="t"),  # type: ignore[arg-type]
+        {"tests/test_seed.py", "tests/test_gone.py", "tests/test_mine.py",
+         "new/deep/test_new.py", "tests/test_deleted_by_run.py"},
+        {"tests/test_gone.py": "deleted", "tests/test_mine.py": "created"}, warnings)
+    assert warnings == []
+    assert (root / "tests" / "test_seed.py").read_text() == "seed's\n"
+    assert not (root / "tests" / "test_gone.py").exists()
+    assert (root / "tests" / "test_mine.py").read_text() == "hidden\n"  # cannot do better
+    assert (root / "tests" / "test_deleted_by_run.py").read_text() == "seed's\n"
+    assert not (root / "new").exists()
+
+
 def test_regrade_of_a_ledger_without_task_end_measures_the_changes_again(recorded, tmp_path):
     from click.testing import CliRunner
 

@@ -7,6 +7,7 @@ nothing touches the network."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import evalctl._sources.git as gitsource
 from evalctl._cli import cli
 from evalctl._sources.git import SEED_REF, SeedOrigin, SourceCache, neutralise_repository_config
 
@@ -31,11 +33,13 @@ class Attempt:
     """A git source's workspace as an attempt leaves it: its root, seed copy, seed
     commit and where it came from."""
 
-    def __init__(self, tmp_path: Path, *, object_format: str = "sha1"):
+    def __init__(self, tmp_path: Path, *, object_format: str = "sha1",
+                 files: dict[str, str] | None = None):
         repo = tmp_path / "project"
         repo.mkdir()
         git(repo, "init", "-q", "-b", "main", f"--object-format={object_format}")
-        self.rev = commit(repo, {"calc.py": BUGGY, "src/app.py": "print(1)\n"}, "seed commit")
+        self.rev = commit(repo, files or {"calc.py": BUGGY, "src/app.py": "print(1)\n"},
+                          "seed commit")
         self.origin = SeedOrigin(source_of(repo, self.rev), SourceCache(tmp_path / "cache"))
         self.root = tmp_path / "run" / "task"
         self.seed = tmp_path / "run" / ".seed" / "task"
@@ -308,6 +312,208 @@ def test_without_an_origin_nothing_is_checked(attempt):
     assert not (attempt.root / ".git.agent").exists()
 
 
+# --- attack round 16, finding 4: the working tree's attributes ------------------------
+
+GUARD = ('import os\n\n\ndef clean(path):\n'
+         '    # never touch anything outside the data directory\n'
+         '    if not path.startswith("/data/"):\n        raise ValueError(path)\n'
+         '    os.remove(path)\n')
+RAW_VIEW = "* -ident -working-tree-encoding -filter -text !eol !diff !merge\n"
+
+
+def utf7_laced(text: str, start: str, end: str) -> bytes:
+    """What the attacker's agent wrote: `text` with the stretch after `start` and
+    before `end` (a newline and the check) as one UTF-7 base64 run. Python reads it as
+    UTF-8, the run part of the comment before it; git, told the file is UTF-7, decodes
+    it back to `text`."""
+    head, rest = text.split(start, 1)
+    hidden, tail = rest.split(end, 1)
+    run = base64.b64encode(hidden.encode("utf-16-be")).rstrip(b"=")
+    laced = (head + start).encode() + b"+" + run + b"-" + (end + tail).encode()
+    assert laced.decode("utf-7") == text
+    return laced
+
+
+def test_the_working_trees_attributes_cannot_hide_a_change_from_the_users_git(tmp_path):
+    """Found by an attacker round: `guard.py working-tree-encoding=UTF-7` in the agent's
+    .gitattributes (hidden from `git status` by a .gitignore naming both) left `git diff
+    refs/evalctl/seed --` without the check the agent removed; `ident` and the older
+    `crlf` attribute hid changes the same way, and `-diff` their text. evalctl's own
+    info/attributes has git read the bytes as they are."""
+    seed = {"calc.py": BUGGY, "guard.py": GUARD, "version.py": 'V = "$Id$"\n',
+            "lines.txt": "a\nb\n", "notes.py": "x = 1\n"}
+    attempt = Attempt(tmp_path, files=seed)
+    root = attempt.root
+    (root / "calc.py").write_text(BUGGY.replace("-", "+"))  # the honest fix
+    (root / "guard.py").write_bytes(utf7_laced(GUARD, "directory", "    os.remove"))
+    (root / "version.py").write_text('V = "$Id: import os; os.system(1) $"\n')
+    (root / "lines.txt").write_bytes(b"a\r\nb\r\n")
+    (root / "notes.py").write_text("x = 2\n")
+    (root / ".gitattributes").write_text("guard.py working-tree-encoding=UTF-7\n"
+                                         "version.py ident\nlines.txt crlf\nnotes.py -diff\n")
+    (root / ".gitignore").write_text(".gitignore\n.gitattributes\n")
+    # What the finding showed: the user's git sees the honest fix and nothing else.
+    before = attempt.users("diff", "HEAD", "--")
+    assert "guard.py" not in before and "version.py" not in before
+    assert "lines.txt" not in before and "Binary files a/notes.py" in before
+    assert attempt.clean_up() == {}
+    assert (root / ".git" / "info" / "attributes").read_text() == RAW_VIEW
+    assert attempt.users("status", "--porcelain") == \
+        " M calc.py\n M guard.py\n M lines.txt\n M notes.py\n M version.py\n"
+    diff = attempt.users("diff", SEED_REF, "--")
+    assert '-    if not path.startswith("/data/"):' in diff
+    assert "+    # never touch anything outside the data directory+AAoA" in diff
+    assert '+V = "$Id: import os; os.system(1) $"' in diff
+    assert "+++ b/lines.txt\n@@ -1,2 +1,2 @@\n-a\n-b\n" in diff  # (text=True eats the \r)
+    assert "-x = 1\n+x = 2\n" in diff and "Binary files" not in diff
+    # git restores the seed's bytes, not the seed's text encoded to UTF-7.
+    attempt.users("restore", "guard.py", "lines.txt")
+    assert (root / "guard.py").read_text() == GUARD
+    assert (root / "lines.txt").read_bytes() == b"a\nb\n"
+    # Done again (a regrade's copy, a resume), evalctl's own is left as it is.
+    assert attempt.clean_up() == {}
+    assert not (root / ".git" / "info" / "attributes.agent").exists()
+
+
+def test_the_agents_info_attributes_are_replaced_by_evalctls(attempt):
+    info = attempt.root / ".git" / "info"
+    info.mkdir(exist_ok=True)
+    (info / "attributes").write_text("* -diff\ncalc.py ident\n")
+    (attempt.root / "calc.py").write_text(FORGED)
+    done = attempt.clean_up()
+    assert done == {".git/info/attributes": "moved to attributes.agent; evalctl's own is in "
+                    "its place (`" + RAW_VIEW.strip() + "`: git shows every file's bytes as "
+                    "they are)"}
+    assert (info / "attributes").read_text() == RAW_VIEW
+    assert (info / "attributes.agent").read_text() == "* -diff\ncalc.py ident\n"
+    assert "+os.system" in attempt.users("diff", SEED_REF, "--")
+    assert attempt.clean_up() == {}
+    # An `info` that is not a directory is set aside for one that holds them.
+    for path in info.iterdir():
+        path.unlink()
+    info.rmdir()
+    info.write_text("not a directory\n")
+    done = attempt.clean_up()
+    assert done[".git/info"].startswith("moved to info.agent (not a directory")
+    assert (info / "attributes").read_text() == RAW_VIEW
+
+
+def test_evalctls_attributes_are_in_every_git_directory_of_a_working_tree(attempt):
+    """The seed's repository put back, a nested repository and a submodule's get them;
+    a bare-looking directory among the workspace's files (it has no working tree) and
+    a repository without a seed to check against are seen to alike, or left alone."""
+    root = attempt.root
+    nested = root / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    git(nested, "init", "-q", "-b", "main")
+    commit(nested, {"lib.py": "y = 1\n"}, "lib")
+    bare = root / "fixture.git"
+    git(root, "init", "-q", "--bare", str(bare))
+    (root / "calc.py").write_text(FORGED)
+    forge_loose(root / ".git", attempt.blob("calc.py"), FORGED.encode())
+    done = attempt.clean_up()
+    assert "does not hash to its id" in done[".git"]  # a new .git, from the cache
+    assert (root / ".git" / "info" / "attributes").read_text() == RAW_VIEW
+    # The agent's was seen to before its objects were checked, and set aside.
+    assert (root / ".git.agent" / "info" / "attributes").read_text() == RAW_VIEW
+    assert (nested / ".git" / "info" / "attributes").read_text() == RAW_VIEW
+    assert not (bare / "info" / "attributes").exists()
+    assert attempt.clean_up() == {}
+    # Without an origin (the agent's HOME, say), the same.
+    (nested / ".git" / "info" / "attributes").unlink()
+    assert neutralise_repository_config(nested) == {}
+    assert (nested / ".git" / "info" / "attributes").read_text() == RAW_VIEW
+
+
+# --- attack round 16, finding 5: a HEAD too big to make an index of ---------------------
+
+
+def tree_bomb(root: Path, *, width: int = 10, depth: int = 4) -> str:
+    """What the attacker's agent did: a commit whose tree names one subtree `width`
+    times at each of `depth` levels (width**depth files from depth+2 objects), HEAD
+    on it; the repository's index left as it is. The commit."""
+    blob = plumbing(root, "hash-object", "-w", "--stdin", data=b"x\n")
+    entries = "".join(f"100644 blob {blob}\tf{i}\n" for i in range(width))
+    tree = plumbing(root, "mktree", data=entries.encode())
+    for _ in range(depth - 1):
+        entries = "".join(f"040000 tree {tree}\td{i}\n" for i in range(width))
+        tree = plumbing(root, "mktree", data=entries.encode())
+    rev = plumbing(root, "commit-tree", tree, "-m", "bomb")
+    plumbing(root, "update-ref", "--no-deref", "HEAD", rev)
+    return rev
+
+
+def test_a_head_too_big_to_index_has_the_repository_set_aside_for_the_seeds(
+        attempt, monkeypatch):
+    """Found by an attacker round: a .git of 64 KB whose HEAD named 4 million files had
+    evalctl's clean-up make (and read whole) a 322 MB index on the host. HEAD's tree is
+    measured first: past the bounds no index is made, and the repository is set aside,
+    the seed's put in its place."""
+    root = attempt.root
+    (root / "calc.py").write_text(BUGGY.replace("-", "+"))
+    bomb = tree_bomb(root)  # 10,000 files, 1,111 directories
+    monkeypatch.setattr(gitsource, "MAX_SOURCE_ENTRIES", 5_000)
+    built: list[list[str]] = []
+    real_git = gitsource.git
+
+    def watched(args, **kwargs):
+        if "read-tree" in args:
+            built.append(list(args))
+        return real_git(args, **kwargs)
+
+    monkeypatch.setattr(gitsource, "git", watched)
+    done = attempt.clean_up()
+    said = done[".git"]
+    assert said.startswith("moved to .git.agent (HEAD's tree is too big to make an index "
+                           "of: its tree holds more than 5,000 entries"), said
+    assert f"in its place, a new .git holding the seed commit {attempt.rev}" in said
+    assert built == [list(gitsource._RUN_NOTHING) + ["read-tree", attempt.rev]]  # the seed's
+    assert plumbing(root / ".git.agent", "rev-parse", "HEAD") == bomb  # kept to read
+    assert attempt.users("status", "--porcelain", "--untracked-files=no") == " M calc.py\n"
+    assert attempt.clean_up() == {}  # the agent's, set aside, has no index to make again
+
+
+def test_a_head_too_big_to_index_without_a_seed_leaves_an_empty_repository(
+        attempt, monkeypatch):
+    root = attempt.root
+    tree_bomb(root)
+    monkeypatch.setattr(gitsource, "MAX_SOURCE_ENTRIES", 5_000)
+    done = neutralise_repository_config(root, attempt.seed)
+    assert done == {".git": "moved to .git.agent (HEAD's tree is too big to make an index "
+                    "of: its tree holds more than 5,000 entries (files, links and "
+                    "directories; the bound is MAX_SOURCE_ENTRIES); its index is "
+                    "index.agent in it); an empty repository is in its place, HEAD "
+                    "naming the branch evalctl-head-moved-aside"}
+    # git stays in the workspace: it does not go on up to the project around it.
+    assert attempt.users("rev-parse", "--absolute-git-dir") == str(root / ".git") + "\n"
+    assert attempt.users("symbolic-ref", "HEAD") == "refs/heads/evalctl-head-moved-aside\n"
+    assert (root / ".git" / "info" / "attributes").read_text() == RAW_VIEW
+    assert neutralise_repository_config(root, attempt.seed) == {}
+
+
+def test_paths_too_long_in_all_to_index_are_refused_too(attempt, monkeypatch):
+    """200,000 entries of 64 KB paths would still be a 13 GB index: the paths' bytes
+    are bounded as well (here made small: the seed's paths hold 20 bytes)."""
+    monkeypatch.setattr(gitsource, "_MAX_INDEX_PATH_BYTES", 10)
+    done = attempt.clean_up()
+    assert "the paths of its first " in done[".git"] and "more than 10 bytes" in done[".git"]
+    monkeypatch.setattr(gitsource, "_MAX_INDEX_PATH_BYTES", 20)
+    assert attempt.clean_up() == {}  # the seed's own, put back: within the bound
+
+
+def test_a_shallow_files_commits_are_not_read_past_a_bound(attempt, monkeypatch):
+    """A shallow entry's commit is read whole to find its parents: an agent's commit of
+    a gigabyte message compresses to a megabyte. Their sizes are asked first; past the
+    bound (here made small) the file is moved aside unread."""
+    assert (attempt.root / ".git" / "shallow").read_text() == attempt.rev + "\n"
+    monkeypatch.setattr(gitsource, "_MAX_SHALLOW_BYTES", 10)
+    done = attempt.clean_up()
+    assert done == {".git/shallow": "moved to shallow.agent (its commits hold "
+                    f"{len(plumbing(attempt.root, 'cat-file', 'commit', attempt.rev)) + 1:,} "
+                    "bytes, more than the 10 evalctl reads to check it)"}
+    assert attempt.clean_up() == {}
+
+
 # --- end to end: a run, and a regrade of it --------------------------------------------
 
 FORGE = ("printf 'import os\\nos.system(\\\"id\\\")\\ndef add(a, b):\\n    return a + b\\n' "
@@ -398,3 +604,14 @@ def test_a_resume_checks_a_killed_attempts_repository_against_its_seed(tmp_path)
     kept = into / "workspace"
     assert (kept / ".git.agent").is_dir()
     assert "+os.system" in users_git(kept, "diff").stdout
+
+
+def test_an_honest_copy_named_by_a_relative_path_keeps_its_index(attempt, monkeypatch):
+    """Found while measuring the clean-up: named relative to the current directory, the
+    workspace's HEAD was listed with GIT_DIR relative to another directory, could not be
+    read, and an honest copy lost its index."""
+    monkeypatch.chdir(attempt.root.parent)
+    assert neutralise_repository_config(Path(attempt.root.name), attempt.seed,
+                                        origin=attempt.origin) == {}
+    assert (attempt.root / ".git" / "index").is_file()
+    assert attempt.users("status", "--porcelain") == ""

@@ -206,6 +206,11 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
     if task.verify_patch:
         verify = {**await asyncio.to_thread(patched_files, workspace.seed_path,
                                             task.verify_patch), **verify}
+    # The copy holds the verify files the run wrote: the checks of the workspace as the
+    # agent left it must not see them (grading writes them again after those checks).
+    await asyncio.to_thread(_verify_paths_as_the_agent_left_them, workspace,
+                            {*verify, *_patch_paths(task)}, agent.files_changed or {},
+                            prepared.warnings)
 
     def open_grading(state: tuple[Path, Path], read_only: tuple[str, ...]
                      ) -> Awaitable[Sandbox]:
@@ -344,6 +349,76 @@ def _copy_attempt(source_run: Path, run_dir: Path, name: str,
 
     workspace.seed = snapshot(workspace.seed_path)
     return workspace
+
+
+def _verify_paths_as_the_agent_left_them(workspace: Workspace, paths: set[str],
+                                         files_changed: dict[str, str],
+                                         warnings: list[str]) -> None:
+    """Put the copy's verify `paths` back as the agent left them, as far as the run
+    kept that: the kept workspace holds the verify files the run's grading wrote (found
+    by an attacker round: an agent that only named the hidden test in its summary
+    failed grounding in the run and passed it in the regrade, which saw the hidden
+    test in the copy). A path the agent did not change (not in `files_changed`, the
+    ledger's record of what it changed before grading) is given the seed copy's file,
+    or nothing when the seed has none; one the agent deleted is removed; and a
+    directory left empty by the removal that the seed does not hold goes too (the run
+    made it for a verify file; an empty directory the agent made itself there is lost
+    with it). A path the agent created or changed is left as the copy has it: the run
+    replaced the agent's file with the verify file (or removed it, for a verify path
+    of no content), and the kept workspace holds nothing else of the agent's version,
+    so the checks of the workspace as the agent left it see that a file of the agent's
+    was there (grounding), but read the verify file's content in it, not the agent's.
+    A ledger that does not record the changes (an older evalctl's) names no verify
+    path: every one is then taken as not the agent's, the reading that cannot credit
+    an agent with a hidden file."""
+    root, seed = workspace.root, workspace.seed_path
+    for relative in sorted(paths):
+        change = files_changed.get(relative)
+        if change in ("created", "modified"):
+            continue
+        parts = relative.split("/")
+        if any(part in ("", ".", "..") for part in parts):
+            continue  # not a path the run could have written
+        parent = _directory_inside(root, parts[:-1])
+        if parent is None:
+            continue  # a link or a file on the way: the run wrote nothing there
+        target = parent / parts[-1]
+        try:
+            if target.is_symlink() or target.is_file():
+                target.unlink()
+            elif target.exists():
+                continue  # a directory: the run could not write there, it is the agent's
+            origin = seed / relative
+            if change is None and _directory_inside(seed, parts[:-1]) is not None and \
+                    (origin.is_symlink() or origin.is_file()):
+                if origin.is_symlink():
+                    os.symlink(os.readlink(origin), target)
+                else:
+                    _copy_file(os.fspath(origin), os.fspath(target))
+                continue
+        except OSError as exc:
+            warnings.append(f"{workspace.task_id}: its verify file {relative} could not be "
+                            f"put back as the agent left it ({exc.strerror or exc}): the "
+                            "checks of the workspace as the agent left it may see it")
+            continue
+        for depth in range(len(parts) - 1, 0, -1):
+            directory = root.joinpath(*parts[:depth])
+            if (seed.joinpath(*parts[:depth])).is_dir():
+                break
+            try:
+                directory.rmdir()
+            except OSError:
+                break  # not empty (the agent's files, or another verify file's)
+
+
+def _directory_inside(root: Path, parts: list[str]) -> Path | None:
+    """`root` joined with `parts`, when each step is a directory and none a link."""
+    here = root
+    for part in parts:
+        here = here / part
+        if here.is_symlink() or not here.is_dir():
+            return None
+    return here
 
 
 def _short(relative: str) -> str:

@@ -135,23 +135,28 @@ def _killed_after(process: subprocess.Popen[bytes], seconds: float
 
 
 def tree_problem(repository: Path, rev: str, max_entries: int, max_bytes: int,
-                 max_file_bytes: int, *, timeout: float = LOCAL_TIMEOUT) -> str | None:
+                 max_file_bytes: int, *, timeout: float = LOCAL_TIMEOUT,
+                 max_path_bytes: int | None = None,
+                 env: dict[str, str] | None = None) -> str | None:
     """What makes commit `rev` of `repository` too big to check out (more entries,
-    bytes in all, or bytes in one file than the bounds), or None. Its tree is listed
-    (`git ls-tree -r -t -l -z`, with no configuration) and read as it comes, and the
-    listing is stopped at the first bound passed or after `timeout` seconds: a tree of
-    a hundred million entries costs no more to refuse than one just past the bound."""
+    bytes in all, or bytes in one file than the bounds; with `max_path_bytes`, more
+    bytes of paths in all), or None. Its tree is listed (`git ls-tree -r -t -l -z`,
+    with no configuration, or in `env`) and read as it comes, and the listing is
+    stopped at the first bound passed or after `timeout` seconds: a tree of a hundred
+    million entries costs no more to refuse than one just past the bound."""
     if shutil.which("git") is None:
         raise SourceError("git is not installed (apt-get install git)")
     with tempfile.TemporaryFile() as errors:
         process = subprocess.Popen(
-            ["git", "ls-tree", "-r", "-t", "-l", "-z", "--full-tree", "--end-of-options", rev],
-            cwd=repository, env=_neutral_environment(repository), stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=errors)
+            ["git", *_RUN_NOTHING, "ls-tree", "-r", "-t", "-l", "-z", "--full-tree",
+             "--end-of-options", rev],
+            cwd=repository, env=env or _neutral_environment(repository),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=errors)
         assert process.stdout is not None
         with _killed_after(process, timeout) as expired:
             try:
-                problem = _measure(process.stdout, max_entries, max_bytes, max_file_bytes)
+                problem = _measure(process.stdout, max_entries, max_bytes, max_file_bytes,
+                                   max_path_bytes)
             finally:
                 if process.poll() is None:
                     process.kill()
@@ -170,10 +175,10 @@ def tree_problem(repository: Path, rev: str, max_entries: int, max_bytes: int,
 
 
 def _measure(stream: IO[bytes], max_entries: int, max_bytes: int,
-             max_file_bytes: int) -> str | None:
+             max_file_bytes: int, max_path_bytes: int | None = None) -> str | None:
     """Read `git ls-tree -r -t -l -z` records ("MODE TYPE OBJECT SIZE\tPATH\0") from
     `stream` until one passes a bound (what is wrong, with the figures) or the end."""
-    entries = total = 0
+    entries = total = path_bytes = 0
     pending = b""
     while True:
         block = stream.read1(1 << 16)  # type: ignore[attr-defined]
@@ -190,6 +195,10 @@ def _measure(stream: IO[bytes], max_entries: int, max_bytes: int,
             if entries > max_entries:
                 return (f"its tree holds more than {max_entries:,} entries (files, links "
                         f"and directories; the bound is MAX_SOURCE_ENTRIES)")
+            path_bytes += len(path)
+            if max_path_bytes is not None and path_bytes > max_path_bytes:
+                return (f"the paths of its first {entries:,} entries hold more than "
+                        f"{max_path_bytes:,} bytes")
             if len(fields) < 4 or fields[1] != b"blob" or not fields[3].isdigit():
                 continue  # a directory, or a submodule (not checked out)
             size = int(fields[3])
@@ -368,6 +377,49 @@ def _no_growing_attributes(git_directory: Path) -> None:
     (git_directory / "info" / "attributes").write_text(_NO_GROWTH)
 
 
+# evalctl's own $GIT_DIR/info/attributes, left by the clean-up after an attempt: the
+# highest-precedence attributes file, it overrides every `.gitattributes` of the working
+# tree (and the agent's macros), so that the user's `git status`, `git diff` (against
+# refs/evalctl/seed too) and `git restore` read and write each file's bytes as they are
+# (found by an attacker round: `guard.py working-tree-encoding=UTF-7` had git decode
+# a file whose removed check Python no longer ran back to the seed's bytes; `ident`
+# hid an edit inside `$Id: ... $`, and `text`, `eol` or the older `crlf` one of line
+# ends). `-` unsets an attribute (no conversion, no filter), `!` makes it unspecified
+# (git's default). So: no `ident`, `working-tree-encoding` or `filter`; `-text`, not
+# `!text`, since with `text` unspecified git takes the agent's `crlf` attribute, or the
+# user's core.autocrlf, and converts line ends again (`eol` counts only when `text` is
+# not unset); `diff` and `merge` unspecified: git's own choice of a text or binary diff
+# (`-diff` showed every change as "Binary files differ"; `diff=NAME` picks a driver the
+# user's config may define) and its built-in merge, rather than the agent's.
+_RAW_VIEW = b"* -ident -working-tree-encoding -filter -text !eol !diff !merge\n"
+
+
+def _raw_view(directory: str, relative: str, done: dict[str, str]) -> None:
+    """Leave _RAW_VIEW as `directory`'s info/attributes (the agent's was moved aside
+    before; one already holding _RAW_VIEW, evalctl's of an earlier clean-up, is left).
+    Said only when the agent's was replaced, or when it could not be written."""
+    info = os.path.join(directory, "info")
+    key = relative + "info/attributes"
+    if _content(os.path.join(info, "attributes")) == _RAW_VIEW:
+        return
+    try:
+        _make_ours(directory)
+        if os.path.lexists(info) and not os.path.isdir(info):
+            _set_aside(info, relative + "info", done,
+                       why=" (not a directory: evalctl's info/attributes goes there)")
+        if not os.path.isdir(info):
+            os.mkdir(info)
+        _make_ours(info)
+        write_new_file(Path(info), "attributes", _RAW_VIEW)
+    except OSError as exc:
+        done[key] = f"NOT written: {exc.strerror or exc}: the working tree's " \
+                    ".gitattributes can make git show other bytes than there are"
+        return
+    if key in done:
+        done[key] += f"; evalctl's own is in its place (`{_RAW_VIEW.decode().strip()}`: " \
+                     "git shows every file's bytes as they are)"
+
+
 # What of a repository's configuration is kept after an attempt: settings that run
 # nothing and point nowhere (key -> the values kept, None: any). Everything else — and
 # git has dozens of keys that run a command (core.fsmonitor, core.hooksPath, core.pager,
@@ -440,14 +492,21 @@ def neutralise_repository_config(workspace: Path, seed: Path | None = None, *,
     left stays there to read. Anything at any depth of it that is neither a file nor a
     directory is removed, a link's target said: git writes through a link
     (COMMIT_EDITMSG, logs/HEAD, a linked refs/heads/) to wherever it leads. The index is
-    replaced by one made from HEAD (_replace_index). Links are never followed. What
-    could not be done is said with a value starting "NOT".
+    replaced by one made from HEAD (_replace_index), unless HEAD's tree is past the
+    source bounds: the git directory is then set aside whole. A `.git`, and what lies
+    in one, is left with evalctl's own info/attributes (_RAW_VIEW), which has git show
+    every file's bytes as they are whatever the working tree's .gitattributes say; it
+    is not said, and one found from an earlier clean-up is kept (done again, nothing is
+    done). Links are never followed. What could not be done is said with a value
+    starting "NOT".
 
     `origin`: the workspace's own repository (its `.git`) is a copy of that git source,
     and is then checked against the seed commit (_check_against_the_seed): its objects
     are what their ids name, or it is set aside for a new one; `refs/evalctl/seed` names
     the seed commit; a HEAD that does not is said."""
     done: dict[str, str] = {}
+    # Absolute: git runs here with GIT_DIR set and another working directory.
+    workspace = Path(os.path.abspath(workspace))
     # (path, workspace-relative path with a trailing "/", whether inside a .git)
     pending: list[tuple[str, str, bool]] = [(os.fspath(workspace), "", False)]
     while pending:
@@ -465,7 +524,8 @@ def neutralise_repository_config(workspace: Path, seed: Path | None = None, *,
             # and what is renamed below must not be renamed through one.
             _remove_all_links(directory, relative, done)
             _neutralise_git_directory(directory, relative, set(_listing(directory) or {}),
-                                      done, keep_config=fixture)
+                                      done, keep_config=fixture, in_git=in_git,
+                                      seeded=origin is not None and relative == ".git/")
             listing = _listing(directory) or {}  # what was renamed is not walked
             # Inside a git directory only the repositories of submodules and worktrees
             # are looked for: its objects and refs run nothing, and may be millions.
@@ -624,14 +684,22 @@ def _set_aside(path: str, key: str, done: dict[str, str], *, why: str = "",
 
 
 def _neutralise_git_directory(directory: str, relative: str, names: set[str],
-                              done: dict[str, str], *, keep_config: bool = False) -> None:
+                              done: dict[str, str], *, keep_config: bool = False,
+                              in_git: bool = True, seeded: bool = False) -> None:
+    """Make the git directory `directory` safe (see neutralise_repository_config).
+    `in_git`: it is a `.git` or lies in one (not a bare-looking directory among the
+    workspace's files); `seeded`: it is the workspace's `.git` of a git source, which
+    the check against the seed puts back if it is set aside here."""
     state = sorted(name for name in names if _OPERATION_STATE.fullmatch(name)
                    and name not in _NOT_OPERATION_STATE)
     for name in [*_MOVED_ASIDE, *state]:
         path = os.path.join(directory, name)
         if not os.path.lexists(path) or _empty_directory(path) or \
-                (name == "hooks" and (keep_config or _only_samples(path))):
-            continue  # nothing in it (`git init` makes an empty branches/)
+                (name == "hooks" and (keep_config or _only_samples(path))) or \
+                (name == "info/attributes" and _content(path) == _RAW_VIEW):
+            # Nothing in it (`git init` makes an empty branches/), or evalctl's own
+            # attributes, left by an earlier clean-up (a regrade's copy, a resume).
+            continue
         _set_aside(path, relative + name, done, ours=True)
     _without_replacements(directory, relative, done)
     exclude = os.path.join(directory, "info", "exclude")
@@ -652,10 +720,21 @@ def _neutralise_git_directory(directory: str, relative: str, names: set[str],
         # would run the hooks and fsmonitor left in place: found by an attacker round).
         done[relative + "index"] = "NOT checked: this git directory could not be made safe"
         return
-    _replace_index(directory, relative, names, done)
+    if not _replace_index(directory, relative, names, done, seeded=seeded):
+        return  # set aside whole (and, for a .git, an empty one put in its place)
     _true_shallow(directory, relative, done)
     if os.path.basename(directory) == ".git":
         _keep_a_repository(directory, relative, done)
+    # evalctl's attributes go in every git directory that is a `.git` or lies in one (a
+    # submodule's, a nested repository's, one in the agent's HOME): a user may run git
+    # in any of their working trees, and the same attributes hide changes there from
+    # `git status` and `git diff` against the agent's HEAD, with or without a seed to
+    # diff against. Not in a bare-looking directory among the workspace's files (it has
+    # no working tree to convert; a file written there would be a change to the files
+    # the agent left, which evalctl reports and a regrade's checks read), nor in a
+    # fixture of the seed's (keep_config), which stays as the task's author made it.
+    if in_git and not keep_config:
+        _raw_view(directory, relative, done)
 
 
 def _without_replacements(directory: str, relative: str, done: dict[str, str]) -> None:
@@ -686,6 +765,13 @@ def _without_replacements(directory: str, relative: str, done: dict[str, str]) -
 
 
 _MAX_SHALLOW = 1000
+# The bytes of a shallow file's commits read to check it: real commits are a few
+# hundred bytes, and a shallow clone's file names one, or a few.
+_MAX_SHALLOW_BYTES = 16 * 1024 * 1024
+
+
+class _TooBigToRead(Exception):
+    """Objects git would hand evalctl's process that hold more than it reads."""
 
 
 def _true_shallow(directory: str, relative: str, done: dict[str, str]) -> None:
@@ -698,21 +784,26 @@ def _true_shallow(directory: str, relative: str, done: dict[str, str]) -> None:
         return
     data = _content(path, 64 * _MAX_SHALLOW)
     entries = [] if data is None else data.decode("ascii", "replace").split()
+    why = "not as git writes it"
     if data is None or len(entries) > _MAX_SHALLOW or \
             not all(_OBJECT_ID.fullmatch(e) for e in entries):
         kept = None  # not what git writes: moved aside whole
     else:
-        kept = _cut_where_history_is_missing(directory, entries)
-        if kept is None:
-            done[relative + "shallow"] = "NOT checked: git could not read its commits"
-            return
+        try:
+            kept = _cut_where_history_is_missing(directory, entries)
+        except _TooBigToRead as exc:
+            kept, why = None, str(exc)
+        else:
+            if kept is None:
+                done[relative + "shallow"] = "NOT checked: git could not read its commits"
+                return
     if kept == entries:
         return
     try:
         moved = _move_aside(path)
         if kept:
             write_new_file(Path(directory), "shallow", "".join(f"{e}\n" for e in kept).encode())
-        done[relative + "shallow"] = f"moved to {moved} (not as git writes it)" \
+        done[relative + "shallow"] = f"moved to {moved} ({why})" \
             if kept is None else f"moved to {moved} (it hid history that is there)" + \
             ("; one naming only commits whose parents are missing was made" if kept else "")
     except OSError as exc:
@@ -734,6 +825,17 @@ def _cut_where_history_is_missing(directory: str, entries: list[str]) -> list[st
             return None
         return done.stdout if done.returncode == 0 else None
 
+    # The commits are read whole (their parents are in them), and an agent's commit
+    # can be of any size (a message of a gigabyte is a megabyte compressed): their
+    # sizes are asked first, and past _MAX_SHALLOW_BYTES in all none is read.
+    sizes = batch("--batch-check", entries)
+    if sizes is None:
+        return None
+    total = sum(int(fields[2]) for fields in map(bytes.split, sizes.splitlines())
+                if len(fields) == 3 and fields[2].isdigit())
+    if total > _MAX_SHALLOW_BYTES:
+        raise _TooBigToRead(f"its commits hold {total:,} bytes, more than the "
+                            f"{_MAX_SHALLOW_BYTES:,} evalctl reads to check it")
     raw = batch("--batch", entries)
     if raw is None:
         return None
@@ -845,6 +947,7 @@ def _check_against_the_seed(workspace: str, origin: SeedOrigin, done: dict[str, 
         "every change the agent made" + \
         ("; the agent's, its commits included, is kept to read" if before else "")
     _write_seed_ref(directory, rev, done)
+    _raw_view(directory, ".git/", done)  # the working tree's .gitattributes are the agent's
 
 
 def _fresh_repository(workspace: str, origin: SeedOrigin) -> str | None:
@@ -1099,7 +1202,7 @@ def _environment_in(directory: str) -> dict[str, str]:
 
 
 def _replace_index(directory: str, relative: str, names: set[str],
-                   done: dict[str, str]) -> None:
+                   done: dict[str, str], *, seeded: bool = False) -> bool:
     """Put an index made from HEAD's tree in place of the agent's. git does not check
     the names of an index it reads from disk (found by attacker rounds: an entry
     `../../home/u/.gitconfig`, or `.git/hooks/post-checkout` hidden from a reader by a
@@ -1110,52 +1213,153 @@ def _replace_index(directory: str, relative: str, names: set[str],
     skip-worktree flags that hide changes from `git status`, a cached tree a later
     `git commit` would record) is dropped with it. Else the agent's (and a split
     index's shared parts) is moved aside: what it staged and did not commit then shows
-    as an unstaged change."""
+    as an unstaged change.
+
+    HEAD's tree is measured first, as a source's commit is before its checkout
+    (tree_problem, the MAX_SOURCE_* bounds and _MAX_INDEX_PATH_BYTES): a `.git` of a
+    few kilobytes can name one subtree at every level, millions of entries, which
+    read-tree would make an index of hundreds of megabytes of on the host, outside the
+    sandbox's limits (found by an attacker round: 4 million entries, 856 MB in
+    evalctl). Past them the whole git directory is set aside (_too_big_to_index):
+    False is returned, nothing more is to be done in it. The listings compared are
+    hashed as git writes them, never held."""
     if "index" not in names:
-        return
+        return True
     env = _environment_in(directory)
     index = os.path.join(directory, "index")
+    try:
+        problem = tree_problem(Path(directory), "HEAD", MAX_SOURCE_ENTRIES, MAX_SOURCE_BYTES,
+                               MAX_SOURCE_FILE_BYTES, max_path_bytes=_MAX_INDEX_PATH_BYTES,
+                               env=env)
+        readable = True
+    except SourceError:  # no commit there (`git init` and `git add`), or a broken one
+        problem, readable = None, False
+    if problem is not None:
+        _too_big_to_index(directory, relative, problem, done, seeded=seeded)
+        return False
     with tempfile.TemporaryDirectory(prefix="evalctl-index-") as scratch:
         fresh = os.path.join(scratch, "index")
         try:
             built = git([*_RUN_NOTHING, "read-tree", "HEAD"],
-                        env={**env, "GIT_INDEX_FILE": fresh}, timeout=LOCAL_TIMEOUT)
-            same = built.returncode == 0 and _listing_of(env, fresh) == \
-                _listing_of(env, index) is not None
+                        env={**env, "GIT_INDEX_FILE": fresh}, timeout=LOCAL_TIMEOUT) \
+                if readable else None
         except SourceError:
-            built, same = None, False
-        made = Path(fresh).read_bytes() if built is not None and built.returncode == 0 \
-            else None
-    if same and made is not None:
-        try:
-            _make_ours(directory)
-            write_new_file(Path(directory), "index", made)
-        except OSError as exc:
-            done[relative + "index"] = f"NOT replaced: {exc.strerror or exc}"
-        return
-    for name in sorted(names):
-        if name != "index" and not name.startswith("sharedindex."):
-            continue
-        _set_aside(os.path.join(directory, name), relative + name, done, ours=True)
-    if not done.get(relative + "index", "").startswith("moved"):
-        return
-    if made is not None:
-        with contextlib.suppress(OSError):
-            write_new_file(Path(directory), "index", made)
-            done[relative + "index"] += " (it staged what HEAD does not hold); a new one " \
-                                        "was made from HEAD"
-            return
+            built = None
+        made = built is not None and built.returncode == 0 and os.path.isfile(fresh)
+        ours = _listing_digest(env, fresh, None) if made else None
+        # The agent's is read no further than the length of ours: a longer one is not
+        # the same (an index of a few megabytes, prefix-compressed, can list gigabytes).
+        same = ours is not None and _listing_digest(env, index, ours[1]) == ours
+        if same and made:
+            try:
+                _make_ours(directory)
+                _copy_new_file(fresh, directory, "index")
+            except OSError as exc:
+                done[relative + "index"] = f"NOT replaced: {exc.strerror or exc}"
+            return True
+        for name in sorted(names):
+            if name != "index" and not name.startswith("sharedindex."):
+                continue
+            _set_aside(os.path.join(directory, name), relative + name, done, ours=True)
+        if not done.get(relative + "index", "").startswith("moved"):
+            return True
+        if made:
+            with contextlib.suppress(OSError):
+                _copy_new_file(fresh, directory, "index")
+                done[relative + "index"] += " (it staged what HEAD does not hold); a new " \
+                                            "one was made from HEAD"
+                return True
     done[relative + "index"] += " (HEAD's tree could not be read: no index now)"
+    return True
 
 
-def _listing_of(env: dict[str, str], index: str) -> str | None:
-    """What git reads from `index` (mode, object and name of every entry), or None."""
+# The bytes of all the paths of HEAD's tree (directories included) past which no index
+# is made of it: with MAX_SOURCE_ENTRIES alone, 200,000 entries of 64 KB paths (a name
+# can be that long in a tree) would still be a 13 GB index. Real repositories are far
+# below: the Linux kernel's paths hold about 4 MB.
+_MAX_INDEX_PATH_BYTES = 64 * 1024 * 1024
+
+
+def _too_big_to_index(directory: str, relative: str, problem: str, done: dict[str, str],
+                      *, seeded: bool) -> None:
+    """Set aside the git directory `directory`, whose HEAD's tree is too big to make an
+    index of (`problem`). The whole directory, not only its index: with no index, the
+    user's first `git status` there would read the whole tree, and `git checkout`, `git
+    stash` or `git reset --hard` write its millions of files, on the host; set aside,
+    git does not find it unless asked to. A `.git` gets an empty repository in its
+    place, HEAD naming a branch that says so (git would otherwise go on up to the
+    repository around the run directory: _keep_a_repository), unless it is a git
+    source's workspace's (`seeded`), which the check against the seed gives a new one
+    of the seed commit."""
+    key = relative.rstrip("/")
+    # Its index first, inside it: a later clean-up (a regrade's copy, a resume) finds
+    # the directory set aside with no index to make again, and leaves it as it is.
+    _set_aside(os.path.join(directory, "index"), relative + "index", done, ours=True)
+    if done[relative + "index"].startswith("NOT"):
+        return
+    moved = done.pop(relative + "index").removeprefix("moved to ")  # said with the rest
+    _set_aside(directory, key, done, ours=True, why=f" (HEAD's tree is too big to make an "
+               f"index of: {problem}; its index is {moved} in it)")
+    if done[key].startswith("NOT") or seeded or os.path.basename(directory) != ".git":
+        return
     try:
-        listed = git([*_RUN_NOTHING, "ls-files", "--stage", "-z"],
-                     env={**env, "GIT_INDEX_FILE": index}, timeout=LOCAL_TIMEOUT)
-    except SourceError:
+        os.mkdir(directory)
+        for name in ("objects", "refs"):
+            os.mkdir(os.path.join(directory, name))
+        write_new_file(Path(directory), "HEAD", b"ref: refs/heads/evalctl-head-moved-aside\n")
+    except OSError as exc:  # git would go on up: said as what could not be made safe
+        done[key] = f"NOT replaced by an empty repository: {exc.strerror or exc} (it " \
+                    f"was {done[key]})"
+        return
+    done[key] += "; an empty repository is in its place, HEAD naming the branch " \
+                 "evalctl-head-moved-aside"
+    _raw_view(directory, relative, done)
+
+
+def _listing_digest(env: dict[str, str], index: str, limit: int | None
+                    ) -> tuple[str, int] | None:
+    """What git reads from `index` (mode, object and name of every entry: `git ls-files
+    --stage -z`), hashed as it comes, and its length; None when git cannot read it, it
+    is longer than `limit` bytes, or it takes longer than LOCAL_TIMEOUT."""
+    try:
+        process = subprocess.Popen(["git", *_RUN_NOTHING, "ls-files", "--stage", "-z"],
+                                   env={**env, "GIT_INDEX_FILE": index},
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL)
+    except OSError:
         return None
-    return listed.stdout if listed.returncode == 0 else None
+    assert process.stdout is not None
+    digest, length = hashlib.sha256(), 0
+    with _killed_after(process, LOCAL_TIMEOUT) as expired:
+        try:
+            while block := process.stdout.read1(1 << 16):  # type: ignore[attr-defined]
+                length += len(block)
+                if limit is not None and length > limit:
+                    return None
+                digest.update(block)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.stdout.close()
+            process.wait()
+    if expired.is_set() or process.returncode != 0:
+        return None
+    return digest.hexdigest(), length
+
+
+def _copy_new_file(origin: str, directory: str, name: str) -> None:
+    """`name` in `directory` made anew (never through a link) holding `origin`'s bytes,
+    copied a block at a time."""
+    parent = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=parent)
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644, dir_fd=parent)
+    finally:
+        os.close(parent)
+    with os.fdopen(fd, "wb") as target, open(origin, "rb") as source:
+        shutil.copyfileobj(source, target, 1 << 20)
 
 
 def _make_ours(directory: str) -> None:
