@@ -1694,6 +1694,8 @@ def test_quick_open_and_close_only_do_bounded_work(layout: Layout) -> None:
         deadline = time.monotonic() + 10
         while not warm._members() and time.monotonic() < deadline:
             time.sleep(0.01)
+        # What this asserts needs the sandbox running: said apart when it is not.
+        assert warm._members(), f"the sandbox never ran (exit {busy.poll()})"
         assert not warm.close_quickly()  # a process still runs: close() kills it
         assert warm._members()
     finally:

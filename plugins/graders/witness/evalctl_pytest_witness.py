@@ -20,6 +20,7 @@ This module imports nothing from evalctl: it runs inside the sandbox.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import operator
@@ -99,7 +100,15 @@ _WATCHED = frozenset({"pytest", "_pytest", "pluggy",
                       # the asserts out of the next one (found by an attacker round).
                       "ast", "tokenize", "pathlib", "io", "importlib", "marshal",
                       # importlib's loaders are defined under these names
-                      "_frozen_importlib", "_frozen_importlib_external"})
+                      "_frozen_importlib", "_frozen_importlib_external",
+                      # How a unittest.TestCase's test runs (found by an attacker round:
+                      # TestCase._callTestMethod wrapped to swallow AssertionError).
+                      "unittest"})
+# In these (not pytest's or pluggy's), only what runs is compared: functions, classes,
+# descriptors. Their data changes as they work (importlib's _NamespacePath._epoch at
+# every invalidate_caches(), which monkeypatch.syspath_prepend calls: an honest test
+# was called tampering, found by an attacker round).
+_CODE_ONLY = _WATCHED - {"pytest", "_pytest", "pluggy"}
 # Names Python itself binds in any module or class: warnings' record of what it has
 # shown, and copy/pickle's cache of a class's slots (an honest deepcopy of a
 # pytest.approx was called tampering, found by an attacker round).
@@ -149,6 +158,7 @@ class _Bindings:
         self._report_hooks: tuple[tuple[Any, ...], ...] = ((),) * 6
         self._tracers: tuple[Any, Any] = (None, None)
         self._meta_path: tuple[Any, ...] | None = None
+        self._gc: tuple[Any, ...] | None = None
         # The implementations of the report's hooks seen at any check, and their
         # functions: one registered past pytest's own notice, and gone by the end, is
         # still attributed (pytest_unconfigure).
@@ -179,6 +189,7 @@ class _Bindings:
                                                   if name in _REPORT_HOOKS])
             self._tracers = (sys.gettrace(), sys.getprofile())
             self._meta_path = tuple(sys.meta_path)
+            self._gc = (*gc.callbacks, gc.get_threshold())
 
     def settle(self, roots: tuple[str, ...]) -> list[str]:
         """What was bound, since it was taken, to code of the workspace's (`roots`) or of
@@ -210,8 +221,11 @@ class _Bindings:
             now, then = vars(owner), dict(zip(names, values, strict=True))
             different = [name for name in sorted(then.keys() | now.keys())
                          if now.get(name, _MISSING) is not then.get(name, _MISSING)]
+            code_only = key.partition(".")[0] in _CODE_ONLY
             replaced = [f"{key}.{name}" for name in different
                         if f"{key}.{name}" not in _SET_BY_PYTEST and name not in _SET_ANYWHERE
+                        and not (code_only and not _runs(then.get(name))
+                                 and not _runs(now.get(name)))
                         and not (isinstance(owner, type) and name in _SET_ON_ANY_CLASS)
                         # a submodule imported for the first time, bound in its package
                         and not (now.get(name) is not None
@@ -251,12 +265,26 @@ class _Bindings:
                 len(sys.meta_path) == len(self._meta_path)
                 and all(map(operator.is_, sys.meta_path, self._meta_path))):
             found.append("sys.meta_path")
+        # A garbage collector's callback runs code at any allocation, with no call of
+        # the test's to see it (found by an attacker round: one swapped the tests'
+        # code before they were recorded).
+        if self._gc is not None and not (
+                len(gc.callbacks) + 1 == len(self._gc)
+                and all(map(operator.is_, gc.callbacks, self._gc))
+                and gc.get_threshold() == self._gc[-1]):
+            found.append("gc.callbacks or gc's threshold")
         # A trace or profile function sees every call and can change what it runs.
         if sys.gettrace() is not self._tracers[0]:
             found.append("sys.settrace")
         if sys.getprofile() is not self._tracers[1]:
             found.append("sys.setprofile")
         return found
+
+
+def _runs(value: Any) -> bool:
+    """Whether a bound value is code, or decides what code runs: a function, a class,
+    a descriptor (property, staticmethod...), anything callable."""
+    return callable(value) or hasattr(type(value), "__get__")
 
 
 def _origin(value: Any) -> str | None:
