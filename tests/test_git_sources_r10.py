@@ -615,3 +615,16 @@ def test_an_honest_copy_named_by_a_relative_path_keeps_its_index(attempt, monkey
                                         origin=attempt.origin) == {}
     assert (attempt.root / ".git" / "index").is_file()
     assert attempt.users("status", "--porcelain") == ""
+
+
+def test_a_removed_index_is_made_again_so_the_diff_against_the_seed_shows_the_change(
+        attempt):
+    """Found by an attacker round: with the index removed, `git diff refs/evalctl/seed`
+    showed every file as deleted and none of the agent's edits."""
+    (attempt.root / "calc.py").write_text(FORGED)
+    (attempt.root / ".git" / "index").unlink()
+    done = attempt.clean_up()
+    assert done[".git/index"] == "made from HEAD (the agent had removed it)"
+    diff = attempt.users("diff", "refs/evalctl/seed", "--")
+    assert "+os.system" in diff and "deleted file" not in diff
+    assert attempt.clean_up() == {}  # done twice, nothing more is done

@@ -1222,8 +1222,13 @@ def _replace_index(directory: str, relative: str, names: set[str],
     sandbox's limits (found by an attacker round: 4 million entries, 856 MB in
     evalctl). Past them the whole git directory is set aside (_too_big_to_index):
     False is returned, nothing more is to be done in it. The listings compared are
-    hashed as git writes them, never held."""
-    if "index" not in names:
+    hashed as git writes them, never held.
+
+    A git source's own repository (`seeded`) with no index is given one made from HEAD:
+    with none, `git diff refs/evalctl/seed` shows every file as deleted and none of the
+    agent's changes (found by an attacker round: the agent removed it)."""
+    missing = "index" not in names
+    if missing and not seeded:
         return True
     env = _environment_in(directory)
     index = os.path.join(directory, "index")
@@ -1246,6 +1251,15 @@ def _replace_index(directory: str, relative: str, names: set[str],
         except SourceError:
             built = None
         made = built is not None and built.returncode == 0 and os.path.isfile(fresh)
+        if missing:
+            if made:
+                try:
+                    _make_ours(directory)
+                    _copy_new_file(fresh, directory, "index")
+                    done[relative + "index"] = "made from HEAD (the agent had removed it)"
+                except OSError as exc:
+                    done[relative + "index"] = f"NOT made from HEAD: {exc.strerror or exc}"
+            return True
         ours = _listing_digest(env, fresh, None) if made else None
         # The agent's is read no further than the length of ours: a longer one is not
         # the same (an index of a few megabytes, prefix-compressed, can list gigabytes).
