@@ -352,9 +352,12 @@ def test_regrade_after_a_check_changed_gives_new_verdicts_without_a_model(record
     assert (task["turns"], task["usage"], task["cost"]) == \
         (live["turns"], live["usage"], live["cost"])
     assert len(recorded["server"].requests) == recorded["calls"]
-    # The grounding check read the recorded final text ("Wrote first.txt.").
+    # The grounding check (of the workspace as the agent left it, which only the run
+    # saw) keeps the run's verdict on the recorded final text ("Wrote first.txt."), and
+    # says so.
     assert next(c for c in task["checks"] if c["type"] == "grounding")["detail"] == \
-        "all 1 named file(s) exist: first.txt"
+        "all 1 named file(s) exist: first.txt\n(the run's verdict, carried: the kept " \
+        "workspace is as the run's checks left it, not as the agent did)"
     # The original run is untouched.
     assert snapshot(run_dir) == before and (run_dir / "journal.jsonl").read_bytes() == journal
     markdown = next(Path(report["run_directory"]).parent.glob(
@@ -695,8 +698,10 @@ def test_regrade_of_a_ledger_without_task_end_measures_the_changes_again(recorde
     assert "its ledger does not record the files changed" in result.output
     task = json.loads((tmp_path / "measured.json").read_text())["tasks"][0]
     grounding = next(c for c in task["checks"] if c["type"] == "grounding")
-    # The last model turn's text ("Wrote first.txt.") is what the graders read.
-    assert grounding["detail"] == "all 1 named file(s) exist: first.txt", grounding
+    # The last model turn's text ("Wrote first.txt.") is what grounding read in the
+    # run, whose verdict the regrade keeps.
+    assert grounding["detail"].startswith("all 1 named file(s) exist: first.txt\n(the run's "
+                                          "verdict, carried"), grounding
 
 
 def test_replay_is_not_live_so_a_sandbox_that_isolates_nothing_may_serve_it(
@@ -978,3 +983,56 @@ def test_a_cassette_made_in_code_cannot_make_its_attempt_another_kind_of_error()
         asyncio.run(ReplayProvider("run", [cassette], None).complete(request))
     assert raised.value.status == "provider_error"
     assert "lost (recorded as executor_error)" in str(raised.value)
+
+
+CLEANS_ITSELF = """\
+name: cleans
+tasks:
+  - id: cleans-itself
+    prompt: Fix add() in calc.py.
+    files:
+      calc.py: |
+        def add(a, b):
+            return a - b
+    checks:
+      - type: command
+        command: python3 -c 'import calc'
+      - type: no_placeholders
+    script:
+      - tool_calls:
+          - tool: write_file
+            input:
+              path: calc.py
+              content: |
+                # TODO: finish this
+                import pathlib
+                source = pathlib.Path(__file__)
+                source.write_text(source.read_text().replace("# TO" + "DO: finish this\\n", ""))
+
+                def add(a, b):
+                    return a + b
+      - text: Fixed calc.py.
+"""
+
+
+def test_a_regrade_keeps_the_runs_verdicts_on_what_the_agent_left(tmp_path):
+    """Found by an attacker round: the kept workspace is as the run's checks left it, so
+    a module that removed its own TODO when a check imported it failed no_placeholders
+    in the run and passed it in the regrade. A regrade carries the run's verdicts for
+    the checks of the workspace as the agent left it, and says so."""
+    from evalctl._plugin.registry import get_registry
+    from evalctl._run.regrade import execute_regrade, plan_regrade
+
+    suite = tmp_path / "cleans.yaml"
+    suite.write_text(CLEANS_ITSELF)
+    registry = get_registry()
+    run = run_suite(suite, registry=registry, sandbox="local", out_dir=tmp_path / "out")
+    (task,) = run.tasks
+    (placeholders,) = [c for c in task.checks if c.type == "no_placeholders"]
+    assert not placeholders.passed and task.status == "failed", task.checks
+    assert "TODO" not in (Path(task.workspace) / "calc.py").read_text()  # cleaned since
+    regraded = asyncio.run(execute_regrade(plan_regrade(Path(run.run_directory), registry)))
+    (again,) = regraded.tasks
+    (carried,) = [c for c in again.checks if c.type == "no_placeholders"]
+    assert again.status == "failed" and not carried.passed, again.checks
+    assert "the run's verdict, carried" in carried.detail

@@ -10,7 +10,7 @@ import contextlib
 import functools
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -89,7 +89,8 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
                         verify: Mapping[str, str | None], registry: Registry,
                         open_grading: Callable[[tuple[Path, Path], tuple[str, ...]],
                                                Awaitable[Sandbox]], *,
-                        skip_kinds: Collection[str] = ()) -> list[CheckOutcome]:
+                        skip_kinds: Collection[str] = (),
+                        carried: Sequence[CheckOutcome] = ()) -> list[CheckOutcome]:
     """Every check of `task` on `workspace`, after the integrity checks (protected files
     against `agent.files_changed`, the seed copy, the verify files written now), in the
     sandbox `open_grading(state, read_only)` opens with the graders' own HOME and TMPDIR
@@ -98,7 +99,8 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     `skip_kinds` are left out (a regrade's judges). Checks of the workspace as the agent
     left it (`GraderSpec.as_left_by_agent`) go first, before the hidden verify files are
     written and before that sandbox opens (`result.sandbox` is None for them); the
-    report keeps the task's order."""
+    report keeps the task's order. `carried`: outcomes of such checks from an earlier
+    grading, taken in order by type instead of grading them again (a regrade's)."""
     specs = [(check, registry.graders[check["type"]]) for check in task.checks]
     graded = [(check, spec) for check, spec in specs if spec.kind not in skip_kinds]
     as_left = [index for index, (_, spec) in enumerate(graded) if spec.as_left_by_agent]
@@ -116,9 +118,13 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
         _before_grading(task, workspace, agent, hidden_now, sweep=False) \
         if small and not hidden_now else \
         await off_loop(_before_grading, task, workspace, agent, hidden_now)
+    earlier: dict[str, list[CheckOutcome]] = {}
+    for outcome in carried:
+        earlier.setdefault(outcome.type, []).append(outcome)
     for index in as_left:  # they read files in evalctl's own process: no cache to sweep
         check, spec = graded[index]
-        outcomes[index] = await grade(check, spec, workspace.root, agent)
+        outcomes[index] = earlier[spec.name].pop(0) if earlier.get(spec.name) else \
+            await grade(check, spec, workspace.root, agent)
     if as_left and verify:
         written, before_grading = await off_loop(_write_hidden_files, task, workspace,
                                                  verify)

@@ -14,6 +14,7 @@ reports say it is a regrade and of which run (`regrade_of`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import json
 import os
@@ -224,9 +225,19 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
     # copy: protected files are compared with the seed here, before grading writes.
     tampered = await asyncio.to_thread(_protected_since_the_agent, task, workspace, agent,
                                        verify)
+    # The checks of the workspace as the agent left it keep the run's verdicts: the copy
+    # is the workspace as the run's checks left it (found by an attacker round: a module
+    # that removed its own TODO when the run's tests imported it passed no_placeholders
+    # in the regrade, after failing it in the run). One the run did not grade is graded.
+    as_left = {name for name, spec in prepared.registry.graders.items()
+               if spec.as_left_by_agent}
+    carried = [dataclasses.replace(c, detail=f"{c.detail}\n(the run's verdict, carried: "
+                                                "the kept workspace is as the run's checks "
+                                                "left it, not as the agent did)")
+               for c in recorded.checks if c.type in as_left]
     try:
         checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,
-                                     open_grading, skip_kinds=(JUDGE,))
+                                     open_grading, skip_kinds=(JUDGE,), carried=carried)
     except GradingSandboxFailed as exc:
         return _copy_result(recorded, ERROR, [], workspace,
                             exit_status=ExitStatus.SANDBOX_ERROR,
