@@ -25,6 +25,7 @@ cannot have forged.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import re
@@ -1158,12 +1159,60 @@ def _write_seed_ref(directory: str, rev: str, done: dict[str, str]) -> None:
     if named != rev:
         notes.append(f"HEAD is {named}, not the seed commit" if named else
                      "HEAD names no commit")
+        intended = _seed_files_back_in_the_index(directory, rev, env)
+        if intended:
+            notes.append(f"{intended} seeded file(s) HEAD does not hold, still in the working "
+                         "tree, were marked intent-to-add, so that the diff shows them")
     if cleared:
         notes.append("the agent's refs in its way were deleted: " + ", ".join(cleared[:5]) +
                      (", ..." if len(cleared) > 5 else ""))
     if notes:
         done[key] = f"written, naming the seed commit {rev}; " + "; ".join(notes) + \
                     ": `git diff refs/evalctl/seed` shows every change since the seed"
+
+
+def _seed_files_back_in_the_index(directory: str, rev: str, env: dict[str, str]) -> int:
+    """Mark intent-to-add (`git add -N`) the seed's files that the index (made from
+    HEAD) does not name and the working tree still holds as files: `git diff <tree>`
+    compares only the paths the index names, so a seeded file the agent took out of
+    it (`git rm --cached`, its name in `.gitignore`, committed) showed as deleted in
+    `git diff refs/evalctl/seed`, whatever it holds now (found by an attacker round).
+    How many were marked. The seed's tree is a source's, measured at its checkout;
+    the index was measured before it was made."""
+    worktree = os.path.dirname(directory)
+    run = functools.partial(subprocess.run, env={**env, "GIT_WORK_TREE": worktree},
+                            capture_output=True, timeout=LOCAL_TIMEOUT)
+    try:
+        seeded = run(["git", *_RUN_NOTHING, "ls-tree", "-r", "-z", "--name-only",
+                      "--full-tree", rev], stdin=subprocess.DEVNULL)
+        listed = run(["git", *_RUN_NOTHING, "ls-files", "-z", "--full-name"], cwd=worktree,
+                     stdin=subprocess.DEVNULL)
+        if seeded.returncode != 0 or listed.returncode != 0:
+            return 0
+        missing = sorted(set(seeded.stdout.split(b"\0")) - set(listed.stdout.split(b"\0"))
+                         - {b""})
+        present = [path for path in missing
+                   if _a_file_inside(os.fsencode(worktree), path.split(b"/"))]
+        if not present:
+            return 0
+        added = run(["git", *_RUN_NOTHING, "--literal-pathspecs", "add", "--intent-to-add",
+                     "--force", "--pathspec-from-file=-", "--pathspec-file-nul"],
+                    cwd=worktree, input=b"\0".join(present))
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return len(present) if added.returncode == 0 else 0
+
+
+def _a_file_inside(root: bytes, parts: list[bytes]) -> bool:
+    """Whether `root` joined with `parts` is a regular file reached through directories,
+    none of them a link."""
+    here = root
+    for part in parts[:-1]:
+        here = os.path.join(here, part)
+        if os.path.islink(here) or not os.path.isdir(here):
+            return False
+    here = os.path.join(here, parts[-1])
+    return os.path.isfile(here) and not os.path.islink(here)
 
 
 def _clear_evalctl_refs(directory: str, env: dict[str, str]) -> list[str]:
