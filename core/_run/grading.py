@@ -33,7 +33,7 @@ from evalctl._run.integrity import (
     restore_seed,
     write_verify_files,
 )
-from evalctl._sources.git import neutralise_repository_config, seed_origin
+from evalctl._sources.git import SeedOrigin, neutralise_repository_config, seed_origin
 from evalctl._sources.model import Source
 from evalctl._suite.model import Task
 from evalctl._text import escape_text
@@ -170,9 +170,7 @@ def _write_hidden_files(task: Task, workspace: Workspace, verify: Mapping[str, s
     """The verify files, written after the checks of the workspace as the agent left it,
     and the protected files' hashes taken again (a verify file may be one of them)."""
     written = write_verify_files(verify, workspace)
-    protected = protected_snapshot(task, workspace.root) if task.protected else {}
-    if protected:
-        detach_protected_links(task, workspace.root, protected)
+    protected = _protected_before_the_checks(task, workspace)
     return [written] if written is not None else [], protected
 
 
@@ -189,10 +187,15 @@ def _before_grading(task: Task, workspace: Workspace, agent: AgentResult,
         write_verify_files(verify, workspace)) if outcome is not None]
     if sweep:
         remove_bytecode_caches(workspace.root)
+    return integrity, _protected_before_the_checks(task, workspace), grading_state(workspace)
+
+
+def _protected_before_the_checks(task: Task, workspace: Workspace) -> dict[str, str]:
+    """The protected files' hashes before the checks run, their hard links detached."""
     protected = protected_snapshot(task, workspace.root) if task.protected else {}
     if protected:  # a link of the agent's to a protected file would outlast read_only
         detach_protected_links(task, workspace.root, protected)
-    return integrity, protected, grading_state(workspace)
+    return protected
 
 
 def _around(before: Callable[[], object] | None, after: Callable[[], object] | None,
@@ -243,19 +246,20 @@ async def make_repositories_safe(workspace: Workspace, source: Source | None
              or not small_tree(root, without=_NO_REPOSITORY)]
     if not roots:
         return ()
-    done = await off_loop(_neutralise_and_record, workspace, roots, source)
+    done = await off_loop(_neutralise_and_record, workspace, roots, origin)
     return tuple(f"its {path} could not be made safe to run git in: {what}"
                  for path, what in done.items() if what.startswith("NOT"))
 
 
-def _neutralise_and_record(workspace: Workspace, roots: list[Path], source: Source | None
-                           ) -> dict[str, str]:
+def _neutralise_and_record(workspace: Workspace, roots: list[Path],
+                           origin: SeedOrigin | None) -> dict[str, str]:
     done: dict[str, str] = {}
     for root in roots:
-        seed, origin, label = (workspace.seed_path, seed_origin(source), "") \
-            if root == workspace.root else (None, None, f".state/{root.name}/")
-        done.update({label + path: what for path, what in
-                     neutralise_repository_config(root, seed, origin=origin).items()})
+        ours = root == workspace.root
+        label = "" if ours else f".state/{root.name}/"
+        done.update({label + path: what for path, what in neutralise_repository_config(
+            root, workspace.seed_path if ours else None,
+            origin=origin if ours else None).items()})
     if done:  # the agent's ledger was closed with its attempt: opened again, numbering on
         ledger = Ledger(workspace.ledger_path)
         ledger.append("repository_neutralised", paths=done)
