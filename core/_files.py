@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -160,6 +160,18 @@ def _below_known(path: str) -> str | None:
 # Files bigger than this are fingerprinted by size and time instead of hashed: a seed
 # comes from a suite's YAML and is never this big, so a change is still seen.
 HASH_LIMIT_BYTES = 64 * 1024 * 1024
+
+
+def directory_inside(root: Path, parts: Sequence[str]) -> Path | None:
+    """`root` joined with `parts`, when each step is a directory and none a link: for a
+    path written in a tree the agent could have changed, where a link on the way would
+    lead elsewhere."""
+    here = root
+    for part in parts:
+        here = here / part
+        if here.is_symlink() or not here.is_dir():
+            return None
+    return here
 
 
 def walk(root: str | os.PathLike[str], *, max_depth: int | None = None

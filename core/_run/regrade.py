@@ -27,6 +27,7 @@ from typing import Any
 
 from evalctl._agent.ledger import read_events
 from evalctl._errors import UsageError
+from evalctl._files import directory_inside, snapshot
 from evalctl._plugin.options import typed_options
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.types import AgentResult, ExitStatus, Sandbox, SandboxRequest
@@ -356,8 +357,6 @@ def _copy_attempt(source_run: Path, run_dir: Path, name: str,
                           ("cassette", workspace.cassette_path)):
         if target is not None and origin[label].is_file() and not origin[label].is_symlink():
             shutil.copyfile(origin[label], target)
-    from evalctl._files import snapshot
-
     workspace.seed = snapshot(workspace.seed_path)
     return workspace
 
@@ -390,7 +389,7 @@ def _verify_paths_as_the_agent_left_them(workspace: Workspace, paths: set[str],
         parts = relative.split("/")
         if any(part in ("", ".", "..") for part in parts):
             continue  # not a path the run could have written
-        parent = _directory_inside(root, parts[:-1])
+        parent = directory_inside(root, parts[:-1])
         if parent is None:
             continue  # a link or a file on the way: the run wrote nothing there
         target = parent / parts[-1]
@@ -400,7 +399,7 @@ def _verify_paths_as_the_agent_left_them(workspace: Workspace, paths: set[str],
             elif target.exists():
                 continue  # a directory: the run could not write there, it is the agent's
             origin = seed / relative
-            if change is None and _directory_inside(seed, parts[:-1]) is not None and \
+            if change is None and directory_inside(seed, parts[:-1]) is not None and \
                     (origin.is_symlink() or origin.is_file()):
                 if origin.is_symlink():
                     os.symlink(os.readlink(origin), target)
@@ -420,16 +419,6 @@ def _verify_paths_as_the_agent_left_them(workspace: Workspace, paths: set[str],
                 directory.rmdir()
             except OSError:
                 break  # not empty (the agent's files, or another verify file's)
-
-
-def _directory_inside(root: Path, parts: list[str]) -> Path | None:
-    """`root` joined with `parts`, when each step is a directory and none a link."""
-    here = root
-    for part in parts:
-        here = here / part
-        if here.is_symlink() or not here.is_dir():
-            return None
-    return here
 
 
 def _short(relative: str) -> str:

@@ -25,7 +25,6 @@ cannot have forged.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import os
 import re
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import IO, NamedTuple
 
 from evalctl._errors import EvalctlError
-from evalctl._files import write_new_file
+from evalctl._files import directory_inside, write_new_file
 from evalctl._sources.model import GIT, Source
 
 GIT_TIMEOUT = 1800  # a first clone of a large repository takes minutes
@@ -818,13 +817,9 @@ def _cut_where_history_is_missing(directory: str, entries: list[str]) -> list[st
     env = _environment_in(directory)
 
     def batch(option: str, lines: list[str]) -> bytes | None:
-        try:
-            done = subprocess.run(["git", *_RUN_NOTHING, "cat-file", option],
-                                  input="".join(f"{line}\n" for line in lines).encode(),
-                                  env=env, capture_output=True, timeout=LOCAL_TIMEOUT)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout if done.returncode == 0 else None
+        done = _git_bytes(["cat-file", option], env,
+                          data="".join(f"{line}\n" for line in lines).encode())
+        return done.stdout if done is not None and done.returncode == 0 else None
 
     # The commits are read whole (their parents are in them), and an agent's commit
     # can be of any size (a message of a gigabyte is a megabyte compressed): their
@@ -1180,39 +1175,29 @@ def _seed_files_back_in_the_index(directory: str, rev: str, env: dict[str, str])
     How many were marked. The seed's tree is a source's, measured at its checkout;
     the index was measured before it was made."""
     worktree = os.path.dirname(directory)
-    run = functools.partial(subprocess.run, env={**env, "GIT_WORK_TREE": worktree},
-                            capture_output=True, timeout=LOCAL_TIMEOUT)
-    try:
-        seeded = run(["git", *_RUN_NOTHING, "ls-tree", "-r", "-z", "--name-only",
-                      "--full-tree", rev], stdin=subprocess.DEVNULL)
-        listed = run(["git", *_RUN_NOTHING, "ls-files", "-z", "--full-name"], cwd=worktree,
-                     stdin=subprocess.DEVNULL)
-        if seeded.returncode != 0 or listed.returncode != 0:
-            return 0
-        missing = sorted(set(seeded.stdout.split(b"\0")) - set(listed.stdout.split(b"\0"))
-                         - {b""})
-        present = [path for path in missing
-                   if _a_file_inside(os.fsencode(worktree), path.split(b"/"))]
-        if not present:
-            return 0
-        added = run(["git", *_RUN_NOTHING, "--literal-pathspecs", "add", "--intent-to-add",
-                     "--force", "--pathspec-from-file=-", "--pathspec-file-nul"],
-                    cwd=worktree, input=b"\0".join(present))
-    except (OSError, subprocess.TimeoutExpired):
+    env = {**env, "GIT_WORK_TREE": worktree}
+    seeded = _git_bytes(["ls-tree", "-r", "-z", "--name-only", "--full-tree", rev], env)
+    listed = _git_bytes(["ls-files", "-z", "--full-name"], env, cwd=worktree)
+    if seeded is None or listed is None or seeded.returncode != 0 or listed.returncode != 0:
         return 0
-    return len(present) if added.returncode == 0 else 0
+    missing = sorted(set(seeded.stdout.split(b"\0")) - set(listed.stdout.split(b"\0"))
+                     - {b""})
+    present = [path for path in missing if _regular_file_inside(Path(worktree), path)]
+    if not present:
+        return 0
+    added = _git_bytes(["--literal-pathspecs", "add", "--intent-to-add", "--force",
+                        "--pathspec-from-file=-", "--pathspec-file-nul"], env,
+                       cwd=worktree, data=b"\0".join(present))
+    return len(present) if added is not None and added.returncode == 0 else 0
 
 
-def _a_file_inside(root: bytes, parts: list[bytes]) -> bool:
-    """Whether `root` joined with `parts` is a regular file reached through directories,
-    none of them a link."""
-    here = root
-    for part in parts[:-1]:
-        here = os.path.join(here, part)
-        if os.path.islink(here) or not os.path.isdir(here):
-            return False
-    here = os.path.join(here, parts[-1])
-    return os.path.isfile(here) and not os.path.islink(here)
+def _regular_file_inside(root: Path, path: bytes) -> bool:
+    """Whether `path` (a tree's, "/"-separated) names a regular file under `root`,
+    reached through directories, none of them a link."""
+    *parents, name = os.fsdecode(path).split("/")
+    parent = directory_inside(root, parents)
+    return parent is not None and (parent / name).is_file() and \
+        not (parent / name).is_symlink()
 
 
 def _clear_evalctl_refs(directory: str, env: dict[str, str]) -> list[str]:
@@ -1230,12 +1215,22 @@ def _clear_evalctl_refs(directory: str, env: dict[str, str]) -> list[str]:
     refs = [line.split(" ", 1) for line in listed.stdout.splitlines() if " " in line] \
         if listed.returncode == 0 else []
     if refs:
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            subprocess.run(["git", *_RUN_NOTHING, "update-ref", "--no-deref", "--stdin"],
-                           input="".join(f"delete {name}\n" for _, name in refs).encode(),
-                           env=env, capture_output=True, timeout=LOCAL_TIMEOUT)
+        _git_bytes(["update-ref", "--no-deref", "--stdin"], env,
+                   data="".join(f"delete {name}\n" for _, name in refs).encode())
         cleared += [f"{name} ({oid[:12]})" for oid, name in refs]
     return cleared
+
+
+def _git_bytes(args: Sequence[str], env: dict[str, str], *, data: bytes = b"",
+               cwd: str | None = None) -> subprocess.CompletedProcess[bytes] | None:
+    """evalctl's own git in an agent's repository (`env`; running nothing of it), bytes
+    in (`data` on its standard input) and out; None when it could not be run or ran
+    past LOCAL_TIMEOUT."""
+    try:
+        return subprocess.run(["git", *_RUN_NOTHING, *args], input=data, env=env, cwd=cwd,
+                              capture_output=True, timeout=LOCAL_TIMEOUT)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
 
 
 # evalctl's own git in an agent's repository runs nothing of it, were anything left.
