@@ -140,6 +140,13 @@ def _same(now: Any, names: tuple[str, ...], values: tuple[Any, ...]) -> bool:
         map(operator.is_, map(now.get, names, itertools.repeat(_MISSING)), values))
 
 
+def _rebound(now: Any, then: dict[str, Any]) -> list[str]:
+    """The names the mapping `now` binds otherwise than `then` did (to another object,
+    or only one of them), in order."""
+    return [name for name in sorted(then.keys() | now.keys())
+            if now.get(name, _MISSING) is not then.get(name, _MISSING)]
+
+
 class _Bindings:
     """The names bound in each watched module and in each class it defines, as first
     seen, and the plugin manager's hook machinery: whatever is bound to something else
@@ -200,8 +207,9 @@ class _Bindings:
             now = vars(owner)
             if _same(now, names, values):
                 continue
-            then = dict(zip(names, values, strict=True))
-            for name in sorted(now.keys() - {n for n in then if now.get(n) is then[n]}):
+            for name in _rebound(now, dict(zip(names, values, strict=True))):
+                if name not in now:
+                    continue  # taken away: no code of anyone's runs from it
                 origin = _origin(now[name])
                 if _in_root(origin, roots) is not None or _written_during_the_run(origin):
                     found.append(f"{key}.{name}")
@@ -219,10 +227,8 @@ class _Bindings:
             if owner is None or _same(vars(owner), names, values):
                 continue
             now, then = vars(owner), dict(zip(names, values, strict=True))
-            different = [name for name in sorted(then.keys() | now.keys())
-                         if now.get(name, _MISSING) is not then.get(name, _MISSING)]
             code_only = key.partition(".")[0] in _CODE_ONLY
-            replaced = [f"{key}.{name}" for name in different
+            replaced = [f"{key}.{name}" for name in _rebound(now, then)
                         if f"{key}.{name}" not in _SET_BY_PYTEST and name not in _SET_ANYWHERE
                         and not (code_only and not _runs(then.get(name))
                                  and not _runs(now.get(name)))
@@ -551,7 +557,7 @@ def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -
 
 
 def _is_canary(report: Any) -> bool:
-    return bool(_CANARIES) and report.nodeid in {canary.nodeid for canary in _CANARIES}
+    return report.nodeid in _EXPECTED
 
 
 class _Canaries:
