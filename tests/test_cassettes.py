@@ -25,6 +25,7 @@ from evalctl._files import snapshot
 from evalctl.testing import run_suite
 from tests.conftest import run_cli
 from tests.messages_server import MessagesServer, message, text_block, tool_use
+from tests.test_grading_integrity import names_the_hidden_test
 
 SUITE = """\
 name: recorded
@@ -589,31 +590,6 @@ tasks:
     assert protected.suspected_gaming and "tests/test_calc.py" in protected.detail
 
 
-NAMES_THE_HIDDEN_TEST = """\
-name: hidden
-tasks:
-  - id: names-the-hidden-test
-    prompt: add() in calc.py returns the wrong answer; fix it and add a regression test.
-    files:
-      calc.py: |
-        def add(a, b):
-            return a - b
-    verify_files:
-      tests/test_calc.py: |
-        from calc import add
-
-        def test_add():
-            assert add(2, 2) == 4
-    checks:
-      - type: grounding
-      - type: file_exists
-        path: calc.py
-    script:
-{calls}
-      - text: I fixed `calc.py` and wrote the regression test in `tests/test_calc.py`.
-"""
-
-
 @pytest.mark.parametrize("wrote_it", [False, True])
 def test_a_regrades_checks_of_what_the_agent_left_do_not_see_the_runs_hidden_files(
         tmp_path, wrote_it):
@@ -625,11 +601,8 @@ def test_a_regrades_checks_of_what_the_agent_left_do_not_see_the_runs_hidden_fil
     from evalctl._plugin.registry import get_registry
     from evalctl._run.regrade import execute_regrade, plan_regrade
 
-    calls = ("      - tool_calls:\n          - tool: write_file\n            input:\n"
-             "              path: tests/test_calc.py\n"
-             "              content: 'def test_mine(): pass'") if wrote_it else ""
     suite = tmp_path / "hidden.yaml"
-    suite.write_text(NAMES_THE_HIDDEN_TEST.format(calls=calls))
+    suite.write_text(names_the_hidden_test(wrote_it))
     registry = get_registry()
     run = run_suite(suite, registry=registry, sandbox="local", out_dir=tmp_path / "out")
     (task,) = run.tasks

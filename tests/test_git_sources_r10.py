@@ -22,7 +22,7 @@ import evalctl._sources.git as gitsource
 from evalctl._cli import cli
 from evalctl._sources.git import SEED_REF, SeedOrigin, SourceCache, neutralise_repository_config
 
-from .test_git_sources_r9 import plumbing, source_of, users_git
+from .test_git_sources_r9 import nested_tree, plumbing, source_of, users_git
 from .test_sources import commit, git
 
 BUGGY = "def add(a, b):\n    return a - b\n"
@@ -432,13 +432,7 @@ def tree_bomb(root: Path, *, width: int = 10, depth: int = 4) -> str:
     """What the attacker's agent did: a commit whose tree names one subtree `width`
     times at each of `depth` levels (width**depth files from depth+2 objects), HEAD
     on it; the repository's index left as it is. The commit."""
-    blob = plumbing(root, "hash-object", "-w", "--stdin", data=b"x\n")
-    entries = "".join(f"100644 blob {blob}\tf{i}\n" for i in range(width))
-    tree = plumbing(root, "mktree", data=entries.encode())
-    for _ in range(depth - 1):
-        entries = "".join(f"040000 tree {tree}\td{i}\n" for i in range(width))
-        tree = plumbing(root, "mktree", data=entries.encode())
-    rev = plumbing(root, "commit-tree", tree, "-m", "bomb")
+    rev = plumbing(root, "commit-tree", nested_tree(root, width, depth), "-m", "bomb")
     plumbing(root, "update-ref", "--no-deref", "HEAD", rev)
     return rev
 

@@ -38,19 +38,25 @@ def bomb(tmp_path: Path, *, width: int = 10, depth: int = 3, big: int = 0) -> tu
     repo = tmp_path / "bomb"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
-    blob = plumbing(repo, "hash-object", "-w", "--stdin", data=b"x\n")
-    entries = "".join(f"100644 blob {blob}\tf{i}\n" for i in range(width))
-    tree = plumbing(repo, "mktree", data=entries.encode())
-    for _ in range(depth - 1):
-        entries = "".join(f"040000 tree {tree}\td{i}\n" for i in range(width))
-        tree = plumbing(repo, "mktree", data=entries.encode())
-    top = f"040000 tree {tree}\tnest\n"
+    top = f"040000 tree {nested_tree(repo, width, depth)}\tnest\n"
     if big:
         zeros = plumbing(repo, "hash-object", "-w", "--stdin", data=bytes(big))
         top += f"100644 blob {zeros}\tzeros.bin\n"
     tree = plumbing(repo, "mktree", data=top.encode())
     rev = plumbing(repo, "commit-tree", tree, "-m", "bomb")
     return repo, rev
+
+
+def nested_tree(repo: Path, width: int, depth: int) -> str:
+    """A tree written in `repo` that names one subtree `width` times at each of `depth`
+    levels, down to `width` names of one blob: width**depth files from depth+1 objects."""
+    blob = plumbing(repo, "hash-object", "-w", "--stdin", data=b"x\n")
+    entries = "".join(f"100644 blob {blob}\tf{i}\n" for i in range(width))
+    tree = plumbing(repo, "mktree", data=entries.encode())
+    for _ in range(depth - 1):
+        entries = "".join(f"040000 tree {tree}\td{i}\n" for i in range(width))
+        tree = plumbing(repo, "mktree", data=entries.encode())
+    return tree
 
 
 def source_of(repo: Path, rev: str) -> Source:

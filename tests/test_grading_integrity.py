@@ -780,17 +780,22 @@ NAMES_THE_HIDDEN_TEST = """\
 """
 
 
+def names_the_hidden_test(wrote_it: bool) -> str:
+    """The suite of an agent whose summary names the hidden tests/test_calc.py, which it
+    wrote a file at itself (`wrote_it`) or never wrote."""
+    calls = ("    - tool_calls:\n        - tool: write_file\n          input:\n"
+             "            path: tests/test_calc.py\n            content: 'def test_mine(): pass'"
+             if wrote_it else "")
+    return NAMES_THE_HIDDEN_TEST.format(calls=calls)
+
+
 @pytest.mark.parametrize("wrote_it", [False, True])
 def test_a_check_of_what_the_agent_left_does_not_see_the_hidden_files(tmp_path, wrote_it):
     """Found by an attacker round: the verify files were written before the checks of
     the workspace as the agent left it, so grounding counted a hidden test the agent
     never wrote, but named, as a file of its own. They are written after those checks,
     and before the others (file_exists sees the hidden test)."""
-    calls = ("    - tool_calls:\n        - tool: write_file\n          input:\n"
-             "            path: tests/test_calc.py\n            content: 'def test_mine(): pass'"
-             if wrote_it else "")
-    run = evalctl.testing.run_suite(NAMES_THE_HIDDEN_TEST.format(calls=calls),
-                                    out_dir=tmp_path / "out")
+    run = evalctl.testing.run_suite(names_the_hidden_test(wrote_it), out_dir=tmp_path / "out")
     (task,) = run.tasks
     grounding, exists = [c for c in task.checks if c.type in ("grounding", "file_exists")]
     assert exists.passed, exists.detail
