@@ -20,6 +20,7 @@ This module imports nothing from evalctl: it runs inside the sandbox.
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 import json
@@ -27,12 +28,15 @@ import operator
 import os
 import secrets
 import sys
+import types
 from typing import Any
 
 import pytest
 
 _STDOUT = os.dup(1)  # taken at import, before pytest's capture replaces fd 1
 _write = os.write
+_ORIGINAL_OPEN = open
+_ORIGINAL_COMPILE = compile
 _state: dict[str, Any] = {"collected": 0, "collection_errors": [], "outcomes": {},
                           "tampered": [], "workspace_plugins": [], "foreign_code": {},
                           "canary": None}
@@ -335,9 +339,14 @@ _PYCACHE_PREFIX = sys.pycache_prefix
 # those. Taken at import, before anything of the workspace's ran.
 _FRESH = tuple(os.path.realpath(d) for d in (os.environ.get("HOME"), os.environ.get("TMPDIR"))
                if d and d != "/")
+# The Python installation: its prefixes, this module's directory, and what sys.path holds
+# as this module is imported, before the workspace is on it (a test interpreter's
+# environment may reach another's site-packages: a venv of the seed's that sees
+# evalctl's own, say).
 _INSTALLED = tuple(dict.fromkeys(os.path.realpath(d) for d in (
     sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-    os.path.dirname(os.path.abspath(__file__)))))
+    os.path.dirname(os.path.abspath(__file__)),
+    *(entry for entry in sys.path if entry and os.path.isabs(entry)))))
 
 
 def pytest_addoption(parser: Any) -> None:
@@ -608,11 +617,6 @@ def _code(function: Any) -> Any:
     return getattr(getattr(function, "__func__", function), "__code__", None)
 
 
-def _own_file(function: Any) -> str | None:
-    code = _code(function)
-    return code.co_filename if code is not None else _defined_in(function)
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session: Any) -> None:
     session.testscollected -= len(_CANARIES)  # pytest's progress, as without them
@@ -656,6 +660,108 @@ def _written_during_the_run(path: str | None) -> bool:
         return not os.statvfs(str(path)).f_flag & os.ST_RDONLY
     except OSError:  # gone: written, and removed before the end
         return True
+
+
+def _code_of(thing: Any) -> Any:
+    """The code object `thing` runs when called: through bound methods, static and class
+    methods and partials (a hook can be any of these), without unwrapping what a wrapper
+    names as wrapped (the wrapper is what runs)."""
+    for _ in range(16):
+        if isinstance(thing, functools.partial):
+            thing = thing.func
+        elif isinstance(getattr(thing, "__func__", None), types.FunctionType):
+            thing = thing.__func__
+        else:
+            break
+    code = getattr(thing, "__code__", None) if isinstance(thing, types.FunctionType) else None
+    return code if isinstance(code, types.CodeType) else None
+
+
+def _genuine_functions() -> dict[int, Any]:
+    """Every function of the modules loaded from the Python installation (pytest's and
+    pluggy's among them) as this module is imported, before any code of the workspace's
+    runs, by identity: module-level ones, and those of the classes those modules define."""
+    found: dict[int, Any] = {}
+    for module in list(sys.modules.values()):
+        try:
+            file = getattr(module, "__file__", None)
+            if not file or _in_root(os.path.realpath(file), _INSTALLED) is None:
+                continue
+            values = list(vars(module).values())
+            values += [member for value in values
+                       if isinstance(value, type) and value.__module__ == module.__name__
+                       for member in vars(value).values()]
+            for value in values:
+                value = getattr(value, "__func__", None) or getattr(value, "fget", None) \
+                    or value
+                if isinstance(value, types.FunctionType):
+                    found[id(value)] = value
+        except Exception:  # an odd module: its functions are checked the slow way
+            continue
+    return found
+
+
+_COMPILED: dict[str, list[Any]] = {}
+
+
+def _compiled(path: str) -> list[Any]:
+    """Every code object compiling the file at `path` gives (nested ones included)."""
+    if path not in _COMPILED:
+        found: list[Any] = []
+        try:
+            with _ORIGINAL_OPEN(path, "rb") as handle:
+                source = handle.read(8 * 1024 * 1024)
+            pending = [_ORIGINAL_COMPILE(source, path, "exec", dont_inherit=True)]
+        except (OSError, SyntaxError, ValueError):
+            pending = []
+        while pending:
+            code = pending.pop()
+            found.append(code)
+            pending += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        _COMPILED[path] = found
+    return _COMPILED[path]
+
+
+def _installed_and_true(function: Any, code: Any) -> bool:
+    """Whether `function` is code of the Python installation: one of the functions it
+    had before the workspace's code ran, or one whose file is in it and compiles to
+    exactly this code there (a code object can name any file it likes: found by an
+    attacker round, a plugin compiled as /usr/lib/python3/dist-packages/helper.py)."""
+    underlying = function
+    while isinstance(underlying, functools.partial):
+        underlying = underlying.func
+    underlying = getattr(underlying, "__func__", underlying)
+    if _GENUINE.get(id(underlying)) is underlying:
+        return True
+    path = code.co_filename
+    if not os.path.isabs(path) or _in_root(os.path.realpath(path), _INSTALLED) is None:
+        return False
+    fields = ("co_code", "co_consts", "co_names", "co_varnames", "co_name",
+              "co_firstlineno")
+    mine = tuple(getattr(code, f) for f in fields)
+    return any(tuple(getattr(c, f) for f in fields) == mine for c in _compiled(path))
+
+
+def _untrusted_origin(thing: Any, roots: tuple[str, ...]) -> str | None:
+    """Where code a hook or a test runs comes from, when that is not the Python
+    installation's own code: its file relative to the workspace, or its absolute path
+    (or name) otherwise, for the grader to judge; None for the installation's code."""
+    code = _code_of(thing)
+    if code is None:
+        defined = _defined_in(thing)  # a class or module: its hooks are judged apart
+        where = _in_root(defined, roots)
+        if where is None and _written_during_the_run(defined):
+            where = os.path.abspath(str(defined))
+        return where
+    where = _in_root(code.co_filename, roots)
+    if where is not None:
+        return where
+    if _installed_and_true(thing, code):
+        return None
+    # Code from outside the workspace that is not the installation's: written during
+    # the run, or compiled under a name of its own choosing.
+    path = code.co_filename
+    return os.path.abspath(path) if os.path.isabs(path) else f"<code named {path!r}>"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -716,11 +822,10 @@ def pytest_unconfigure(config: Any) -> None:
     hooks = [impl.function for caller in vars(manager.hook).values()
              for impl in (caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else ())]
     plugins = _state["workspace_plugins"]
-    for defined in dict.fromkeys(map(_defined_in, [*manager.get_plugins(), *hooks,
-                                                   *_REGISTERED, *_BINDINGS.seen_functions])):
-        where = _in_root(defined, roots)
-        if where is None and _written_during_the_run(defined):
-            where = os.path.abspath(str(defined))
+    things = {id(thing): thing for thing in [*manager.get_plugins(), *hooks, *_REGISTERED,
+                                             *_BINDINGS.seen_functions]}
+    for thing in things.values():
+        where = _untrusted_origin(thing, roots)
         if where is not None and where not in plugins:
             plugins.append(where)
     for item, code in _items:  # a test whose code was swapped for code from another file
@@ -730,11 +835,13 @@ def pytest_unconfigure(config: Any) -> None:
         # What runs when the test is called: a wrapper's own code, not what it names as
         # `__wrapped__` (found by an attacker round: a functools.wraps wrapper of the
         # agent's that swallowed AssertionError was taken for the test file's code).
-        defined = _own_file(getattr(item, "obj", None))
-        where = _in_root(defined, roots)
+        where = _untrusted_origin(getattr(item, "obj", None), roots)
         if where is not None and where != test_file:
             _state["foreign_code"][item.nodeid] = where
-        elif where is None and _written_during_the_run(defined):
-            _state["foreign_code"][item.nodeid] = os.path.abspath(str(defined))
     line = f"\nevalctl-witness:{nonce}:{json.dumps(_state)}\n"
     _write(_STDOUT, line.encode("utf-8", "backslashreplace"))
+
+
+# Last, when every function of this module exists: the installation's code as it is before
+# any of the workspace's runs.
+_GENUINE = _genuine_functions()
