@@ -54,22 +54,30 @@ def render(run: evalctl.RunResult) -> str:
             element = ET.SubElement(case, "failure", message=_text(
                 f"{len(failed)} check(s) failed: {', '.join(c.type for c in failed)}"),
                 type="check_failed")
-            element.text = _text("\n\n".join(f"{c.type}: {c.detail}" for c in failed))
+            element.text = _text("\n\n".join(f"{c.type}: {_block(c.detail)}" for c in failed))
         elif task.status == "not_run":
             ET.SubElement(case, "skipped", message=_text(task.error or "not run"))
         out = ET.SubElement(case, "system-out")
         judged = task.judge_checks()
         lines = [f"exit status: {task.exit_status}", f"turns: {task.turns}",
                  f"workspace: {task.workspace}"]
-        lines += [f"[{'pass' if c.passed else 'FAIL'}] {c.type}: {c.detail}"
+        lines += [f"[{'pass' if c.passed else 'FAIL'}] {c.type}: {_block(c.detail)}"
                   for c in task.checks if c.kind == "mechanical"]
         if judged:
             lines.append("judge verdicts (reported apart, not part of pass/fail):")
             lines += [f"[{'pass' if c.passed else 'fail'}] {c.kind} {c.type}: "
-                      f"{c.detail}" for c in judged]
+                      f"{_block(c.detail)}" for c in judged]
         out.text = _text("\n".join(lines))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _block(detail: str) -> str:
+    """A check's detail with every line after its first indented and marked: the output
+    it quotes is the agent's, and a line of it must not read as one of the report's own
+    (found by an attacker round: a forged "[pass] tests_pass: ..." line)."""
+    first, _, rest = detail.partition("\n")
+    return first + "".join(f"\n    | {line}" for line in rest.split("\n")) if rest else first
 
 
 def write_junit(run: evalctl.RunResult, path: Path) -> Path:
