@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
+import secrets
 import select
 import shlex
 import shutil
@@ -1794,6 +1796,40 @@ def test_the_hosts_device_nodes_cannot_be_changed_from_inside(
         now = os.stat(f"/dev/{name}")
         assert (now.st_mode, now.st_uid, now.st_ctime_ns) == \
             (info.st_mode, info.st_uid, info.st_ctime_ns), name
+
+
+_ADD_KEY = {"x86_64": 248, "aarch64": 217}
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/keys") or platform.machine() not in _ADD_KEY,
+                    reason="no keyrings in this kernel, or add_key's number unknown here")
+def test_the_harness_users_keys_are_not_listed_inside(
+        make_jail: Callable[..., bs.BwrapJail]) -> None:
+    """Found by an attacker round: the keyring calls are refused inside, but /proc/keys
+    listed the harness user's keys (serial number, description) to the sandbox, whose
+    uid is the harness's. A key of this test's own thread (gone with the thread) must
+    not show inside; /proc/keys is an empty file there."""
+    import ctypes
+
+    description = f"evalctl-test-{secrets.token_hex(6)}"
+    listed: dict[str, Any] = {}
+
+    def in_a_thread_of_its_own() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        serial = libc.syscall(_ADD_KEY[platform.machine()], b"user", description.encode(),
+                              b"secret", 6, -1)  # -1: this thread's keyring
+        assert serial > 0, os.strerror(ctypes.get_errno())
+        with open("/proc/keys") as keys:
+            listed["host"] = keys.read()
+        listed["inside"] = run(make_jail(), "cat /proc/keys; echo end")
+
+    thread = threading.Thread(target=in_a_thread_of_its_own)
+    thread.start()
+    thread.join()
+    assert description in listed["host"]  # the key is there to be seen
+    inside = listed["inside"]
+    assert inside.returncode == 0, inside.stderr
+    assert description not in inside.stdout and inside.stdout.strip() == "end", inside.stdout
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as another user the sandbox owns no node")

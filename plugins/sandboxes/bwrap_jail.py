@@ -72,6 +72,10 @@ SANDBOX_HOSTNAME = "sandbox"
 # instead of a read-only bind per entry, each of which costs bubblewrap a pass over the
 # mount table. Reading stays possible, as it was with per-entry binds.
 PROC_COVERS = ("--remount-ro", "/proc")
+# The keyring calls are refused inside (BLOCKED_SYSCALLS), but /proc/keys lists every key
+# the harness's uid may view, with its serial number and description (found by an
+# attacker round): an empty file is laid over it. /proc/key-users shows only counts.
+KEYS_LIST = "/proc/keys"
 
 # Top-level directories made visible read-only.  /opt, /srv, /var, /run, /sys are not: pass
 # them through BwrapOptions.ro_paths if a suite needs something there.
@@ -811,6 +815,21 @@ def _new_shared_dir(parents: list[Path]) -> Path:
 
 
 @_once
+def _empty_file() -> Path:
+    """An empty, read-only file of this process's, laid over what the sandbox must not
+    read."""
+    for where in (_shared_dir, _fallback_dir):
+        try:
+            descriptor, name = tempfile.mkstemp(prefix="empty-", dir=where())
+        except OSError:
+            continue
+        os.close(descriptor)
+        os.chmod(name, 0o444)
+        return Path(name)
+    raise SandboxError("cannot make the sandbox's empty file")
+
+
+@_once
 def _shared_etc() -> tuple[Path, tuple[_Mount, ...]]:
     """The sandbox's /etc, assembled once per process (it is the same for every jail, and
     creating ~40 files costs ~15 ms here), and the binds over it. Built in a directory of
@@ -1062,7 +1081,10 @@ def _order_with_base(base: _BasePlan, own: list[_Mount]) -> list[_Mount]:
 def _leading_args(bwrap: str, network: bool) -> tuple[str, ...]:
     """Namespaces, /proc and /dev: the same for every jail of a process."""
     args = _namespace_args(bwrap, network)
-    args += ["--proc", "/proc", *PROC_COVERS, "--dev", "/dev"]
+    args += ["--proc", "/proc", *PROC_COVERS]
+    if os.path.exists(KEYS_LIST):  # the kernel has keyrings (see KEYS_LIST)
+        args += ["--ro-bind", str(_empty_file()), KEYS_LIST]
+    args += ["--dev", "/dev"]
     for node, dest in _private_device_nodes():  # over the host's (see DEVICE_NODES)
         args += ["--dev-bind", node, dest]
     return tuple(args)
