@@ -28,6 +28,13 @@ class _FiniteRange(click.FloatRange):
         return number
 
 
+class _Whole(click.IntRange):
+    """An IntRange that says "whole number": click's own message, "'x' is not a valid
+    integer range", names its type, not what to write (found by a newcomer)."""
+
+    name = "whole number"
+
+
 # More attempts of one task than anyone means: --repeat 10**23 ran for ever making them.
 MOST_REPEATS = 10_000
 
@@ -146,11 +153,12 @@ def cli(ctx: click.Context, strict_plugins: bool) -> None:
     ctx.obj = {"strict": strict_plugins}
 
 
-def _config() -> Any:
-    """The team defaults (evalctl.toml or [tool.evalctl]), their warnings said."""
+def _config(registry: Any = None, unused: Any = ()) -> Any:
+    """The team defaults (evalctl.toml or [tool.evalctl]), their warnings said; with a
+    registry, the plugins they name checked too (but those of the keys in `unused`)."""
     from evalctl._run.config import load_config
 
-    config = load_config()
+    config = load_config(registry=registry, unused=unused)
     for warning in config.warnings:
         click.echo(f"warning: {warning}", err=True)
     return config
@@ -267,12 +275,34 @@ def init(ctx: click.Context, directory: Path, force: bool) -> None:
     click.echo(f"wrote {written.schema}: the schema of the installed plugins, for your "
                "editor (the suite's first line points at it)")
     click.echo("\nnext:")
-    for command, why in (
-            (f"evalctl validate {suite}", "every problem, at file:line"),
-            (f"evalctl run {suite}", "1 of 2 passes; the table says which checks failed"),
-            (f"${{EDITOR:-vi}} {suite}", f"uncomment the script of {FAILING_TASK}, run again: "
-                                         "2 of 2 pass")):
-        click.echo(f"  {command:<{len(suite) + 18}} # {why}")
+    evalctl = _invoked_as()
+    hints = ((f"{evalctl} validate {suite}", "every problem, at file:line"),
+             (f"{evalctl} run {suite}", "1 of 2 passes; the table says which checks failed"),
+             (f"${{EDITOR:-vi}} {suite}", f"uncomment the script of {FAILING_TASK}, run again: "
+                                          "2 of 2 pass"))
+    width = max(len(command) for command, _ in hints)
+    for command, why in hints:
+        click.echo(f"  {command:<{width}}  # {why}")
+
+
+def _invoked_as() -> str:
+    """The command that runs this evalctl, for hints to copy: `evalctl` when that name
+    on PATH is this one, else the path it was started by (`.venv/bin/evalctl`, which a
+    bare `evalctl` would not find before the venv is activated: found by a newcomer)."""
+    import os
+    import shlex
+    import shutil
+
+    started = sys.argv[0] if sys.argv else ""
+    if os.path.basename(started) == "evalctl":
+        on_path = shutil.which("evalctl")
+        if on_path and os.path.realpath(on_path) == os.path.realpath(started):
+            return "evalctl"
+        return shlex.quote(started)
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "__main__.py")
+    if started and os.path.realpath(started) == os.path.realpath(here):  # python -m evalctl
+        return f"{shlex.quote(sys.executable)} -m evalctl"
+    return "evalctl"
 
 
 @cli.command("suites")
@@ -396,7 +426,7 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
 @click.option("--max-cost", type=_FiniteRange(min=0), metavar="USD",
               help="Budget for the whole run (agent and judges): once spent, no new attempt "
                    "starts; the rest are reported not run and --resume continues them.")
-@click.option("--max-tokens", type=click.IntRange(min=0), metavar="N",
+@click.option("--max-tokens", type=_Whole(min=0), metavar="N",
               help="Token budget for the whole run, like --max-cost.")
 @click.option("--only", multiple=True, metavar="ID", help="Run only this task (repeatable).")
 @click.option("--tag", "tags", multiple=True, metavar="T",
@@ -421,7 +451,7 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
 @click.option("--agent-option", "agent_options", multiple=True, metavar="KEY=VALUE",
               help="An agent setting, e.g. 'argv=my-agent {prompt}' or version=1.2 "
                    "(repeatable).")
-@click.option("--concurrency", type=click.IntRange(min=1), metavar="N",
+@click.option("--concurrency", type=_Whole(min=1), metavar="N",
               help="Tasks run at once (default: the provider's, 8 scripted, 4 anthropic).")
 @click.option("--executor", metavar="NAME",
               help="How attempts are scheduled: local (default: here, up to --concurrency "
@@ -437,7 +467,8 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
                    "JSON report is always written: compare and --baseline read it.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Directory for workspaces and reports (default eval_reports).")
-@click.option("--repeat", type=click.IntRange(1, MOST_REPEATS), default=1, show_default=True,
+@click.option("--repeat", type=_Whole(1, MOST_REPEATS), metavar="K", default=1,
+              show_default=True,
               help="Run each task K times, each in its own workspace (pass@k, pass^k).")
 @click.option("--baseline", type=click.Path(path_type=Path),
               help="A run to gate against (a JSON report or a run directory, as compare "
@@ -492,14 +523,28 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         raise UsageError("--scripted and --provider are alternatives; give one")
     if retry_errors and resume_dir is None:
         raise UsageError("--retry-errors works with --resume RUN_DIR")
+    if baseline is None:  # a gate without its baseline would be a green gate checking nothing
+        loose = [flag for name, flag in (
+            ("max_drop", "--max-drop"),
+            ("fail_on_flip", "--fail-on-flip" if fail_on_flip else "--allow-flips"))
+            if _given(ctx, name, ctx.params.get(name))]
+        if loose:
+            raise click.UsageError(
+                f"{' and '.join(loose)} only work{'s' if len(loose) == 1 else ''} with "
+                "--baseline RUN (they set how the run is gated against a baseline): add "
+                "--baseline, or leave them out", ctx)
     baseline_report = None
     if baseline is not None:  # read as compare reads it: a run directory works too
         stored_baseline = read_run(baseline)
         for problem in stored_baseline.problems:
             click.echo(f"warning: --baseline {baseline}: {problem}", err=True)
         baseline_report = stored_baseline.run
-    config = _config()
     registry = _registry(ctx)
+    # A resume takes its provider, sandbox and agent from the journal, not the config.
+    config = _config(registry, unused=[key for key, chosen in (
+        ("provider", scripted or provider or resume_dir), ("sandbox", sandbox or resume_dir),
+        ("agent", agent or resume_dir), ("executor", executor), ("reporters", reporters))
+        if chosen])
     parsed_provider_options = _parse_options(provider_options)
     parsed_sandbox_options = _parse_options(sandbox_options, "--sandbox-option")
     parsed_agent_options = _parse_options(agent_options, "--agent-option")
@@ -755,8 +800,10 @@ def report_command(ctx: click.Context, run_dir: Path, reporters: tuple[str, ...]
     for problem in stored.problems:
         click.echo(f"warning: {problem}", err=True)
     registry = _registry(ctx)
-    names = tuple(dict.fromkeys((ALWAYS_REPORTED, *(
-        reporters or _config().get("reporters", DEFAULT_REPORTERS)))))
+    if not reporters:
+        config = _config(registry, unused=["provider", "sandbox", "agent", "executor"])
+        reporters = tuple(config.get("reporters", DEFAULT_REPORTERS))
+    names = tuple(dict.fromkeys((ALWAYS_REPORTED, *reporters)))
     for name in names:
         registry.get("reporter", name)
     written, failures = write_reports(stored.run, registry, names,
@@ -781,7 +828,7 @@ def report_command(ctx: click.Context, run_dir: Path, reporters: tuple[str, ...]
                    "is always written.")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write the JSON report to this path.")
-@click.option("--concurrency", type=click.IntRange(min=1), metavar="N",
+@click.option("--concurrency", type=_Whole(min=1), metavar="N",
               help="Attempts graded at once (default 4).")
 @click.pass_context
 def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | None,
@@ -802,8 +849,10 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
     _a_directory(run_dir, "RUN_DIR")
     _report_path_checked(report, suite)
     registry = _registry(ctx)
-    names = tuple(dict.fromkeys((ALWAYS_REPORTED, *(
-        reporters or _config().get("reporters", DEFAULT_REPORTERS)))))
+    if not reporters:
+        config = _config(registry, unused=["provider", "sandbox", "agent", "executor"])
+        reporters = tuple(config.get("reporters", DEFAULT_REPORTERS))
+    names = tuple(dict.fromkeys((ALWAYS_REPORTED, *reporters)))
     for name in names:
         registry.get("reporter", name)
     prepared = plan_regrade(run_dir, registry, suite=suite, out_dir=out,
@@ -826,9 +875,9 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
 @cli.command("script")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.argument("task_id")
-@click.option("--attempt", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--attempt", type=_Whole(min=1), default=1, show_default=True,
               metavar="N", help="Which attempt of a run with --repeat.")
-@click.option("--indent", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--indent", type=_Whole(min=0), default=0, show_default=True,
               metavar="N",
               help="Spaces before every line, to paste under a task (4 under `tasks:`).")
 def script_command(run_dir: Path, task_id: str, attempt: int, indent: int) -> None:

@@ -63,6 +63,11 @@ class GraderSpec:
     unknown model) and the run stops with exit 2 before any task, as it does for a
     misconfigured agent provider. A check that cannot run for a reason found only while
     grading raises evalctl.GraderUnavailable from `grade` instead.
+    `validate_with_preflight` is True when `preflight` reads nothing but the checks it
+    is given (no machine state, no network: a python check's code compiled, a regex
+    compiled): `evalctl validate` then calls it too, and reports what it refuses at the
+    check's line (found by a newcomer: a python check that does not compile passed
+    validate and stopped the run with no file:line).
     `as_left_by_agent` is True when the check judges the workspace as the agent left it
     (its changes, what it said of them), not as the checks before it leave it: it is
     graded before the task's checks that are not, whatever its place among them (the
@@ -85,6 +90,7 @@ class GraderSpec:
     trusts: str = ""  # what the grader relies on, and what it does not: for the docs
     preflight: Callable[[list[Mapping[str, Any]]], Any] | None = None
     as_left_by_agent: bool = False
+    validate_with_preflight: bool = False
 
     def __post_init__(self) -> None:
         _check_name("grader", self.name)

@@ -64,6 +64,7 @@ class RunView:
             f", {name} {percent(rate.value, 0)}" for name, rate in run.named_rates().items())
         if run.judge_rate is not None:
             title += f", judge {percent(run.judge_rate, 0)}"
+        title += _stopped_early(run)
         table = Table(title=title)
         table.add_column("task", no_wrap=True)
         for column, justify in (("status", "left"), ("failed checks", "left"), ("exit", "left"),
@@ -119,6 +120,22 @@ def summary_line(run: RunResult) -> str:
     per_task = run.by_task()
     every = sum(1 for t in per_task if t.pass_hat_k)
     some = sum(1 for t in per_task if t.pass_at_k)
+    # pass^k is over the graded attempts: with some not run (a budget stop, Ctrl-C) or in
+    # error, "passed every attempt" read as k of k when it was 2 of 3 (found by a newcomer).
+    partly = sum(1 for t in per_task if t.ran < len(t.attempts))
+    every_one = f"every graded attempt (pass^k; {partly} with attempts not graded)" \
+        if partly else "every attempt (pass^k)"
     return (f"{passed}/{len(run.graded())} attempts passed; tasks: {every}/{len(per_task)} "
-            f"passed every attempt (pass^k), {some}/{len(per_task)} at least one (pass@k)"
-            f"{apart}")
+            f"passed {every_one}, {some}/{len(per_task)} at least one (pass@k){apart}")
+
+
+def _stopped_early(run: RunResult) -> str:
+    """For the title: that the rates are over part of the run, when some attempts did
+    not run, and why (the title said "completion 100%" after a budget stop)."""
+    not_run = run.count("not_run")
+    if not not_run and not run.interrupted:
+        return ""
+    why = "interrupted" if run.interrupted else "budget reached" if \
+        (run.budget or {}).get("reached") else "stopped early"
+    return f" ({why}: {not_run} of {len(run.tasks)} attempts not run)" if not_run else \
+        f" ({why})"

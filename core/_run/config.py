@@ -6,6 +6,7 @@ override them."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,14 +28,80 @@ class Config:
     values: dict[str, Any] = field(default_factory=dict)
     # Said to the user, not refused: both files set defaults, and one is ignored.
     warnings: list[str] = field(default_factory=list)
+    # Where the values were read: the file, its text, and the table ([tool.evalctl]).
+    path: Path | None = None
+    text: str = ""
+    table: tuple[str, ...] = ()
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
 
+    def problem(self, keys: tuple[str, ...], message: str) -> Problem:
+        """A problem at the line that sets `keys` (a key, or a table's key, in order)."""
+        prefix = "[tool.evalctl] " if self.table else ""
+        line = _line_of(self.text, (*self.table, *keys[:-1]), keys[-1]) or \
+            (_line_of(self.text, self.table, keys[0]) if len(keys) > 1 else 0)
+        return Problem(str(self.path), line, prefix + message)
 
-def load_config(directory: Path | None = None) -> Config:
+
+# The keys that name a plugin, and its kind.
+_NAMED = {"provider": "provider", "sandbox": "sandbox", "agent": "agent",
+          "executor": "executor"}
+# The keys holding a named plugin's options: they are checked against the plugin the
+# config names (with none named, they go to whatever plugin the run chooses).
+_OPTIONS = {"provider_options": "provider", "sandbox_options": "sandbox",
+            "executor_options": "executor"}
+
+
+def plugin_problems(config: Config, registry: Any, unused: Iterable[str] = ()
+                    ) -> list[Problem]:
+    """Every plugin the config names, and every option it gives one, that is not
+    installed, each at its file:line with a did-you-mean: found by a newcomer to be
+    named with no file:line, one per run, as if a flag were wrong. Keys in `unused` (a
+    flag chose that plugin instead) are not checked."""
+    if config.path is None:
+        return []
+    skip = set(unused)
+    problems = []
+    for key, kind in _NAMED.items():
+        name = config.get(key)
+        if key in skip or not isinstance(name, str):
+            continue
+        known = set(registry.specs[kind])
+        if kind == "sandbox":
+            known.add("auto")
+        if kind == "agent":
+            known |= set(config.get("agents", {}))
+        if name not in known:
+            problems.append(config.problem((key,), f"'{key}': "
+                                           f"{registry.explain_missing(kind, name)}"))
+    if "reporters" not in skip:
+        for name in config.get("reporters", []):
+            if isinstance(name, str) and name not in registry.specs["reporter"]:
+                problems.append(config.problem(("reporters",), "'reporters': "
+                                               f"{registry.explain_missing('reporter', name)}"))
+    for key, kind in _OPTIONS.items():
+        name, options = config.get(kind), config.get(key)
+        if kind in skip or not isinstance(options, dict) or not isinstance(name, str):
+            continue
+        spec = registry.specs[kind].get(name)
+        if spec is None:
+            continue  # its name is the problem, said above
+        known_options = list(spec.options_schema.get("properties", {}))
+        for option in options:
+            if option not in known_options:
+                problems.append(config.problem(
+                    (key, option), f"'{key}': {kind} '{name}' has no option '{option}'"
+                    f"{did_you_mean(option, known_options)}; its options: "
+                    f"{', '.join(known_options) or 'none'}"))
+    return problems
+
+
+def load_config(directory: Path | None = None, registry: Any = None,
+                unused: Iterable[str] = ()) -> Config:
     """The defaults in `directory` (default: the current one). Every problem in the
-    file chosen is reported at once, each at its line where it can be found."""
+    file chosen is reported at once, each at its line where it can be found; with a
+    `registry`, the plugins it names too (but those of the keys in `unused`)."""
     directory = directory or Path.cwd()
     candidates = [(directory / "evalctl.toml", ()), (directory / "pyproject.toml", ("tool",
                                                                                        "evalctl"))]
@@ -49,8 +116,13 @@ def load_config(directory: Path | None = None) -> Config:
         if not isinstance(data, dict):
             raise SuiteError([Problem(str(path), _line_of(text, keys[:-1], keys[-1]),
                                       f"[{'.'.join(keys)}] must be a table")])
-        _check(path, text, keys, data)
-        config = Config(f"{path}" + (" [tool.evalctl]" if keys else ""), dict(data))
+        problems = _check(path, text, keys, data)
+        config = Config(f"{path}" + (" [tool.evalctl]" if keys else ""), dict(data),
+                        path=path, text=text, table=keys)
+        if registry is not None:
+            problems += plugin_problems(config, registry, unused)
+        if problems:
+            raise SuiteError(sorted(problems, key=lambda p: p.line))
         for other, other_keys in candidates[index + 1:]:
             if _sets_defaults(other, other_keys):
                 config.warnings.append(
@@ -69,11 +141,23 @@ def _read(path: Path) -> tuple[str, dict[str, Any]]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError, ValueError) as exc:
         # ValueError: an integer longer than Python reads (4,300 digits)
         position = _TOML_POSITION.search(str(exc))
-        line = int(position.group(1)) if position else _line_of_long_number(path)
+        line = int(position.group(1)) if position else \
+            _last_line(path) if "end of document" in str(exc) else _line_of_long_number(path)
         raise SuiteError([Problem(str(path), line, f"invalid TOML: {exc}")]) from None
     except OSError as exc:
         raise SuiteError([Problem(str(path), 0, f"cannot read: {exc.strerror or exc}")]) \
             from None
+
+
+def _last_line(path: Path) -> int:
+    """The last line that holds anything (tomllib says "at end of document" without a
+    line when a list or table is left open)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return 0
+    return max((number for number, line in enumerate(lines, start=1) if line.strip()),
+               default=0)
 
 
 def _line_of_long_number(path: Path) -> int:
@@ -99,8 +183,9 @@ def _sets_defaults(path: Path, keys: tuple[str, ...]) -> bool:
     return bool(data)
 
 
-def _check(path: Path, text: str, table: tuple[str, ...], data: dict[str, Any]) -> None:
-    """Every problem of the keys in `data`, or nothing."""
+def _check(path: Path, text: str, table: tuple[str, ...], data: dict[str, Any]
+           ) -> list[Problem]:
+    """Every problem of the keys in `data`."""
     problems = []
     prefix = "[tool.evalctl] " if table else ""
 
@@ -120,11 +205,13 @@ def _check(path: Path, text: str, table: tuple[str, ...], data: dict[str, Any]) 
             problem(key, f"'{key}' must be {_TYPE_WORDS[expected]}, got {value!r}")
         elif key == "reporters" and not all(isinstance(r, str) for r in value):
             problem(key, "'reporters' must be a list of names")
+        elif key == "concurrency" and value < 1:
+            # As --concurrency refuses it: 0 was taken for "unset", and -5 blamed the flag.
+            problem(key, f"'concurrency' must be at least 1, got {value}")
         elif key == "out" and "\x00" in value:
             problem(key, f"'out' must be a directory's path, got {value!r}: no path holds a "
                          "NUL character")
-    if problems:
-        raise SuiteError(problems)
+    return problems
 
 
 def _line_of(text: str, table: tuple[str, ...], key: str) -> int:

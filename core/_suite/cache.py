@@ -21,8 +21,9 @@ from typing import Any
 # 6: suites read by the libyaml fast path — an entry that a version with a hole in it
 # validated (a byte-order mark inside the file, say) is not trusted; 7: numbers no JSON
 # holds, names no workspace can hold and regexes refused: what 6 found valid is not;
-# 8: lone surrogates, and a NUL in a setup command, refused
-FORMAT = "8"
+# 8: lone surrogates, and a NUL in a setup command, refused; 9: checks built-in graders'
+# preflights refuse (python code that does not compile, regexes RE2 cannot match)
+FORMAT = "9"
 
 
 def cache_dir() -> Path:

@@ -11,6 +11,7 @@ from typing import Any
 from evalctl._errors import Problem
 from evalctl._plugin.registry import Registry
 from evalctl._schema_check import surely_valid, unusable_numbers
+from evalctl._suite.schema import FILE_PATH_PATTERN, file_path_reason
 from evalctl._suite.yamlsource import Located
 from evalctl._text import SURROGATE
 
@@ -379,6 +380,8 @@ def _explain(error: Any, located: Located, registry: Registry,
         # The instance is a mapping key: point at the key's own line.
         key_line = located.key_lines.get((*path, instance), line)
         reason = error.schema.get("description") or f"must match {error.validator_value}"
+        if error.validator_value == FILE_PATH_PATTERN and isinstance(instance, str):
+            reason = file_path_reason(instance)
         return [(key_line, f"{where}: {instance!r} {reason}")]
     if kind == "pattern":
         reason = error.schema.get("description") or f"must match {error.validator_value}"

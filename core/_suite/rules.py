@@ -3,20 +3,25 @@
 1. Every task needs a mechanical check the agent cannot satisfy by talking (an error).
 2. Prompts state the goal, not the method: naming one of the agent's tools is a warning.
 Task ids must be unique, and unique regardless of case (workspaces are directories).
+A check the preflight of a grader that reads only its checks refuses (a python check
+whose code does not compile, a regex RE2 cannot match) is an error at the check's line.
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterable
 from typing import Any
 
-from evalctl._errors import Problem
-from evalctl._plugin.registry import Registry
+from evalctl._errors import Problem, UsageError
+from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.tooldefs import TOOL_NAMES
 from evalctl._suite.problems import shown
+from evalctl._suite.schema import FILE_PATH_PATTERN
 from evalctl._suite.yamlsource import Located
 
+_FILE_PATH = re.compile(FILE_PATH_PATTERN)
 _TOOL_IN_PROMPT = re.compile(r"\b(" + "|".join(map(re.escape, TOOL_NAMES)) + r")\b")
 
 
@@ -79,6 +84,7 @@ def rule_problems(located: Located, label: str, registry: Registry) -> Iterable[
                               "cannot also be seeded")
         yield from _patch_problems(located, label, path, task)
         yield from _file_name_problems(located, label, path, task)
+        yield from _check_problems(located, label, path, task, registry)
         types = [check["type"] for check in task["checks"]]
         if not any(counts_for_rule_one(registry.graders[t]) for t in types):
             yield Problem(label, line, (
@@ -91,6 +97,29 @@ def rule_problems(located: Located, label: str, registry: Registry) -> Iterable[
                 f"task '{shown(task_id)}': the prompt names the agent's tool(s) "
                 f"{', '.join(named)}; "
                 "state the goal, not the method"), severity="warning")
+
+
+def _check_problems(located: Located, label: str, path: tuple, task: dict,
+                    registry: Registry) -> Iterable[Problem]:
+    """Each check refused by the preflight of a grader that reads only its checks
+    (`validate_with_preflight`), at the check's line: found by a newcomer to pass
+    validate and then stop the run with no file:line. Other preflights may depend on the
+    machine (a judge's API key) and are called by the run alone, before any task."""
+    for index, check in enumerate(task["checks"]):
+        spec = registry.graders[check["type"]]
+        preflight = spec.preflight
+        if preflight is None or not spec.validate_with_preflight or \
+                inspect.iscoroutinefunction(preflight):
+            continue
+        try:
+            with use_registry(registry):
+                preflight([dict(check)])
+        except UsageError as exc:
+            yield Problem(label, located.line_of((*path, "checks", index)),
+                          f"task '{shown(task['id'])}', checks[{index}] ({check['type']}): "
+                          f"{exc}")
+        except Exception:  # noqa: S112 - the run's own preflight reports it, with its plugin
+            continue
 
 
 # The longest name of one file or directory that Linux file systems take, in bytes.
@@ -108,6 +137,8 @@ def _file_name_problems(located: Located, label: str, path: tuple, task: dict
         if not isinstance(mapping, dict):
             continue
         for name in mapping:
+            if not _FILE_PATH.search(name):
+                continue  # refused by the schema, with its reason: one error per name
             where = located.key_lines.get((*path, field, name), located.line_of(path))
             parts = name.split("/")
             if any(part in ("", ".") for part in parts):

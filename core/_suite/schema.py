@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,30 @@ COMMIT_PATTERN = r"^(?:[0-9a-f]{40}|[0-9a-f]{64})" + END
 # slash.
 FILE_PATH_PATTERN = (r"^(?![/~])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|" + END + r"))"
                      r"[^\\\x00\n\r]*[^/\\\x00\n\r]" + END)
+
+
+
+def file_path_reason(name: str) -> str:
+    """Why `name`, refused by FILE_PATH_PATTERN, is no file path of the workspace: the
+    one reason that applies (a newcomer's `dir/` was said to have a '..', an absolute
+    path or a backslash)."""
+    inside = "must be a relative path that stays inside the workspace"
+    if name.startswith("/"):
+        return f"{inside}: it is absolute"
+    if name.startswith("~"):
+        return f"{inside}: it starts with '~' (a home directory)"
+    if re.match(r"[A-Za-z]:", name):
+        return f"{inside}: it starts with a drive letter"
+    if "\\" in name:
+        return f"{inside}: it has a backslash (separate directories with '/')"
+    if ".." in re.split(r"[/\n\r]", name):
+        return f"{inside}: it has a '..' part"
+    if re.search(r"[\x00\n\r]", name):
+        return "must be a file's path: it holds a NUL character or a line break"
+    if name.endswith("/") or not name:
+        return "must name a file: it ends with '/' (write the file's path, e.g. 'dir/a.txt')"
+    return f"{inside} (no '..', no absolute path, no backslash)"
+
 
 LIMITS = {
     "type": "object",

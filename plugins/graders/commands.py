@@ -281,6 +281,7 @@ def evalctl_register_graders(register):
         name="python",
         grade=grade_python,
         preflight=preflight_python,
+        validate_with_preflight=True,
         params_schema={
             "type": "object",
             "properties": {

@@ -402,6 +402,7 @@ def evalctl_register_graders(register):
         name="file_contains",
         grade=grade_file_contains,
         preflight=preflight_file_contains,
+        validate_with_preflight=True,
         params_schema={
             "type": "object",
             "properties": {

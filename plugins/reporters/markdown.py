@@ -25,6 +25,11 @@ def _cell(text: str, limit: int = 120) -> str:
                             ).translate(_CELL_ESCAPES)
 
 
+def _count(number: int, noun: str) -> str:
+    """"1 error", "2 errors": the report said "1 errors"."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
 def render(run: evalctl.RunResult) -> str:
     errors, not_run = run.count("error"), run.count("not_run")
     graded = run.graded()
@@ -33,13 +38,13 @@ def render(run: evalctl.RunResult) -> str:
         "",
         f"**Completion: {percent(run.completion_rate)}** "
         f"({run.count('passed')}/{len(graded)} tasks passed"
-        + (f"; {errors} errors, not counted" if errors else "")
+        + (f"; {_count(errors, 'error')}, not counted" if errors else "")
         + (f"; {not_run} not run" if not_run else "") + ")",
         "",
     ]
     for name, rate in run.named_rates().items():
         lines.append(f"- {name.capitalize()}: {percent(rate.value)} ({rate.passed}/{rate.total} "
-                     "checks" + (f"; {rate.errors} errors" if rate.errors else "") + ")")
+                     "checks" + (f"; {_count(rate.errors, 'error')}" if rate.errors else "") + ")")
     judge = run.judge
     if judge.total or judge.errors:
         judge_usage, judge_cost = run.grader_usage()
