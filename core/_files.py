@@ -174,32 +174,94 @@ def directory_inside(root: Path, parts: Sequence[str]) -> Path | None:
     return here
 
 
+class WalkEntry:
+    """What walk() yields for an entry: the part of os.DirEntry the walks use (`name`,
+    `path`, `is_symlink()`, `stat()`), made from the name and type a listing gave. A
+    DirEntry keeps its full path from the start, so holding a directory's entries to
+    sort them held every path whole: 300,000 names under a path of 3,900 bytes were
+    1.2 GB of evalctl's memory (found by an attacker round). Here the path is put
+    together only when asked for."""
+
+    __slots__ = ("_directory", "name", "_link")
+
+    def __init__(self, directory: str, name: str, link: bool):
+        self._directory, self.name, self._link = directory, name, link
+
+    @property
+    def path(self) -> str:
+        return _joined(self._directory, self.name)
+
+    def is_symlink(self) -> bool:
+        return self._link
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        return os.stat(self.path, follow_symlinks=follow_symlinks)
+
+
+def _joined(directory: str, name: str) -> str:
+    return f"{directory}{name}" if directory.endswith("/") else f"{directory}/{name}"
+
+
+def _listing(directory: str) -> tuple[list[tuple[str, bool]], list[str]] | None:
+    """(non-directories as (name, is a link), sorted; subdirectories' names, sorted) of
+    `directory`, or None when it cannot be read. Only names are kept, never a DirEntry
+    (see WalkEntry)."""
+    others: list[tuple[str, bool]] = []
+    below: list[str] = []
+    try:
+        with os.scandir(directory) as listing:
+            for entry in listing:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        if entry.name not in IGNORED_DIRS:
+                            below.append(entry.name)
+                        continue
+                except OSError:
+                    continue
+                try:
+                    link = entry.is_symlink()
+                except OSError:  # gone since it was listed: what reads it will see
+                    link = False
+                others.append((entry.name, link))
+    except OSError:
+        return None
+    others.sort()
+    below.sort()
+    return others, below
+
+
 def walk(root: str | os.PathLike[str], *, max_depth: int | None = None
-         ) -> Iterator[tuple[str, os.DirEntry[str]]]:
+         ) -> Iterator[tuple[str, WalkEntry]]:
     """(relative POSIX path, entry) of everything under `root` that is not a directory,
-    in sorted order, depth first. Iterative, so no nesting is too deep (os.walk and
-    Path.glob recurse on Python 3.11 and fail past about a thousand levels); directory
-    links are not followed and tool caches (IGNORED_DIRS) are skipped. `max_depth` 1
-    lists `root` alone. Directories that cannot be read are passed over."""
-    stack: list[tuple[str, str, int]] = [(os.fspath(root), "", 1)]
-    while stack:
-        directory, prefix, depth = stack.pop()
-        try:
-            with os.scandir(directory) as listing:
-                entries = sorted(listing, key=lambda e: e.name)
-        except OSError:
-            continue
-        below = []
-        for entry in entries:
-            try:
-                is_dir = entry.is_dir(follow_symlinks=False)
-            except OSError:
-                continue
-            if not is_dir:
-                yield prefix + entry.name, entry
-            elif entry.name not in IGNORED_DIRS and (max_depth is None or depth < max_depth):
-                below.append((entry.path, f"{prefix}{entry.name}/", depth + 1))
-        stack.extend(reversed(below))
+    in sorted order, depth first (a directory's own entries before its subdirectories').
+    Iterative, so no nesting is too deep (os.walk and Path.glob recurse on Python 3.11
+    and fail past about a thousand levels); directory links are not followed and tool
+    caches (IGNORED_DIRS) are skipped. `max_depth` 1 lists `root` alone. Directories that
+    cannot be read are passed over. What it holds is the names of the directory being
+    listed and of the subdirectories still to visit on the way down, never a path per
+    name."""
+    base = os.fspath(root)
+    # One frame per directory on the way down: its path, its relative prefix, its depth
+    # and the names of its subdirectories still to visit (last first).
+    frames: list[tuple[str, str, int, list[str]]] = []
+    directory, prefix, depth = base, "", 1
+    while True:
+        listed = _listing(directory)
+        if listed is not None:
+            others, below = listed
+            for name, link in others:
+                yield prefix + name, WalkEntry(directory, name, link)
+            if below and (max_depth is None or depth < max_depth):
+                below.reverse()
+                frames.append((directory, prefix, depth, below))
+        while frames and not frames[-1][3]:
+            frames.pop()
+        if not frames:
+            return
+        parent, parent_prefix, parent_depth, names = frames[-1]
+        name = names.pop()
+        directory, prefix, depth = _joined(parent, name), f"{parent_prefix}{name}/", \
+            parent_depth + 1
 
 
 # A tree this small is walked and hashed on the event loop itself: handing the work to
@@ -327,38 +389,47 @@ def snapshot(root: Path) -> dict[str, str]:
     the content hash of a file, `symlink:TARGET` for a link, `special:KIND` for a FIFO,
     socket or device (never read: opening one could block or read for ever), and
     `size:N:MTIME` for a file over HASH_LIMIT_BYTES. Blocking work: callers on an event
-    loop run it in a thread."""
+    loop run it in a thread. It holds every path: for a tree the agent made, where their
+    number has no bound, compare as you go (`fingerprints`, `fingerprint`)."""
+    return dict(fingerprints(root))
+
+
+def fingerprints(root: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
+    """(relative path, fingerprint) of what `snapshot` holds, one at a time, in walk
+    order: what cannot be read is left out, as snapshot leaves it out."""
+    for relative, entry in walk(root):
+        found = fingerprint(entry)
+        if found is not None:
+            yield relative, found
+
+
+def fingerprint(entry: WalkEntry) -> str | None:
+    """The fingerprint `snapshot` records for one entry of walk(), or None when it
+    cannot be read."""
     import stat
 
-    found: dict[str, str] = {}
-    for relative, entry in walk(root):
-        try:
-            if entry.is_symlink():
-                found[relative] = "symlink:" + os.readlink(entry.path)
-                continue
-            info = entry.stat(follow_symlinks=False)
-            if not stat.S_ISREG(info.st_mode):
-                found[relative] = f"special:{stat.filemode(info.st_mode)[0]}"
-                continue
-            if info.st_size > HASH_LIMIT_BYTES:
-                found[relative] = f"size:{info.st_size}:{info.st_mtime_ns}"
-                continue
-            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
-            continue
-        try:  # raw reads: a buffered file object costs three more system calls a file
-            kind = os.fstat(fd).st_mode
-            if not stat.S_ISREG(kind):  # swapped for a FIFO since the stat: still not read
-                found[relative] = f"special:{stat.filemode(kind)[0]}"
-                continue
-            # What the stat measured (and a byte more, so growth still changes the
-            # hash): a file another process keeps growing cannot hold the walk.
-            found[relative] = _digest(fd, info.st_size + 1)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-    return found
+    try:
+        if entry.is_symlink():
+            return "symlink:" + os.readlink(entry.path)
+        info = entry.stat(follow_symlinks=False)
+        if not stat.S_ISREG(info.st_mode):
+            return f"special:{stat.filemode(info.st_mode)[0]}"
+        if info.st_size > HASH_LIMIT_BYTES:
+            return f"size:{info.st_size}:{info.st_mtime_ns}"
+        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:  # raw reads: a buffered file object costs three more system calls a file
+        kind = os.fstat(fd).st_mode
+        if not stat.S_ISREG(kind):  # swapped for a FIFO since the stat: still not read
+            return f"special:{stat.filemode(kind)[0]}"
+        # What the stat measured (and a byte more, so growth still changes the
+        # hash): a file another process keeps growing cannot hold the walk.
+        return _digest(fd, info.st_size + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -12,12 +12,60 @@ import errno
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evalctl._files import IGNORED_DIRS, real_directory, resolve_inside, snapshot, write_all
+from evalctl._files import (
+    IGNORED_DIRS,
+    fingerprint,
+    real_directory,
+    resolve_inside,
+    snapshot,
+    walk,
+    write_all,
+)
 from evalctl._sources.model import Source
+from evalctl._text import json_line
+
+# The list of changed files is bounded: it is made in evalctl's own process, written
+# whole into the ledger's task_end and handed to every grader, and the agent decides how
+# many files it leaves (found by an attacker round: 300,000 empty files under paths of
+# 3,900 bytes, 46 MB of disk, took evalctl to 5.8 GB and wrote a ledger line of 1.17 GB).
+# Past either bound the rest is counted, not listed. Real work is far below: a virtual
+# environment the agent makes is a few thousand files.
+MAX_LISTED_CHANGES = 10_000
+MAX_LISTED_BYTES = 4_000_000  # of paths and their digests, as JSON writes them
+
+
+class ChangedFiles(dict[str, str]):
+    """Workspace-relative path -> 'created' | 'modified' | 'deleted', sorted by path,
+    and `omitted`: how many changes more were found and not listed (the list keeps at
+    most MAX_LISTED_CHANGES entries and MAX_LISTED_BYTES of paths). While `omitted` is
+    not 0, a path that is not listed is not known to be unchanged: whatever must know
+    whether a file changed takes it as changed. Listed first: changes to paths that
+    match the globs changed_files was given (a task's `protected`), then changes to
+    seeded paths (modified, deleted: as many as the seed has), then created files."""
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.omitted = 0
+        # The fingerprint of each listed created or modified path as the agent left it
+        # (a regrade tells by them whether code a check ran changed the workspace since).
+        self.digests: dict[str, str] = {}
+
+    @property
+    def complete(self) -> bool:
+        return self.omitted == 0
+
+    def note(self) -> str | None:
+        """What a record says of a cut list, or None when nothing was left out."""
+        if not self.omitted:
+            return None
+        return (f"the list of changed files was cut at {len(self)} entries: {self.omitted} "
+                f"more changed path(s) are not listed (at most {MAX_LISTED_CHANGES} entries "
+                f"and {MAX_LISTED_BYTES:,} bytes of paths are kept); a path not listed is "
+                "not known to be unchanged")
 
 
 @dataclass
@@ -38,13 +86,59 @@ class Workspace:
     def resolve(self, user_path: str) -> Path:
         return resolve_inside(self.root, user_path)
 
-    def changed_files(self) -> dict[str, str]:
-        """Workspace-relative path -> 'created' | 'modified' | 'deleted'."""
-        now, before = snapshot(self.root), self.seed
-        changes = {p: "created" for p in now if p not in before}
-        changes.update({p: "modified" for p in now if p in before and now[p] != before[p]})
-        changes.update({p: "deleted" for p in before if p not in now})
-        return dict(sorted(changes.items()))
+    def changed_files(self, first: Collection[str] = ()) -> ChangedFiles:
+        """What changed against the seed (see ChangedFiles), bounded whatever the agent
+        left: the workspace is compared with the seed as it is walked, and what evalctl
+        holds is the seed's paths and the changes it lists. `first`: globs (fnmatch, `*`
+        also matching "/", as `protected` is read) whose changes are listed before any
+        other, so that a check of them never depends on where the list was cut. A file
+        that is not in the seed is not read (it is created, whatever it holds)."""
+        import fnmatch
+
+        before = self.seed
+        seen: set[str] = set()
+        ahead = _Listing()  # changes to paths `first` names
+        seeded: list[tuple[str, str]] = []  # bounded by the seed
+        created = _Listing()
+        digests: dict[str, str] = {}
+        for relative, entry in walk(self.root):
+            known = before.get(relative)
+            now = None
+            if known is not None:
+                now = fingerprint(entry)
+                if now is None:  # unreadable: not there, as snapshot has it
+                    continue
+                seen.add(relative)
+                if now == known:
+                    continue
+                change = "modified"
+            else:
+                change = "created"
+            if first and any(fnmatch.fnmatchcase(relative, glob) for glob in first):
+                kept = ahead.add(relative, change)
+            elif change == "modified":
+                seeded.append((relative, change))
+                kept = True
+            else:
+                kept = created.add(relative, change)
+            if kept:  # read only when listed: what is cut is never read
+                now = now if now is not None else fingerprint(entry)
+                if now is not None:
+                    digests[relative] = now
+        for relative in before:
+            if relative not in seen:
+                change = "deleted"
+                if first and any(fnmatch.fnmatchcase(relative, glob) for glob in first):
+                    ahead.add(relative, change)
+                else:
+                    seeded.append((relative, change))
+        listed = _Listing(omitted=ahead.omitted + created.omitted)
+        for relative, change in [*ahead.kept, *seeded, *created.kept]:
+            listed.add(relative, change)
+        changes = ChangedFiles(sorted(listed.kept))
+        changes.omitted = listed.omitted
+        changes.digests = {path: digests[path] for path in changes if path in digests}
+        return changes
 
     def adopt_setup(self) -> None:
         """What the task's setup made (a virtual environment, build output) is what the
@@ -70,6 +164,31 @@ class Workspace:
             else:
                 shutil.copy2(origin, target, follow_symlinks=False)
         self.seed = snapshot(self.seed_path)
+
+
+class _Listing:
+    """Changes kept up to the bounds (MAX_LISTED_CHANGES, MAX_LISTED_BYTES), the rest
+    counted."""
+
+    def __init__(self, omitted: int = 0):
+        self.kept: list[tuple[str, str]] = []
+        self.omitted = omitted
+        self._bytes = 0
+
+    def add(self, relative: str, change: str) -> bool:
+        """Keep the change if there is room (True), else count it."""
+        if len(self.kept) < MAX_LISTED_CHANGES and self._bytes <= MAX_LISTED_BYTES:
+            # As the ledger's line holds it: `"path":"change",` (and its digest)
+            size = len(json_line(relative).encode("utf-8")) * 2 + len(change) + 80
+            if self._bytes + size <= MAX_LISTED_BYTES:
+                self._bytes += size
+                self.kept.append((relative, change))
+                return True
+            # Full: no later path is listed either (not even a shorter one), so what is
+            # listed is all that was found up to the cut.
+            self._bytes = MAX_LISTED_BYTES + 1
+        self.omitted += 1
+        return False
 
 
 def new_run_directory(base: str | os.PathLike[str] = "eval_reports") -> Path:

@@ -19,12 +19,14 @@ the socket is the sandbox's only way out, and it leads to the model only.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import os
 import re
 import secrets
 import socket
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,8 +53,34 @@ from evalctl._text import truncate
 
 SOCKET_NAME = "evalctl-model.sock"
 TOKEN_PREFIX = "evalctl-task-"
-MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_HEADER_LINES = 200
+# What a request may be, and what one attempt's proxy may hold. Every byte of a request
+# is held in evalctl's own process, outside the sandbox's memory limit, and its JSON is
+# parsed on the event loop every attempt shares (found by an attacker round: 32
+# connections of 64 MB held 2 GB for one attempt, and a 64 MB body of `[],[],...` parsed
+# to 1.6 GB and held the loop 6-8 s, so that other attempts overran their time).
+#
+# A body: 8 MB. A Messages request is the conversation so far, tool results included:
+# a whole context of 200,000 tokens is under 1 MB of text, one of 1,000,000 about 4 MB,
+# and the tools' schemas add tens of kilobytes. (The API's own limit, 32 MB, is for
+# images and documents sent inline.) A larger one is answered 413 request_too_large.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+# JSON values in a body (strings, keys included, numbers, arrays, objects), counted
+# before it is parsed: each costs up to VALUE_BYTES once parsed, where its text may be
+# two bytes (`[],`), and parsing 500,000 takes tens of milliseconds. A conversation
+# holds about one value for every 15 bytes at its densest (many short tool calls), so a
+# whole context of 1,000,000 tokens holds under 300,000. Past it: 413.
+MAX_JSON_VALUES = 500_000
+VALUE_BYTES = 100
+# What one attempt's requests may hold at once, received and parsed (each counted as
+# twice its body, the bytes and the text parsed from them, plus VALUE_BYTES a value):
+# a request waits, before its body is read, until the attempt's earlier ones leave it
+# room (its bytes meanwhile stay in the sandbox). The largest request fits alone.
+MAX_ATTEMPT_BYTES = 64 * 1024 * 1024
+# A request refused before its body is read (too large, a wrong key, a path not served)
+# has its body read and dropped, up to this much, so the agent hears the answer (a
+# client still sending would see its connection reset instead).
+MAX_DRAINED_BYTES = 32 * 1024 * 1024
 CHARS_PER_TOKEN = 4  # for count_tokens: an estimate, never billed
 
 
@@ -182,8 +210,9 @@ def to_sse(message: Mapping[str, Any]) -> bytes:
 # --------------------------------------------------------------------------- HTTP
 
 
-async def _read_request(reader: asyncio.StreamReader
-                        ) -> tuple[str, str, dict[str, str], bytes] | None:
+async def _read_head(reader: asyncio.StreamReader
+                     ) -> tuple[str, str, dict[str, str]] | None:
+    """The request line and headers; None when the client sent nothing."""
     line = await reader.readline()
     if not line:
         return None
@@ -200,23 +229,172 @@ async def _read_request(reader: asyncio.StreamReader
         headers[name.strip().lower()] = value.strip()
     else:
         raise _BadRequest(431, "invalid_request_error", "too many headers")
+    return method, target, headers
+
+
+def _body_length(headers: Mapping[str, str]) -> int | None:
+    """The body's length as the headers give it; None for a chunked body."""
     if headers.get("transfer-encoding", "").lower() == "chunked":
-        body = bytearray()
-        while True:
-            size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    pass
-                break
-            if len(body) + size > MAX_BODY_BYTES:
-                raise _BadRequest(413, "request_too_large", "request body too large")
-            body += await reader.readexactly(size)
-            await reader.readline()
-        return method, target, headers, bytes(body)
+        return None
     length = int(headers.get("content-length", "0") or 0)
-    if length > MAX_BODY_BYTES:
-        raise _BadRequest(413, "request_too_large", "request body too large")
-    return method, target, headers, await reader.readexactly(length) if length else b""
+    if length < 0:
+        raise ValueError("a negative Content-Length")
+    return length
+
+
+async def _chunk_size(reader: asyncio.StreamReader) -> int:
+    size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
+    if size < 0:
+        raise ValueError("a negative chunk size")
+    if size == 0:  # the last chunk, then trailers to the empty line
+        while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+            pass
+    return size
+
+
+async def _skip(reader: asyncio.StreamReader, count: int) -> None:
+    """Read `count` bytes (or to the end) and keep none of them."""
+    while count > 0:
+        data = await reader.read(min(count, 1 << 16))
+        if not data:
+            return
+        count -= len(data)
+
+
+async def _drain(reader: asyncio.StreamReader, length: int | None, read: int = 0) -> None:
+    """The rest of a body that will not be used, read and dropped, up to
+    MAX_DRAINED_BYTES in all (`read`: what was read of it already); past that it is left
+    unread."""
+    if length is not None:
+        if length <= MAX_DRAINED_BYTES:
+            await _skip(reader, length)
+        return
+    while read <= MAX_DRAINED_BYTES:
+        size = await _chunk_size(reader)
+        if size == 0:
+            return
+        read += size
+        if read <= MAX_DRAINED_BYTES:
+            await _skip(reader, size)
+            await reader.readline()
+
+
+async def _read_body(reader: asyncio.StreamReader, length: int | None) -> bytes:
+    """The body (`length` bytes; None: chunked), at most MAX_BODY_BYTES: a chunked one
+    that goes past it is drained and refused with a 413."""
+    if length is not None:
+        return await reader.readexactly(length) if length else b""
+    body = bytearray()
+    while True:
+        size = await _chunk_size(reader)
+        if size == 0:
+            return bytes(body)
+        if len(body) + size > MAX_BODY_BYTES:
+            if len(body) + size <= MAX_DRAINED_BYTES:
+                await _skip(reader, size)
+                await reader.readline()
+                await _drain(reader, None, len(body) + size)
+            raise _too_large()
+        body += await reader.readexactly(size)
+        await reader.readline()
+
+
+def _too_large() -> _BadRequest:
+    return _BadRequest(413, "request_too_large",
+                       f"evalctl model proxy: the request body is over "
+                       f"{MAX_BODY_BYTES // (1024 * 1024)} MB, the most it serves")
+
+
+def _json_values(body: bytes) -> int:
+    """No fewer than the values (strings, numbers, arrays, objects...) json.loads makes
+    of `body`, found without parsing it, in passes over the bytes at C speed: its
+    strings, and the commas and opening brackets outside them, plus one. In UTF-8 no
+    byte of a multi-byte character is a quote or a bracket; a body that is not UTF-8 is
+    refused before it is parsed."""
+    # With the escaped backslashes, then the escaped quotes, taken out, every quote
+    # left opens or closes a string.
+    plain = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    strings = (plain.count(b'"') + 1) // 2
+    marks = plain.count(b",") + plain.count(b"[") + plain.count(b"{")
+    if strings + marks > MAX_JSON_VALUES >= strings:
+        # Counted again outside the strings: text (code, a JSON file a tool read) holds
+        # commas and brackets of its own.
+        outside = b"".join(plain.split(b'"')[::2])
+        marks = outside.count(b",") + outside.count(b"[") + outside.count(b"{")
+    return strings + marks + 1
+
+
+def _held_for(length: int, values: int) -> int:
+    """What a request is counted as holding (MAX_ATTEMPT_BYTES): its body, the text
+    parsed from it, and VALUE_BYTES a value."""
+    return 2 * length + VALUE_BYTES * values
+
+
+class _Budget:
+    """The bytes one attempt's requests may hold at once. A request takes its share
+    before its body is read, waiting (first come, first served) while the requests
+    before it hold the rest, and gives it back when it is answered."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.held = 0
+        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = \
+            collections.deque()
+
+    async def take(self, amount: int) -> None:
+        amount = min(amount, self.total)
+        if not self._waiting and self.held + amount <= self.total:
+            self.held += amount
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((amount, waiter))
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():  # granted as it was cancelled
+                self.give(amount)
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove((amount, waiter))
+                self._grant()  # it may have been first in line
+            raise
+
+    def give(self, amount: int) -> None:
+        self.held -= amount
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiting:
+            amount, waiter = self._waiting[0]
+            if waiter.done():
+                self._waiting.popleft()
+                continue
+            if self.held + amount > self.total:
+                return
+            self._waiting.popleft()
+            self.held += amount
+            waiter.set_result(None)
+
+
+class _Held:
+    """What one connection holds of its attempt's _Budget."""
+
+    def __init__(self, budget: _Budget):
+        self.budget = budget
+        self.amount = 0
+
+    async def take(self, amount: int) -> None:
+        await self.budget.take(amount)
+        self.amount += min(amount, self.budget.total)
+
+    def keep(self, amount: int) -> None:
+        """Hold no more than `amount` from now on."""
+        if amount < self.amount:
+            self.budget.give(self.amount - amount)
+            self.amount = amount
+
+    def release(self) -> None:
+        self.keep(0)
 
 
 def _response(status: int, body: bytes, content_type: str = "application/json",
@@ -419,6 +597,8 @@ class ModelProxy:
         self._unpriced_noted = False
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._budget = _Budget(MAX_ATTEMPT_BYTES)  # what its requests hold at once
+        self._decoding = asyncio.Lock()  # its bodies are parsed one at a time
 
     async def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -450,12 +630,10 @@ class ModelProxy:
         current = asyncio.current_task()
         if current is not None:
             self._connections.add(current)
+        held = _Held(self._budget)
         try:
             try:
-                request = await asyncio.wait_for(_read_request(reader), REQUEST_SECONDS)
-                if request is None:
-                    return
-                answer = await self._answer(*request)
+                answer = await self._serve(reader, held)
             except _BadRequest as exc:
                 answer = _error(exc.status, exc.kind, exc.message)
             except (ValueError, asyncio.IncompleteReadError):
@@ -466,43 +644,63 @@ class ModelProxy:
             except Exception as exc:  # a bug here must reach the agent as an answer, not a hang
                 answer = _error(500, "api_error",
                                 f"evalctl model proxy failed: {type(exc).__name__}: {exc}")
+            held.release()
+            if answer is None:
+                return
             writer.write(answer)
             await writer.drain()
         except (ConnectionError, OSError):
             pass  # the agent went away; nothing to tell it
+        except asyncio.CancelledError:
+            # The attempt is over (close()): nothing to tell the agent, and a connection
+            # ended by a cancellation would have asyncio print a traceback on the user's
+            # terminal (found by an attacker round: 'Exception in callback
+            # StreamReaderProtocol...', from the drain above).
+            pass
         finally:
+            held.release()
             writer.close()
             if current is not None:
                 self._connections.discard(current)
 
-    async def _answer(self, method: str, target: str, headers: Mapping[str, str],
-                      body: bytes) -> bytes:
-        given = headers.get("x-api-key") or \
-            headers.get("authorization", "").removeprefix("Bearer ").strip()
-        if not secrets.compare_digest(given.encode(), self.token.encode()):
-            return _error(401, "authentication_error",
-                          "evalctl model proxy: invalid x-api-key (use this attempt's "
-                          "ANTHROPIC_API_KEY)")
-        path = target.split("?", 1)[0].rstrip("/")
-        if path not in ("/v1/messages", "/v1/messages/count_tokens"):
-            return _error(404, "not_found_error",
-                          f"evalctl model proxy: {path} is not served (only /v1/messages)")
-        if method != "POST":
-            return _error(405, "invalid_request_error", f"{method} {path}: use POST")
-        try:
-            payload = json.loads(body or b"{}", parse_constant=_no_constant,
-                                 parse_float=_finite)
-        except (json.JSONDecodeError, ValueError, RecursionError) as exc:
-            return _error(400, "invalid_request_error", f"the body is not JSON: {exc}")
-        if not isinstance(payload, dict):
-            return _error(400, "invalid_request_error", "the body must be a JSON object")
-        unsendable = _unsendable(payload, headers)
-        if unsendable is not None:
-            # What the upstream API could not even be sent: the agent's request, refused
-            # as the API would refuse it, not an error that ends the attempt.
-            return _error(400, "invalid_request_error", f"evalctl model proxy: {unsendable}")
+    async def _serve(self, reader: asyncio.StreamReader, held: _Held) -> bytes | None:
+        """One request read and answered; None when the client sent nothing. Bytes are
+        held only for a request that will be served: it is refused (before its body is
+        read) when it is not the attempt's or too large, and its body is counted
+        against the attempt's budget before it is read and its JSON values before it
+        is parsed."""
+        head = await asyncio.wait_for(_read_head(reader), REQUEST_SECONDS)
+        if head is None:
+            return None
+        method, target, headers = head
+        path, refusal = self._refusal_of(method, target, headers)
+        length = _body_length(headers)
+        if refusal is None and length is not None and length > MAX_BODY_BYTES:
+            refusal = _error(413, "request_too_large", _too_large().message)
+        if refusal is not None:
+            await asyncio.wait_for(_drain(reader, length), REQUEST_SECONDS)
+            return refusal
+        most = MAX_BODY_BYTES if length is None else length
+        await held.take(_held_for(most, min(MAX_JSON_VALUES, most + 1)))
+        body = await asyncio.wait_for(_read_body(reader, length), REQUEST_SECONDS)
+        estimate = (len(body) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
+        async with self._decoding:
+            started = time.monotonic()
+            values = _json_values(body)
+            if values > MAX_JSON_VALUES:
+                payload: dict[str, Any] | bytes = _error(
+                    413, "request_too_large", f"evalctl model proxy: the request body holds "
+                    f"more than {MAX_JSON_VALUES:,} JSON values, the most it serves")
+            else:
+                held.keep(_held_for(len(body), values))
+                payload = self._decoded(body, headers)
+            del body  # the parsed request is what is held from here
+            # As long again for the attempt's other work and everyone else's: one
+            # attempt's requests, however many, take at most about half the event loop.
+            await asyncio.sleep(min(time.monotonic() - started, 1.0))
+        if isinstance(payload, bytes):
+            return payload
         if path.endswith("count_tokens"):
-            estimate = (len(json.dumps(payload)) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
             return _response(200, json.dumps({"input_tokens": estimate}).encode())
         betas = [b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()]
         beyond = _beyond_the_model(payload, betas)
@@ -514,6 +712,44 @@ class ModelProxy:
         if betas:  # what the agent asked of the API goes with its request
             payload["betas"] = betas
         return await self._messages(payload)
+
+    def _refusal_of(self, method: str, target: str, headers: Mapping[str, str]
+                    ) -> tuple[str, bytes | None]:
+        """The path asked for, and the answer that refuses the request before its body
+        is read (another key, a path not served, a method other than POST), or None."""
+        given = headers.get("x-api-key") or \
+            headers.get("authorization", "").removeprefix("Bearer ").strip()
+        path = target.split("?", 1)[0].rstrip("/")
+        if not secrets.compare_digest(given.encode(), self.token.encode()):
+            return path, _error(401, "authentication_error",
+                                "evalctl model proxy: invalid x-api-key (use this attempt's "
+                                "ANTHROPIC_API_KEY)")
+        if path not in ("/v1/messages", "/v1/messages/count_tokens"):
+            return path, _error(404, "not_found_error",
+                                f"evalctl model proxy: {path} is not served (only "
+                                "/v1/messages)")
+        if method != "POST":
+            return path, _error(405, "invalid_request_error", f"{method} {path}: use POST")
+        return path, None
+
+    @staticmethod
+    def _decoded(body: bytes, headers: Mapping[str, str]) -> dict[str, Any] | bytes:
+        """The request's JSON object, or the answer that refuses it."""
+        try:
+            payload = json.loads(body.decode("utf-8") if body else "{}",
+                                 parse_constant=_no_constant, parse_float=_finite)
+        except UnicodeDecodeError:
+            return _error(400, "invalid_request_error", "the body is not UTF-8")
+        except (json.JSONDecodeError, ValueError, RecursionError) as exc:
+            return _error(400, "invalid_request_error", f"the body is not JSON: {exc}")
+        if not isinstance(payload, dict):
+            return _error(400, "invalid_request_error", "the body must be a JSON object")
+        unsendable = _unsendable(payload, headers)
+        if unsendable is not None:
+            # What the upstream API could not even be sent: the agent's request, refused
+            # as the API would refuse it, not an error that ends the attempt.
+            return _error(400, "invalid_request_error", f"evalctl model proxy: {unsendable}")
+        return payload
 
     async def _messages(self, body: Mapping[str, Any]) -> bytes:
         if self.limits.cost is None:

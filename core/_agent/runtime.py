@@ -152,11 +152,17 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
         if cassette is not None:
             cassette.close()
     # Hashing the workspace reads every file the agent left: on the event loop only when
-    # that is a small tree (a trip to a thread would cost more), else off it.
-    files_changed = workspace.changed_files() if _small_workspace(task, workspace) else \
-        await off_loop(workspace.changed_files)
+    # that is a small tree (a trip to a thread would cost more), else off it. The list is
+    # bounded (its cut is recorded); the protected files' changes are listed first, so
+    # the protected-files check never depends on where it was cut.
+    files_changed = workspace.changed_files(task.protected) \
+        if _small_workspace(task, workspace) else \
+        await off_loop(workspace.changed_files, task.protected)
+    cut = {} if files_changed.complete else {"files_changed_omitted": files_changed.omitted,
+                                             "files_changed_note": files_changed.note()}
     ledger.append("task_end", status=outcome.exit_status, error=outcome.error,
-                  final_text=outcome.final_text, files_changed=files_changed)
+                  final_text=outcome.final_text, files_changed=files_changed,
+                  as_left=files_changed.digests, **cut)
     ledger.close()
     return AgentResult(
         final_text=outcome.final_text,
@@ -168,6 +174,7 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
         cost=None if unmetered else calls.cost,
         duration=round(time.monotonic() - started, 4),
         files_changed=files_changed,
+        files_changed_omitted=files_changed.omitted,
         ledger_path=workspace.ledger_path,
         error=outcome.error,
         seed_path=workspace.seed_path,

@@ -250,6 +250,9 @@ class AgentResult:
     ledger_path: Path | None
     error: str | None = None
     seed_path: Path | None = None  # a pristine copy of the seeded files
+    # How many changes `files_changed` does not list: it is bounded (10,000 entries), and
+    # while this is not 0 a path it does not list is not known to be unchanged.
+    files_changed_omitted: int = 0
     sandbox: Sandbox | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -269,6 +272,7 @@ class AgentResult:
             "ledger_path": str(self.ledger_path) if self.ledger_path else None,
             "error": self.error,
             "seed_path": str(self.seed_path) if self.seed_path else None,
+            "files_changed_omitted": self.files_changed_omitted,
         }
 
 

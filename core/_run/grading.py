@@ -99,8 +99,9 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     `skip_kinds` are left out (a regrade's judges). Checks of the workspace as the agent
     left it (`GraderSpec.as_left_by_agent`) go first, before the hidden verify files are
     written and before that sandbox opens (`result.sandbox` is None for them); the
-    report keeps the task's order. `carried`: outcomes of such checks from an earlier
-    grading, taken in order by type instead of grading them again (a regrade's)."""
+    report keeps the task's order. `carried`: outcomes from an earlier grading, taken in
+    order by type instead of grading again (a regrade's), for those checks and for the
+    checks that read only (`GraderSpec.reads_only`) before the first that may run code."""
     specs = [(check, registry.graders[check["type"]]) for check in task.checks]
     graded = [(check, spec) for check, spec in specs if spec.kind not in skip_kinds]
     as_left = [index for index, (_, spec) in enumerate(graded) if spec.as_left_by_agent]
@@ -143,8 +144,13 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
         clean = functools.partial(remove_bytecode_caches, workspace.root)
         cleaned = True
         rest = [index for index in range(len(graded)) if index not in outcomes]
+        leading = True  # no check that may run code has run yet
         for step, index in enumerate(rest):
             check, spec = graded[index]
+            leading = leading and spec.reads_only
+            if leading and earlier.get(spec.name):
+                outcomes[index] = earlier[spec.name].pop(0)
+                continue
             then = clean if step + 1 < len(rest) and \
                 not inspect.iscoroutinefunction(spec.grade) else None
             # A small workspace with no cache to remove needs no sweep (nor a trip).

@@ -202,8 +202,8 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
     task, recorded, name = planned.task, planned.recorded, planned.name
     workspace = await asyncio.to_thread(_copy_attempt, prepared.source.run_dir, run_dir, name,
                                         prepared.warnings)
-    agent = await asyncio.to_thread(_recorded_agent, recorded, workspace, task,
-                                    prepared.warnings)
+    agent, as_left = await asyncio.to_thread(_recorded_agent, recorded, workspace, task,
+                                             prepared.warnings)
     verify: dict[str, str | None] = dict(task.verify_files)
     if task.verify_patch:
         verify = {**await asyncio.to_thread(patched_files, workspace.seed_path,
@@ -230,12 +230,16 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
     # is the workspace as the run's checks left it (found by an attacker round: a module
     # that removed its own TODO when the run's tests imported it passed no_placeholders
     # in the regrade, after failing it in the run). One the run did not grade is graded.
-    as_left = {name for name, spec in prepared.registry.graders.items()
-               if spec.as_left_by_agent}
+    # So do the checks that read only, graded before any check ran code, when code a
+    # check ran changed the workspace since the agent left it; otherwise the copy is as
+    # the agent left it, and they are graded again.
+    diverged = await asyncio.to_thread(_changed_since_the_agent, workspace,
+                                       agent.files_changed, as_left)
     carried = [dataclasses.replace(c, detail=f"{c.detail}\n(the run's verdict, carried: "
                                                 "the kept workspace is as the run's checks "
                                                 "left it, not as the agent did)")
-               for c in recorded.checks if c.type in as_left]
+               for c in _graded_as_the_agent_left_it(recorded.checks, prepared.registry,
+                                                     bool(diverged))]
     try:
         checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,
                                      open_grading, skip_kinds=(JUDGE,), carried=carried)
@@ -273,6 +277,26 @@ def _error_statuses(prepared: PreparedRegrade, recorded: TaskResult) -> set[str]
     return statuses
 
 
+def _graded_as_the_agent_left_it(checks: list[CheckOutcome], registry: Registry,
+                                 diverged: bool) -> list[CheckOutcome]:
+    """Of a run's checks, those whose verdicts the regrade keeps: of the workspace as
+    left by the agent (`as_left_by_agent`), and, when the copy is not as the agent left
+    it (`diverged`), those that read only (`reads_only`) listed before the first check
+    that may run code, which the run graded on the workspace as the agent left it (found
+    by an attacker round: a module that rewrote itself when the run's tests imported it
+    passed, in the regrade, a file_contains the run had failed)."""
+    kept, code_ran = [], False
+    for check in checks:
+        spec = registry.graders.get(check.type)
+        if spec is None:  # the run's integrity checks: graded again
+            continue
+        if spec.as_left_by_agent or (diverged and spec.reads_only and not code_ran):
+            kept.append(check)
+        else:
+            code_ran = code_ran or not spec.reads_only
+    return kept
+
+
 def _copy_result(recorded: TaskResult, status: str, checks: list[Any], workspace: Workspace,
                  **changes: Any) -> TaskResult:
     data = recorded.to_dict()
@@ -285,12 +309,13 @@ def _copy_result(recorded: TaskResult, status: str, checks: list[Any], workspace
 
 
 def _recorded_agent(recorded: TaskResult, workspace: Workspace, task: Task,
-                    warnings: list[str]) -> AgentResult:
+                    warnings: list[str]) -> tuple[AgentResult, dict[str, str] | None]:
     """What the graders were given when the run graded: the recorded totals, and the
-    final text and files changed from the ledger's `task_end`. A ledger without them (a
-    run of an older evalctl) gives the last model turn's text and the changes measured
-    against the seed copy, verify files left out."""
-    final_text, files_changed = None, None
+    final text and files changed from the ledger's `task_end`; and the digests of the
+    files the agent created or changed, as it left them (None when the ledger does not
+    record them). A ledger without them (a run of an older evalctl) gives the last model
+    turn's text and the changes measured against the seed copy, verify files left out."""
+    final_text, files_changed, as_left, omitted = None, None, None, 0
     try:
         ends = [e for e in read_events(workspace.ledger_path) if e.get("event") == "task_end"]
     except (OSError, ValueError, RecursionError):
@@ -298,17 +323,42 @@ def _recorded_agent(recorded: TaskResult, workspace: Workspace, task: Task,
     if ends and isinstance(ends[-1].get("files_changed"), dict):
         final_text = str(ends[-1].get("final_text") or "")
         files_changed = {str(k): str(v) for k, v in ends[-1]["files_changed"].items()}
+        if isinstance(ends[-1].get("as_left"), dict):
+            as_left = {str(k): str(v) for k, v in ends[-1]["as_left"].items()}
+        cut = ends[-1].get("files_changed_omitted")
+        omitted = cut if isinstance(cut, int) and not isinstance(cut, bool) and cut > 0 else 0
     else:
         warnings.append(f"{workspace.task_id}: its ledger does not record the files changed "
                         "and the final text; they were measured again from the workspace")
         final_text = _last_turn_text(workspace.ledger_path)
         verify = set(task.verify_files) | (set(_patch_paths(task)))
-        files_changed = {p: c for p, c in workspace.changed_files().items() if p not in verify}
+        measured = workspace.changed_files(task.protected)
+        files_changed = {p: c for p, c in measured.items() if p not in verify}
+        omitted = measured.omitted
     return AgentResult(
         final_text=final_text, exit_status=recorded.exit_status or ExitStatus.COMPLETED,
         turns=recorded.turns, tool_calls=recorded.tool_calls, usage=recorded.usage,
         cost=recorded.cost, duration=recorded.duration, files_changed=files_changed,
-        ledger_path=workspace.ledger_path, error=recorded.error, seed_path=workspace.seed_path)
+        ledger_path=workspace.ledger_path, error=recorded.error,
+        seed_path=workspace.seed_path, files_changed_omitted=omitted), as_left
+
+
+def _changed_since_the_agent(workspace: Workspace, files_changed: dict[str, str],
+                             as_left: dict[str, str] | None) -> list[str]:
+    """The paths of the copy that are not as the agent left them (the seed, with the
+    agent's changes by their recorded digests): what code a check of the run's ran
+    changed. None known (empty) when the ledger records no digests (an older run); a
+    change whose digest is not recorded counts as changed."""
+    if as_left is None:
+        return []
+    expected = {path: digest for path, digest in workspace.seed.items()
+                if files_changed.get(path) != "deleted"}
+    for path, kind in files_changed.items():
+        if kind != "deleted":
+            expected[path] = as_left.get(path, "")
+    now = snapshot(workspace.root)
+    return sorted(path for path in now.keys() | expected.keys()
+                  if now.get(path) != expected.get(path))
 
 
 def _patch_paths(task: Task) -> list[str]:

@@ -349,6 +349,13 @@ def _more(shown: list[str], count: int) -> list[str]:
 
 def grade_no_placeholders(check: dict[str, Any], workspace: Path,
                           result: evalctl.AgentResult) -> evalctl.CheckResult:
+    if result.files_changed_omitted:
+        # Past its bound the record of changed files is cut: a file it does not list was
+        # not read, so the agent's files are not known to be free of placeholders.
+        return evalctl.CheckResult(
+            False, f"not scanned for placeholders: the agent changed more files than "
+                   f"evalctl lists ({result.files_changed_omitted} not listed), so its files "
+                   "are not known to be free of them")
     changed = sorted(p for p, kind in result.files_changed.items() if kind != "deleted")
     found = _Findings()
     for relative in changed:
@@ -393,6 +400,7 @@ def evalctl_register_graders(register):
         name="file_exists",
         grade=grade_file_exists,
         params_schema={"type": "object", "properties": {"path": PATH}, "required": ["path"]},
+        reads_only=True,
         description="Is there a file at `path` in the workspace?",
         example="- type: file_exists\n  path: test_slugify.py",
         trusts="Trusts the file system after the agent stopped; the path is confined to the "
@@ -422,6 +430,7 @@ def evalctl_register_graders(register):
             "required": ["path"],
             "oneOf": [{"required": ["text"]}, {"required": ["regex"]}],
         },
+        reads_only=True,
         description="Does the file at `path` contain `text` (or match `regex`)? With "
                     "`negate: true`, does it not?",
         example="- type: file_contains\n  path: config.ini\n  regex: \"^port = 9090$\"",
@@ -448,7 +457,9 @@ def evalctl_register_graders(register):
                "read whole, 1 MB of lines at a time (padding cannot hide a placeholder); a "
                "line over 1 MB is not scanned, and fails the check, since its file is then not"
                " known to be clean, and so does a hard-linked file (another name for it could "
-               "hide one), which is not read. A file is skipped only when it is binary (a NUL "
+               "hide one), which is not read; and so does a record of changed files that was "
+               "cut at its bound (10,000 entries), since the files it does not list are not "
+               "read. A file is skipped only when it is binary (a NUL "
                "in its first 8 KiB and either not UTF-8 or over 10% control bytes) or not the "
                "agent's to read: a link out of the workspace, a FIFO or a device.",
     ))
