@@ -380,3 +380,42 @@ def test_a_test_interpreter_not_listed_in_a_cut_record_must_be_the_seeds(tmp_pat
     assert refusal is not None and refusal.suspected_gaming, refusal
     _, refusal = _interpreter("tool/python", workspace.root, _agent_result(workspace, {}, 0))
     assert refusal is None  # a whole record that does not list it: not the agent's
+
+
+def test_the_protected_files_snapshot_holds_the_protected_paths_alone(tmp_path):
+    """Grading compares the protected files before and after the checks; it took a
+    snapshot of the whole workspace (every path, every file hashed), which the agent
+    sizes. Only the protected paths are read and kept now."""
+    from evalctl._run.integrity import protected_snapshot
+
+    workspace = create_workspace(new_run_directory(tmp_path), "t", {"tests/test_a.py": "x\n"})
+    _make_files(workspace.root, 2_000, depth=6, width=200)
+    task = Task(id="t", prompt="p", checks=[{"type": "file_exists", "path": "a"}],
+                protected=("tests/*",))
+    tracemalloc.start()
+    try:
+        keys = protected_snapshot(task, workspace.root)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert list(keys) == ["tests/test_a.py"]
+    assert peak < 1_000_000, peak
+
+
+def test_the_html_reports_walk_holds_names_and_stops_at_its_bound(tmp_path, monkeypatch):
+    """The HTML report's list of changes sorted a DirEntry (its whole path in each) for
+    every name of a directory; it now reads no more names than the walk can take, and
+    says the walk stopped."""
+    from evalctl.plugins.reporters.html import changes
+
+    monkeypatch.setattr(changes, "MAX_ENTRIES", 1_000)
+    _make_files(tmp_path, 3_000, depth=12, width=250)
+    tracemalloc.start()
+    try:
+        found, stopped = changes._walk(tmp_path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert stopped and len(found) == 1_000
+    kept = sum(len(path) for path in found)  # what it returns: 1,000 paths of 3,000 bytes
+    assert peak < kept + 1_500_000, (peak, kept)  # not the 3,000 names' DirEntries

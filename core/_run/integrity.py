@@ -30,9 +30,11 @@ from pathlib import Path
 from evalctl._files import (
     ConfinementError,
     content_hash,
+    fingerprint,
     remove_tree,
     resolve_inside,
     snapshot,
+    walk,
 )
 from evalctl._report.results import CheckOutcome
 from evalctl._suite.model import Task
@@ -48,10 +50,14 @@ def _protected(task: Task, path: str) -> bool:
 
 
 def protected_snapshot(task: Task, root: Path) -> dict[str, str]:
-    """snapshot(root), with every protected file over HASH_LIMIT_BYTES keyed by its
+    """snapshot(root) of the protected paths alone (what else the workspace holds is
+    neither read nor kept: the agent decides how many files that is, found by an
+    attacker round), with every protected file over HASH_LIMIT_BYTES keyed by its
     content instead of its size and time: a file's time is the agent's to set back, so
     a large protected file changed at the same size would otherwise go unseen."""
-    return _with_protected_content(task, root, snapshot(root))
+    keys = {relative: found for relative, entry in walk(root)
+            if _protected(task, relative) and (found := fingerprint(entry)) is not None}
+    return _with_protected_content(task, root, keys)
 
 
 def _with_protected_content(task: Task, root: Path, keys: Mapping[str, str]
