@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -384,25 +386,31 @@ def test_through_the_forwarder_on_127_0_0_1(tmp_path):
     """The forwarder as a sandbox runs it (here: a plain child process), the SDK pointed
     at http://127.0.0.1:PORT as a CLI agent is."""
     harness = Harness(tmp_path, [DONE_TURN])
-    script = tmp_path / "forwarder.py"
-    script.write_text(forwarder_source())
 
     async def body(h):
-        child = await asyncio.create_subprocess_exec(
-            sys.executable, str(script), str(h.socket), stdout=subprocess.PIPE)
-        try:
-            port = int(await asyncio.wait_for(child.stdout.readline(), 20))
-            client = anthropic.AsyncAnthropic(api_key=h.proxy.token, max_retries=0,
-                                              base_url=f"http://127.0.0.1:{port}")
-            async with client.messages.stream(model="m", max_tokens=10,
-                                              messages=FIRST) as stream:
-                return await stream.get_final_message()
-        finally:
-            child.kill()
-            await asyncio.wait_for(child.wait(), 10)
+        async with through_the_forwarder(h, tmp_path) as client, \
+                client.messages.stream(model="m", max_tokens=10, messages=FIRST) as stream:
+            return await stream.get_final_message()
 
     reply = harness.run(body)
     assert reply.content[0].text == "Wrote hello.txt."
+
+
+@contextlib.asynccontextmanager
+async def through_the_forwarder(h: Any, directory: Path) -> AsyncIterator[Any]:
+    """An SDK client of the proxy through the forwarder a CLI agent's sandbox runs,
+    on 127.0.0.1 (the forwarder stopped after)."""
+    script = directory / "forwarder.py"
+    script.write_text(forwarder_source())
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), str(h.socket), stdout=subprocess.PIPE)
+    try:
+        port = int(await asyncio.wait_for(child.stdout.readline(), 20))
+        yield anthropic.AsyncAnthropic(api_key=h.proxy.token, max_retries=0,
+                                       base_url=f"http://127.0.0.1:{port}")
+    finally:
+        child.kill()
+        await asyncio.wait_for(child.wait(), 10)
 
 
 def test_a_long_socket_path_is_bound_through_its_directory(tmp_path):

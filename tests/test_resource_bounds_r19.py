@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import socket
-import subprocess
 import sys
 import tracemalloc
 
@@ -27,7 +26,7 @@ from evalctl._suite.model import Task
 from evalctl._workspace import create_workspace, new_run_directory
 
 from .conftest import FakeModel, call, final_turn, sandbox_for, tool_turn
-from .test_model_proxy import DONE_TURN, FIRST, Harness, create
+from .test_model_proxy import DONE_TURN, FIRST, Harness, create, through_the_forwarder
 
 # --------------------------------------------------------------------------- changed files
 
@@ -200,23 +199,13 @@ def test_the_413_reaches_an_agent_through_the_forwarder(tmp_path):
     proxy answers: the body is read and dropped, so the agent hears the 413 rather than
     a reset connection."""
     harness = Harness(tmp_path, [DONE_TURN])
-    script = tmp_path / "forwarder.py"
-    script.write_text(proxy.forwarder_source())
     big = "x" * (9 * 1024 * 1024)
 
     async def body(h):
-        child = await asyncio.create_subprocess_exec(
-            sys.executable, str(script), str(h.socket), stdout=subprocess.PIPE)
-        try:
-            port = int(await asyncio.wait_for(child.stdout.readline(), 20))
-            client = anthropic.AsyncAnthropic(api_key=h.proxy.token, max_retries=0,
-                                              base_url=f"http://127.0.0.1:{port}")
+        async with through_the_forwarder(h, tmp_path) as client:
             with pytest.raises(anthropic.APIStatusError) as refused:
                 await create(client, [{"role": "user", "content": big}])
             return refused.value
-        finally:
-            child.kill()
-            await asyncio.wait_for(child.wait(), 10)
 
     assert harness.run(body).status_code == 413
     assert len(big) > proxy.MAX_BODY_BYTES
