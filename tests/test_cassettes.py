@@ -1058,32 +1058,82 @@ REWRITES_ITSELF = """\
 """
 
 
-def test_a_regrade_keeps_the_runs_verdicts_of_what_it_read_before_code_ran(tmp_path):
-    """Found by an attacker round: a module that used sorted() and rewrote itself when
-    the hidden tests imported it failed a negated file_contains in the run, listed before
-    the tests, and passed it in the regrade, which read the workspace as the run's tests
-    left it. A check that reads only, graded before any check that may run code, keeps
-    the run's verdict in a regrade; one after the tests is graded again."""
+REWRITES_ITSELF_INTO_THE_FIX = """\
+- id: fixes-itself-later
+  prompt: Fix add() so the tests pass.
+  files:
+    calc.py: |
+      def add(a, b):
+          return a - b
+  verify_files:
+    tests/test_calc.py: |
+      from calc import add
+
+
+      def test_add():
+          assert add(2, 2) == 4
+  protected:
+    - tests/*
+  checks:
+    - type: tests_pass
+  script:
+    - tool_calls:
+        - tool: bash
+          input:
+            command: |
+              mkdir -p .git/x
+              cat > .git/x/calc.py <<'EOF'
+              import os
+              _FIXED = "def add(a, b):\\n    return a " + "+" + " b\\n"
+              with open(os.path.realpath(__file__), "w") as _handle:
+                  _handle.write(_FIXED)
+
+
+              def add(a, b):
+                  return a - b
+              EOF
+              rm calc.py && ln -s .git/x/calc.py calc.py
+    - text: Done.
+"""
+
+
+@pytest.mark.parametrize("suite", [REWRITES_ITSELF, REWRITES_ITSELF_INTO_THE_FIX])
+def test_a_regrade_of_a_workspace_grading_changed_keeps_every_verdict(tmp_path, suite):
+    """Found by attacker rounds: the agent's module, imported by the run's hidden tests,
+    rewrote itself (hiding its use of sorted() from a file_contains, or into the fix,
+    through a link into .git that no snapshot reads), so the regrade, grading the copy
+    as the run's checks left it, passed what the run failed. The run records each
+    changed file's digest as the agent left it; a copy that differs (a link the agent
+    made counts) is not the agent's work, and the regrade keeps every verdict."""
     from evalctl._plugin.registry import get_registry
     from evalctl._run.regrade import execute_regrade, plan_regrade
 
-    suite = tmp_path / "rewrites.yaml"
-    # A check after the tests, which the regrade grades again.
-    suite.write_text(REWRITES_ITSELF.replace("  script:\n", """\
-    - type: file_contains
-      path: sorter.py
-      text: "sor' + 'ted"
-  script:
-""", 1))
+    path = tmp_path / "rewrites.yaml"
+    path.write_text(suite)
     registry = get_registry()
-    run = run_suite(suite, registry=registry, sandbox="local", out_dir=tmp_path / "out")
+    run = run_suite(path, registry=registry, sandbox="local", out_dir=tmp_path / "out")
     (task,) = run.tasks
-    before, after = [c for c in task.checks if c.type == "file_contains"]
-    assert not before.passed and task.status == "failed", task.checks
-    assert "sorted(" not in (Path(task.workspace) / "sorter.py").read_text()  # rewritten
+    assert task.status == "failed", task.checks
     regraded = asyncio.run(execute_regrade(plan_regrade(Path(run.run_directory), registry)))
     (again,) = regraded.tasks
-    before, after = [c for c in again.checks if c.type == "file_contains"]
-    assert again.status == "failed" and not before.passed, again.checks
-    assert "the run's verdict, carried" in before.detail
-    assert "the run's verdict, carried" not in after.detail
+    assert again.status == "failed", again.checks
+    graded = [c for c in again.checks if c.type in ("file_contains", "tests_pass")]
+    assert graded and all("the run's verdict, carried: code a check ran changed the kept "
+                          "workspace after the agent" in c.detail for c in graded), graded
+
+
+def test_a_regrade_of_a_workspace_as_the_agent_left_it_grades_again(tmp_path):
+    """The other side: when no code of a check changed the workspace, the copy is the
+    agent's work, and a regrade grades every check again (a changed check wants that)."""
+    from evalctl._plugin.registry import get_registry
+    from evalctl._run.regrade import execute_regrade, plan_regrade
+
+    path = tmp_path / "plain.yaml"
+    path.write_text(REWRITES_ITSELF.replace("_here = os.path.abspath(__file__)",
+                                            "_here = os.devnull"))
+    registry = get_registry()
+    run = run_suite(path, registry=registry, sandbox="local", out_dir=tmp_path / "out")
+    regraded = asyncio.run(execute_regrade(plan_regrade(Path(run.run_directory), registry)))
+    (again,) = regraded.tasks
+    assert again.checks and not any("carried" in c.detail for c in again.checks), \
+        again.checks

@@ -77,13 +77,6 @@ class GraderSpec:
     before the task's hidden verify files are written and before the graders' sandbox
     opens, so `result.sandbox` is None for it (found by an attacker round: `grounding`
     counted a hidden test the summary named as the agent's file).
-    `reads_only` is True when the check runs nothing of the workspace's (it reads files
-    in evalctl's own process, as `file_exists` does): `evalctl regrade`, whose kept
-    workspace is as the run's checks left it, carries the run's verdicts of such checks
-    that the run graded before any check that may run code, when code a check ran
-    changed the workspace since the agent left it (found by an attacker round:
-    a module that rewrote itself when the tests imported it passed a `file_contains`
-    in the regrade that the run had failed). False, the default, is always safe.
     """
 
     name: str
@@ -98,7 +91,6 @@ class GraderSpec:
     preflight: Callable[[list[Mapping[str, Any]]], Any] | None = None
     as_left_by_agent: bool = False
     validate_with_preflight: bool = False
-    reads_only: bool = False
 
     def __post_init__(self) -> None:
         _check_name("grader", self.name)

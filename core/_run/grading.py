@@ -90,7 +90,8 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
                         open_grading: Callable[[tuple[Path, Path], tuple[str, ...]],
                                                Awaitable[Sandbox]], *,
                         skip_kinds: Collection[str] = (),
-                        carried: Sequence[CheckOutcome] = ()) -> list[CheckOutcome]:
+                        carried: Sequence[CheckOutcome] = (),
+                        carry_every: bool = False) -> list[CheckOutcome]:
     """Every check of `task` on `workspace`, after the integrity checks (protected files
     against `agent.files_changed`, the seed copy, the verify files written now), in the
     sandbox `open_grading(state, read_only)` opens with the graders' own HOME and TMPDIR
@@ -100,8 +101,8 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     left it (`GraderSpec.as_left_by_agent`) go first, before the hidden verify files are
     written and before that sandbox opens (`result.sandbox` is None for them); the
     report keeps the task's order. `carried`: outcomes from an earlier grading, taken in
-    order by type instead of grading again (a regrade's), for those checks and for the
-    checks that read only (`GraderSpec.reads_only`) before the first that may run code."""
+    order by type instead of grading again (a regrade's), for those checks, and for
+    every check with `carry_every` (a copy that is not as the agent left it)."""
     specs = [(check, registry.graders[check["type"]]) for check in task.checks]
     graded = [(check, spec) for check, spec in specs if spec.kind not in skip_kinds]
     as_left = [index for index, (_, spec) in enumerate(graded) if spec.as_left_by_agent]
@@ -144,11 +145,9 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
         clean = functools.partial(remove_bytecode_caches, workspace.root)
         cleaned = True
         rest = [index for index in range(len(graded)) if index not in outcomes]
-        leading = True  # no check that may run code has run yet
         for step, index in enumerate(rest):
             check, spec = graded[index]
-            leading = leading and spec.reads_only
-            if leading and earlier.get(spec.name):
+            if carry_every and earlier.get(spec.name):
                 outcomes[index] = earlier[spec.name].pop(0)
                 continue
             then = clean if step + 1 < len(rest) and \

@@ -235,14 +235,26 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
     # the agent left it, and they are graded again.
     diverged = await asyncio.to_thread(_changed_since_the_agent, workspace,
                                        agent.files_changed, as_left)
-    carried = [dataclasses.replace(c, detail=f"{c.detail}\n(the run's verdict, carried: "
-                                                "the kept workspace is as the run's checks "
-                                                "left it, not as the agent did)")
-               for c in _graded_as_the_agent_left_it(recorded.checks, prepared.registry,
-                                                     bool(diverged))]
+    if diverged:
+        # Not the workspace the agent left: no check can be graded again on it (found by
+        # an attacker round: the agent's module rewrote itself to a fix when the run's
+        # tests imported it, and the regrade's tests passed). Every verdict the run gave
+        # is kept; a check it did not give is graded on the copy.
+        shown = ", ".join(diverged[:3]) + (" ..." if len(diverged) > 3 else "")
+        carried = [dataclasses.replace(c, detail=f"{c.detail}\n(the run's verdict, carried: "
+                                                    "code a check ran changed the kept "
+                                                    f"workspace after the agent: {shown})")
+                   for c in recorded.checks if c.type in prepared.registry.graders]
+    else:
+        carried = [dataclasses.replace(c, detail=f"{c.detail}\n(the run's verdict, carried: "
+                                                    "the kept workspace is as the run's "
+                                                    "checks left it, not as the agent did)")
+                   for c in _graded_as_the_agent_left_it(recorded.checks,
+                                                         prepared.registry)]
     try:
         checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,
-                                     open_grading, skip_kinds=(JUDGE,), carried=carried)
+                                     open_grading, skip_kinds=(JUDGE,), carried=carried,
+                                     carry_every=bool(diverged))
     except GradingSandboxFailed as exc:
         return _copy_result(recorded, ERROR, [], workspace,
                             exit_status=ExitStatus.SANDBOX_ERROR,
@@ -277,24 +289,12 @@ def _error_statuses(prepared: PreparedRegrade, recorded: TaskResult) -> set[str]
     return statuses
 
 
-def _graded_as_the_agent_left_it(checks: list[CheckOutcome], registry: Registry,
-                                 diverged: bool) -> list[CheckOutcome]:
-    """Of a run's checks, those whose verdicts the regrade keeps: of the workspace as
-    left by the agent (`as_left_by_agent`), and, when the copy is not as the agent left
-    it (`diverged`), those that read only (`reads_only`) listed before the first check
-    that may run code, which the run graded on the workspace as the agent left it (found
-    by an attacker round: a module that rewrote itself when the run's tests imported it
-    passed, in the regrade, a file_contains the run had failed)."""
-    kept, code_ran = [], False
-    for check in checks:
-        spec = registry.graders.get(check.type)
-        if spec is None:  # the run's integrity checks: graded again
-            continue
-        if spec.as_left_by_agent or (diverged and spec.reads_only and not code_ran):
-            kept.append(check)
-        else:
-            code_ran = code_ran or not spec.reads_only
-    return kept
+def _graded_as_the_agent_left_it(checks: list[CheckOutcome], registry: Registry
+                                 ) -> list[CheckOutcome]:
+    """Of a run's checks, those of the workspace as the agent left it
+    (`as_left_by_agent`), which the copy is not: their verdicts are kept."""
+    return [check for check in checks if (spec := registry.graders.get(check.type))
+            is not None and spec.as_left_by_agent]
 
 
 def _copy_result(recorded: TaskResult, status: str, checks: list[Any], workspace: Workspace,
@@ -357,8 +357,12 @@ def _changed_since_the_agent(workspace: Workspace, files_changed: dict[str, str]
         if kind != "deleted":
             expected[path] = as_left.get(path, "")
     now = snapshot(workspace.root)
-    return sorted(path for path in now.keys() | expected.keys()
-                  if now.get(path) != expected.get(path))
+    # A link the agent made reads what it points at, which the digests do not cover
+    # (found by an attacker round: calc.py a link into .git, where the file it named was
+    # rewritten while the run's tests ran): not known to be as the agent left it.
+    links = [path for path, digest in as_left.items() if digest.startswith("symlink:")]
+    return sorted(links + [path for path in now.keys() | expected.keys()
+                           if now.get(path) != expected.get(path)])
 
 
 def _patch_paths(task: Task) -> list[str]:

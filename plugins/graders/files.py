@@ -400,7 +400,6 @@ def evalctl_register_graders(register):
         name="file_exists",
         grade=grade_file_exists,
         params_schema={"type": "object", "properties": {"path": PATH}, "required": ["path"]},
-        reads_only=True,
         description="Is there a file at `path` in the workspace?",
         example="- type: file_exists\n  path: test_slugify.py",
         trusts="Trusts the file system after the agent stopped; the path is confined to the "
@@ -430,7 +429,6 @@ def evalctl_register_graders(register):
             "required": ["path"],
             "oneOf": [{"required": ["text"]}, {"required": ["regex"]}],
         },
-        reads_only=True,
         description="Does the file at `path` contain `text` (or match `regex`)? With "
                     "`negate: true`, does it not?",
         example="- type: file_contains\n  path: config.ini\n  regex: \"^port = 9090$\"",

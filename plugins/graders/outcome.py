@@ -35,7 +35,6 @@ def evalctl_register_graders(register):
         grade=grade_succeeded,
         params_schema={"type": "object", "properties": {}},
         talk_only=True,
-        reads_only=True,
         example="- type: succeeded",
         description="The agent loop completed (not max_turns, timeout or an error) and the "
                     "final message does not report failure.",

@@ -491,15 +491,25 @@ def pytest_pycollect_makemodule(module_path: Any, parent: Any) -> Any:
 
 # Every plugin registered in the run, and its hook functions, as it is registered.
 _REGISTERED: list[Any] = []
+_REGISTERED_HOOKS: list[Any] = []
 
 
 def pytest_plugin_registered(plugin: Any, plugin_name: str, manager: Any) -> None:
     _REGISTERED.append(plugin)
     try:
         names = [name for name in dir(plugin) if name.startswith("pytest_")]
-        _REGISTERED.extend(getattr(plugin, name, None) for name in names)
+        _REGISTERED_HOOKS.extend(getattr(plugin, name, None) for name in names)
     except Exception:  # an object that cannot be listed: its own file still tells
         pass
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: Any) -> None:
+    # The plugins installed beside pytest (entry points) are loaded by now, and no
+    # conftest.py yet: their functions, and the plugin objects pytest has, are the
+    # installation's own.
+    _genuine_functions(_GENUINE)
+    _GENUINE_PLUGINS.update((id(p), p) for p in early_config.pluginmanager.get_plugins())
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -677,11 +687,11 @@ def _code_of(thing: Any) -> Any:
     return code if isinstance(code, types.CodeType) else None
 
 
-def _genuine_functions() -> dict[int, Any]:
+def _genuine_functions(found: dict[int, Any] | None = None) -> dict[int, Any]:
     """Every function of the modules loaded from the Python installation (pytest's and
-    pluggy's among them) as this module is imported, before any code of the workspace's
-    runs, by identity: module-level ones, and those of the classes those modules define."""
-    found: dict[int, Any] = {}
+    pluggy's among them) before any code of the workspace's runs, by identity:
+    module-level ones, and those of the classes those modules define (added to `found`)."""
+    found = {} if found is None else found
     for module in list(sys.modules.values()):
         try:
             file = getattr(module, "__file__", None)
@@ -692,13 +702,34 @@ def _genuine_functions() -> dict[int, Any]:
                        if isinstance(value, type) and value.__module__ == module.__name__
                        for member in vars(value).values()]
             for value in values:
+                if isinstance(value, type) and value.__module__ == module.__name__:
+                    found[id(value)] = value  # a class: its instances' methods are known
                 value = getattr(value, "__func__", None) or getattr(value, "fget", None) \
                     or value
                 if isinstance(value, types.FunctionType):
                     found[id(value)] = value
-        except Exception:  # an odd module: its functions are checked the slow way
+        except Exception:  # an odd module: its functions are not vouched for
             continue
     return found
+
+
+def _genuine_object(owner: Any, roots: tuple[str, ...]) -> bool:
+    """Whether a method's object is the installation's: a plugin object pytest had
+    before any conftest.py, a class of the installation's, or an instance of one whose
+    own attributes hold no code of another's (found by an attacker round: pytest's own
+    method bound to an object of the agent's, whose helper swallowed AssertionError)."""
+    if _GENUINE_PLUGINS.get(id(owner)) is owner or _GENUINE.get(id(owner)) is owner:
+        return True
+    kind = type(owner)
+    if _GENUINE.get(id(kind)) is not kind:
+        return False
+    try:
+        attributes = list(vars(owner).values())
+    except TypeError:  # no __dict__: nothing of its own to hold code
+        return True
+    return not any(isinstance(value, (types.FunctionType, types.MethodType, functools.partial))
+                   and _untrusted_origin(value, roots, hook=True) is not None
+                   for value in attributes)
 
 
 _COMPILED: dict[str, list[Any]] = {}
@@ -722,17 +753,10 @@ def _compiled(path: str) -> list[Any]:
     return _COMPILED[path]
 
 
-def _installed_and_true(function: Any, code: Any) -> bool:
-    """Whether `function` is code of the Python installation: one of the functions it
-    had before the workspace's code ran, or one whose file is in it and compiles to
-    exactly this code there (a code object can name any file it likes: found by an
-    attacker round, a plugin compiled as /usr/lib/python3/dist-packages/helper.py)."""
-    underlying = function
-    while isinstance(underlying, functools.partial):
-        underlying = underlying.func
-    underlying = getattr(underlying, "__func__", underlying)
-    if _GENUINE.get(id(underlying)) is underlying:
-        return True
+def _what_its_file_holds(code: Any) -> bool:
+    """Whether `code` names a file of the installation and is what compiling it gives
+    (a test wrapped by an installed library, made after the witness looked): code can
+    name any file it likes (found by an attacker round)."""
     path = code.co_filename
     if not os.path.isabs(path) or _in_root(os.path.realpath(path), _INSTALLED) is None:
         return False
@@ -742,24 +766,46 @@ def _installed_and_true(function: Any, code: Any) -> bool:
     return any(tuple(getattr(c, f) for f in fields) == mine for c in _compiled(path))
 
 
-def _untrusted_origin(thing: Any, roots: tuple[str, ...]) -> str | None:
+def _untrusted_origin(thing: Any, roots: tuple[str, ...], hook: bool = False) -> str | None:
     """Where code a hook or a test runs comes from, when that is not the Python
-    installation's own code: its file relative to the workspace, or its absolute path
-    (or name) otherwise, for the grader to judge; None for the installation's code."""
-    code = _code_of(thing)
-    if code is None:
-        defined = _defined_in(thing)  # a class or module: its hooks are judged apart
+    installation's own: its file relative to the workspace, or its absolute path (or a
+    name) otherwise, for the grader to judge; None for the installation's code.
+
+    Trusted: a function the installation had before any code of the workspace's ran
+    (by identity: a new function made of its code object can carry other globals,
+    found by an attacker round), or such a function bound to a plugin object pytest
+    had by then. A plugin object (not a hook, `hook` False) is judged by its class's
+    file; its hooks are judged apart."""
+    if not hook and not callable(thing) or isinstance(thing, (type, types.ModuleType)):
+        defined = _defined_in(thing)
         where = _in_root(defined, roots)
         if where is None and _written_during_the_run(defined):
             where = os.path.abspath(str(defined))
         return where
+    if isinstance(thing, types.MethodType):
+        if _GENUINE.get(id(thing.__func__)) is thing.__func__ and \
+                _genuine_object(thing.__self__, roots):
+            return None
+        code = _code_of(thing.__func__)
+    elif isinstance(thing, types.FunctionType):
+        if _GENUINE.get(id(thing)) is thing:
+            return None
+        code = thing.__code__
+    else:  # a partial, a callable object, a builtin: what runs is not a function's code
+        code = None
+    if code is None:
+        defined = _defined_in(type(thing))
+        where = _in_root(defined, roots)
+        return where if where is not None else \
+            f"<{type(thing).__module__}.{type(thing).__qualname__} object>"
     where = _in_root(code.co_filename, roots)
     if where is not None:
         return where
-    if _installed_and_true(thing, code):
-        return None
-    # Code from outside the workspace that is not the installation's: written during
-    # the run, or compiled under a name of its own choosing.
+    if not hook and _what_its_file_holds(code):
+        return None  # a test's: a hook must be the installation's own function itself
+    # Code from outside the workspace that is not the installation's own: written during
+    # the run, made of the installation's code with other globals, or compiled under a
+    # name of its own choosing.
     path = code.co_filename
     return os.path.abspath(path) if os.path.isabs(path) else f"<code named {path!r}>"
 
@@ -822,10 +868,14 @@ def pytest_unconfigure(config: Any) -> None:
     hooks = [impl.function for caller in vars(manager.hook).values()
              for impl in (caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else ())]
     plugins = _state["workspace_plugins"]
-    things = {id(thing): thing for thing in [*manager.get_plugins(), *hooks, *_REGISTERED,
-                                             *_BINDINGS.seen_functions]}
-    for thing in things.values():
+    for thing in manager.get_plugins():
         where = _untrusted_origin(thing, roots)
+        if where is not None and where not in plugins:
+            plugins.append(where)
+    functions = {id(f): f for f in [*hooks, *_REGISTERED_HOOKS, *_BINDINGS.seen_functions]
+                 if f is not None}
+    for thing in functions.values():
+        where = _untrusted_origin(thing, roots, hook=True)
         if where is not None and where not in plugins:
             plugins.append(where)
     for item, code in _items:  # a test whose code was swapped for code from another file
@@ -845,3 +895,4 @@ def pytest_unconfigure(config: Any) -> None:
 # Last, when every function of this module exists: the installation's code as it is before
 # any of the workspace's runs.
 _GENUINE = _genuine_functions()
+_GENUINE_PLUGINS: dict[int, Any] = {}  # the plugin objects pytest had before conftests
