@@ -625,8 +625,14 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     to_run = len(prepared.tasks) * options.repeat
     if options.resume is not None:
         to_run = len(attempts_to_run(options.resume, options.retry_errors))
+        # The attempts in error are kept unless --retry-errors: say so, and how to rerun
+        # them (a newcomer saw "0 of 1 attempt(s) to run" and no hint).
+        left_in_error = len(attempts_to_run(options.resume, True)) - to_run
+        errors_hint = (f" ({left_in_error} in error, kept as journaled: add --retry-errors "
+                       "to run them again)") if left_in_error else ""
         click.echo(f"resuming {prepared.run_dir}: {to_run} of "
-                   f"{len(prepared.tasks) * options.repeat} attempt(s) to run", err=True)
+                   f"{len(prepared.tasks) * options.repeat} attempt(s) to run{errors_hint}",
+                   err=True)
 
     view = RunView(to_run, repeat=options.repeat)
     with view:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
@@ -139,6 +140,24 @@ class Registry:
     @property
     def executors(self) -> dict[str, ExecutorSpec]:
         return self.specs["executor"]
+
+    def unknown_disabled_warning(self, disabled: Iterable[str]) -> str | None:
+        """What to say when EVALCTL_DISABLE_PLUGINS names no installed plugin: found by a
+        newcomer to be accepted silently, so that a typo there disabled nothing."""
+        names = [p.name for p in self.plugins]
+        unknown = sorted(set(disabled) - set(names))
+        if not unknown:
+            return None
+        said = []
+        for name in unknown:
+            providers = [f"{kind} of plugin '{p.name}'" for p in self.plugins
+                         for kind in KINDS if name in p.provides[kind]]
+            hint = f" (it is a {' and a '.join(providers)})" if providers else \
+                did_you_mean(name, names)
+            said.append(f"'{name}'{hint}")
+        return (f"{DISABLE_ENV} names {', '.join(said)}, which no installed plugin is called: "
+                f"{'it disables' if len(unknown) == 1 else 'they disable'} nothing; installed "
+                f"plugins: {', '.join(sorted(names)) or 'none'}")
 
     def problems(self) -> list[str]:
         """Every plugin failure and name conflict, one line each."""
@@ -361,6 +380,10 @@ def get_registry(strict: bool | None = None) -> Registry:
     global _default
     if _default is None:
         _default = load_registry()
+        # Said once, when the registry is loaded: a name that disables nothing.
+        warning = _default.unknown_disabled_warning(disabled_from_env())
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
     if strict if strict is not None else strict_from_env():
         _default.require_healthy()
     return _default

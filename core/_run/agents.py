@@ -19,6 +19,7 @@ from evalctl._errors import UsageError
 from evalctl._plugin.registry import Registry
 from evalctl._plugin.specs import AgentSpec
 from evalctl._schema_check import SchemaCheck
+from evalctl._text import did_you_mean
 
 DEFAULT_AGENT = "evalctl"
 VERSION_OPTION = "version"
@@ -130,10 +131,22 @@ def coerce_agent_options(spec: AgentSpec, pairs: Mapping[str, Any]) -> dict[str,
 
 
 def validate_agent_options(spec: AgentSpec, name: str, options: Mapping[str, Any]) -> None:
+    """`options` checked against the agent's schema. An option it does not take is named
+    with a did-you-mean, as provider and sandbox options are: a newcomer got jsonschema's
+    "Additional properties are not allowed ('fnal_text' was unexpected)"."""
     schema = {"additionalProperties": False, **dict(spec.options_schema)}
+    properties = spec.options_schema.get("properties", {})
+    known = [*properties, VERSION_OPTION]
+    via = f" (a preset of '{spec.name}')" if name != spec.name else ""
+    if schema["additionalProperties"] is False and "patternProperties" not in schema:
+        unknown = [key for key in options if key not in properties]
+        if unknown:
+            raise UsageError("; ".join(f"agent '{name}'{via} has no option '{key}'"
+                                       f"{did_you_mean(key, known)}" for key in unknown)
+                             + f"; known options: {', '.join(known)}")
     problems = SchemaCheck(schema).errors(dict(options))
     if problems:
-        known = ", ".join([*spec.options_schema.get("properties", {}), VERSION_OPTION])
-        via = f" (a preset of '{spec.name}')" if name != spec.name else ""
         raise UsageError(f"agent '{name}'{via} options: "
-                         + "; ".join(p.message for p in problems) + f" (known options: {known})")
+                         + "; ".join(f"'{p.path[0]}': {p.message}" if p.path else p.message
+                                     for p in problems)
+                         + f" (known options: {', '.join(known)})")

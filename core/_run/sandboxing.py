@@ -18,6 +18,7 @@ from evalctl._plugin.options import typed_options
 from evalctl._plugin.registry import Registry
 from evalctl._plugin.specs import ProviderSpec, SandboxSpec
 from evalctl._plugin.types import Sandbox, SandboxRequest
+from evalctl._run.config import load_config
 
 AUTO = "auto"
 
@@ -62,12 +63,45 @@ def choose_sandbox(registry: Registry, provider: ProviderSpec, *, flag: str | No
     merged = typed_options("sandbox", spec.name, spec.options_schema,
                            {**options, **flag_options})
     if not spec.isolated and provider.live and chosen_by != "--sandbox":
-        raise UsageError(
-            f"the {provider.name} provider is live, and sandbox '{spec.name}' does not isolate "
-            f"the agent ({spec.isolation or 'no isolation'}). Install bubblewrap (Debian/"
-            "Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap) so that "
-            f"--sandbox auto can contain it, or accept the risk with --sandbox {spec.name}")
+        raise UsageError(_refusal(registry, provider, spec, chosen_by))
     return SandboxChoice(spec, merged, chosen_by)
+
+
+def _refusal(registry: Registry, provider: ProviderSpec, spec: SandboxSpec,
+             chosen_by: str) -> str:
+    """Why a live provider may not run in `spec`, which does not isolate, and what to do.
+    Found by a newcomer: `sandbox = "local"` in evalctl.toml was refused with "Install
+    bubblewrap" on a machine where bubblewrap works, and the config line was not named."""
+    unisolated = (f"the {provider.name} provider is live, and sandbox '{spec.name}' does not "
+                  f"isolate the agent ({spec.isolation or 'no isolation'})")
+    accept = f"or accept the risk with --sandbox {spec.name} on the command line"
+    if chosen_by == "config":
+        isolating = next((s for s in _ranked(registry)
+                          if s.isolated and s.available() is None), None)
+        if isolating is not None:
+            return (f"{_config_line(spec.name)} chooses sandbox '{spec.name}'; {unisolated}. "
+                    f"Remove that setting, so that --sandbox auto chooses '{isolating.name}' "
+                    f"(it isolates, and can run here), {accept}")
+        unisolated = f"{_config_line(spec.name)} chooses sandbox '{spec.name}'; {unisolated}"
+    elif chosen_by == "suite":
+        unisolated = f"the suite's defaults choose sandbox '{spec.name}'; {unisolated}"
+    return (f"{unisolated}. Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; "
+            f"Fedora: dnf install bubblewrap) so that --sandbox auto can contain it, {accept}")
+
+
+def _config_line(name: str) -> str:
+    """Where the team defaults set `sandbox = NAME`: "FILE:LINE" (with " [tool.evalctl]"
+    for pyproject.toml), or the file names when it cannot be found (a resumed run, from
+    another directory)."""
+    try:
+        config = load_config()
+    except UsageError:
+        config = None
+    if config is None or config.path is None or config.get("sandbox") != name:
+        return "the team defaults (evalctl.toml or [tool.evalctl] in pyproject.toml)"
+    where = config.problem(("sandbox",), "")
+    return (f"{where.file}:{where.line}" if where.line else where.file) + \
+        (" [tool.evalctl]" if config.table else "")
 
 
 def _ranked(registry: Registry) -> list[SandboxSpec]:

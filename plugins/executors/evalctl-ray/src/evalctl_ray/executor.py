@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -42,6 +43,15 @@ def reachable(address: str) -> None:
             f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}; start one "
             "with `ray start --head` (and `ray start --address HEAD:PORT` on the other "
             "nodes), or use --executor-option address=local for one machine") from None
+
+
+def ray_reason(exc: BaseException) -> str:
+    """Ray's reason for not connecting, without its advice to set "the `--address`
+    flag": a flag of Ray's own command line, which evalctl does not have (a newcomer
+    tried it). Its other sentences are kept."""
+    sentences = re.split(r"(?<=\.)\s+", str(exc).strip())
+    kept = " ".join(s for s in sentences if "--address" not in s).rstrip(". ")
+    return kept or str(exc)
 
 
 class RayExecutor:
@@ -86,10 +96,13 @@ class RayExecutor:
             else:
                 ray.init(address=self.address, runtime_env=runtime_env, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as exc:
+            name_one = "name a running one with --executor-option address=HOST:PORT, " \
+                if self.address == "auto" else ""
             raise evalctl.UsageError(
-                f"cannot reach the Ray cluster at {self.address}: {exc}; start one with "
-                "`ray start --head` (and `ray start --address HEAD:PORT` on the other "
-                "nodes), or use --executor-option address=local for one machine") from None
+                f"cannot reach the Ray cluster at {self.address}: {ray_reason(exc)}; "
+                f"{name_one}start one with `ray start --head` (and `ray start --address "
+                "HEAD:PORT` on the other nodes), or use --executor-option address=local for "
+                "one machine") from None
 
     def window(self, plan: evalctl.ExecutionPlan) -> int:
         """How many attempts to have on the cluster at once: as many as its CPUs hold,
