@@ -408,3 +408,23 @@ def test_the_html_reports_walk_holds_names_and_stops_at_its_bound(tmp_path, monk
     assert stopped and len(found) == 1_000
     kept = sum(len(path) for path in found)  # what it returns: 1,000 paths of 3,000 bytes
     assert peak < kept + 1_500_000, (peak, kept)  # not the 3,000 names' DirEntries
+
+
+def test_a_request_head_past_its_bound_is_refused_before_more_is_read(tmp_path):
+    """Found by an attacker round: headers were held before the attempt's budget for
+    bodies was asked, 197 of 64 KB on each of 32 connections (400 MB). A head past
+    MAX_HEAD_BYTES is answered 431; the next request is served."""
+    harness = Harness(tmp_path, [DONE_TURN])
+    padding = b"".join(b"x-pad-%d: %s\r\n" % (n, b"y" * 60_000) for n in range(3))
+
+    async def body(h):
+        reader, writer = await asyncio.open_unix_connection(str(h.socket))
+        writer.write(b"POST /v1/messages HTTP/1.1\r\n" + padding + b"\r\n")
+        answer = await reader.read()
+        writer.close()
+        return answer, await create(h.client(), FIRST)
+
+    answer, reply = harness.run(body)
+    assert len(padding) > proxy.MAX_HEAD_BYTES
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+    assert reply.content[0].text == "Wrote hello.txt."

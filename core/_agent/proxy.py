@@ -54,6 +54,7 @@ from evalctl._text import truncate
 SOCKET_NAME = "evalctl-model.sock"
 TOKEN_PREFIX = "evalctl-task-"
 MAX_HEADER_LINES = 200
+MAX_HEAD_BYTES = 64 * 1024  # a request line and headers, together
 # What a request may be, and what one attempt's proxy may hold. Every byte of a request
 # is held in evalctl's own process, outside the sandbox's memory limit, and its JSON is
 # parsed on the event loop every attempt shares (found by an attacker round: 32
@@ -221,10 +222,17 @@ async def _read_head(reader: asyncio.StreamReader
         raise _BadRequest(400, "invalid_request_error", "malformed request line")
     method, target, _ = parts
     headers: dict[str, str] = {}
+    held = len(line)
     for _ in range(MAX_HEADER_LINES):
         raw = await reader.readline()
         if raw in (b"\r\n", b"\n", b""):
             break
+        # The head is held before the attempt's budget for bodies is asked: it is
+        # bounded on its own (found by an attacker round: 197 headers of 64 KB on each
+        # of 32 connections held 400 MB).
+        held += len(raw)
+        if held > MAX_HEAD_BYTES:
+            raise _BadRequest(431, "invalid_request_error", "request headers too large")
         name, _, value = raw.decode("latin-1").partition(":")
         headers[name.strip().lower()] = value.strip()
     else:
