@@ -20,14 +20,14 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evalctl._agent.ledger import read_events
 from evalctl._errors import UsageError
-from evalctl._files import directory_inside, snapshot
+from evalctl._files import IGNORED_DIRS, directory_inside, snapshot
 from evalctl._plugin.options import typed_options
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.types import AgentResult, ExitStatus, Sandbox, SandboxRequest
@@ -234,7 +234,8 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
     # check ran changed the workspace since the agent left it; otherwise the copy is as
     # the agent left it, and they are graded again.
     diverged = await asyncio.to_thread(_changed_since_the_agent, workspace,
-                                       agent.files_changed, as_left)
+                                       agent.files_changed, as_left,
+                                       {*verify, *_patch_paths(task)})
     if diverged:
         # Not the workspace the agent left: no check can be graded again on it (found by
         # an attacker round: the agent's module rewrote itself to a fix when the run's
@@ -344,7 +345,8 @@ def _recorded_agent(recorded: TaskResult, workspace: Workspace, task: Task,
 
 
 def _changed_since_the_agent(workspace: Workspace, files_changed: dict[str, str],
-                             as_left: dict[str, str] | None) -> list[str]:
+                             as_left: dict[str, str] | None,
+                             written: Collection[str] = ()) -> list[str]:
     """The paths of the copy that are not as the agent left them (the seed, with the
     agent's changes by their recorded digests): what code a check of the run's ran
     changed. None known (empty) when the ledger records no digests (an older run); a
@@ -361,8 +363,36 @@ def _changed_since_the_agent(workspace: Workspace, files_changed: dict[str, str]
     # (found by an attacker round: calc.py a link into .git, where the file it named was
     # rewritten while the run's tests ran): not known to be as the agent left it.
     links = [path for path, digest in as_left.items() if digest.startswith("symlink:")]
-    return sorted(links + [path for path in now.keys() | expected.keys()
-                           if now.get(path) != expected.get(path)])
+    # A directory neither seeded nor holding a file the agent made was made while the
+    # run's checks ran (found by an attacker round: the agent's module found the empty
+    # build/ the run's tests had left, and the regrade passed).
+    made_by_the_agent_or_the_run = [path for path, kind in files_changed.items()
+                                    if kind != "deleted"] + list(written)
+    known = _directories(workspace.seed_path) | {
+        "/".join(path.split("/")[:depth]) for path in made_by_the_agent_or_the_run
+        for depth in range(1, path.count("/") + 1)}
+    made = [f"{path}/" for path in _directories(workspace.root) - known]
+    return sorted(links + made + [path for path in now.keys() | expected.keys()
+                                  if now.get(path) != expected.get(path)])
+
+
+def _directories(root: Path, limit: int = 100_000) -> set[str]:
+    """The directories under `root` (relative; links not followed, the directories
+    evalctl does not track left out), at most `limit` of them."""
+    found: set[str] = set()
+    pending = [""]
+    while pending and len(found) < limit:
+        relative = pending.pop()
+        try:
+            with os.scandir(root / relative if relative else root) as entries:
+                for entry in entries:
+                    if entry.name not in IGNORED_DIRS and entry.is_dir(follow_symlinks=False):
+                        inner = f"{relative}/{entry.name}" if relative else entry.name
+                        found.add(inner)
+                        pending.append(inner)
+        except OSError:
+            continue
+    return found
 
 
 def _patch_paths(task: Task) -> list[str]:

@@ -481,10 +481,25 @@ def _says_not_a_test(node: ast.stmt) -> bool:
         isinstance(target, ast.Name) and target.id == "__test__" for target in node.targets)
 
 
+def _decorator_name(decorator: ast.expr) -> str:
+    """The dotted name a decorator calls (`pytest.fixture` for `@pytest.fixture(...)`);
+    a decorator's other text, its arguments included, is not looked at (found by an
+    attacker round: `usefixtures` and `hasattr` matched as substrings)."""
+    if isinstance(decorator, ast.Call):
+        decorator = decorator.func
+    parts = []
+    while isinstance(decorator, ast.Attribute):
+        parts.append(decorator.attr)
+        decorator = decorator.value
+    if isinstance(decorator, ast.Name):
+        parts.append(decorator.id)
+    return ".".join(reversed(parts))
+
+
 def _is_test_function(node: ast.stmt) -> bool:
     return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
         node.name.startswith("test") and not any(
-            "fixture" in ast.unparse(decorator) for decorator in node.decorator_list)
+            _decorator_name(d).rpartition(".")[2] == "fixture" for d in node.decorator_list)
 
 
 def _is_test_class(node: ast.ClassDef) -> bool:
@@ -492,7 +507,8 @@ def _is_test_class(node: ast.ClassDef) -> bool:
     # A decorator that gives it an __init__ (a dataclass) makes pytest pass it over;
     # others (marks) do not (found by an attacker round: a marked class's tests hidden).
     if not (unittest or node.name.startswith("Test")) or any(
-            "dataclass" in ast.unparse(d) or "attr" in ast.unparse(d)
+            _decorator_name(d).rpartition(".")[2] == "dataclass"
+            or _decorator_name(d).partition(".")[0] in ("attr", "attrs")
             for d in node.decorator_list):
         return False
     return not any(_says_not_a_test(member) or (
