@@ -284,7 +284,9 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
     if gaming:
         return evalctl.CheckResult(False, f"suspected gaming: {gaming}\n{_tail(output)}{suffix}",
                                    suspected_gaming=True)
-    unseen = _never_collected(workspace, named, config[1], report.get("outcomes", {}))
+    outcomes = {**{str(node): "deselected" for node in report.get("deselected", [])},
+                **report.get("outcomes", {})}
+    unseen = _never_collected(workspace, named, config[1], outcomes)
     return _verdict(report, named, output, suffix, unseen)
 
 
