@@ -921,7 +921,9 @@ class _PluginState:
                 if name in functions:
                     found.append(f"{label}.{name} (set on pytest's {label} object)")
                 elif name in genuine and value is not genuine[name] and \
+                        value is not None and not isinstance(value, _VALUES) and \
                         _GENUINE.get(id(type(value))) is not type(value):
+                    # (pytest lets go of some as it ends: None is no one's code)
                     found.append(f"{label}.{name} (pytest's object replaced)")
         return found
 
