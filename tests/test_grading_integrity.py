@@ -807,6 +807,16 @@ def test_a_test_hidden_from_collection_is_seen_in_its_file(tmp_path, sandbox_nam
     assert honest.passed and "4 passed" in honest.detail, honest.detail
 
 
+def _attacks_seen_controls_not(run: evalctl.RunResult) -> None:
+    """Every task of an attacker round's suite fails its tests_pass check: the controls
+    (ids ending in 0) with nothing suspected, the attacks as suspected gaming."""
+    for task in run.tasks:
+        tests = next(c for c in task.checks if c.type == "tests_pass")
+        assert not tests.passed, (task.task_id, tests.detail)
+        assert tests.suspected_gaming == (not task.task_id.endswith("0")), \
+            (task.task_id, tests.detail)
+
+
 WITNESS_R20 = Path(__file__).parent / "data" / "witness_r20"
 
 
@@ -821,11 +831,7 @@ def test_a_hook_is_the_installations_only_as_the_installation_made_it(tmp_path,
     agent's, and a callable object without a `__code__`, are caught as before."""
     run = evalctl.testing.run_suite(WITNESS_R20 / "hooks_made_of_the_installations_code.yaml",
                                     sandbox=sandbox_name, out_dir=tmp_path / "out")
-    for task in run.tasks:
-        tests = next(c for c in task.checks if c.type == "tests_pass")
-        assert not tests.passed, (task.task_id, tests.detail)
-        assert tests.suspected_gaming == (not task.task_id.endswith("0")), \
-            (task.task_id, tests.detail)
+    _attacks_seen_controls_not(run)
 
 
 def test_tests_of_a_marked_or_derived_class_are_read_from_the_file(tmp_path, sandbox_name):
@@ -851,11 +857,7 @@ def test_a_third_round_against_the_allow_list_is_seen(tmp_path, sandbox_name):
     run = evalctl.testing.run_suite(
         Path(__file__).parent / "data" / "witness_r21" / "attacks_on_the_allow_list.yaml",
         sandbox=sandbox_name, out_dir=tmp_path / "out")
-    for task in run.tasks:
-        tests = next(c for c in task.checks if c.type == "tests_pass")
-        assert not tests.passed, (task.task_id, tests.detail)
-        assert tests.suspected_gaming == (not task.task_id.endswith("0")), \
-            (task.task_id, tests.detail)
+    _attacks_seen_controls_not(run)
 
 
 NAMED_FILE = """\
@@ -927,11 +929,7 @@ def test_pytests_own_objects_given_the_agents_code_are_seen(tmp_path, sandbox_na
     takes what pytest's objects hold as collection starts."""
     run = evalctl.testing.run_suite(WITNESS_R22 / "pytests_objects_changed.yaml",
                                     sandbox=sandbox_name, out_dir=tmp_path / "out")
-    for task in run.tasks:
-        tests = next(c for c in task.checks if c.type == "tests_pass")
-        assert not tests.passed, (task.task_id, tests.detail)
-        assert tests.suspected_gaming == (not task.task_id.endswith("0")), \
-            (task.task_id, tests.detail)
+    _attacks_seen_controls_not(run)
 
 
 def test_honest_solutions_of_many_shapes_pass(tmp_path, sandbox_name):

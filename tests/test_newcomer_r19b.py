@@ -11,32 +11,9 @@ import evalctl
 from evalctl._plugin.registry import set_registry
 
 from .conftest import registry_with, run_cli
-
-ONE_TASK = """\
-- id: echo
-  prompt: Write hi to a.txt.
-  checks:
-    - type: file_exists
-      path: a.txt
-  script:
-    - tool_calls:
-        - tool: bash
-          input:
-            command: echo hi > a.txt
-    - text: Wrote a.txt.
-"""
-
-
-class _Live:
-    async def complete(self, request):
-        return evalctl.ModelTurn(text="done")
-
-
-class _LiveProvider:
-    @evalctl.hookimpl
-    def evalctl_register_providers(self, register):
-        register(evalctl.ProviderSpec(name="live_fake", create=lambda options: _Live()))
-
+from .test_journal import ERRORING
+from .test_sandbox_choice import ONE_TASK
+from .test_sandbox_choice import LiveProvider as _LiveProvider
 
 # -- 4. a live provider under evalctl.toml's `sandbox = "local"` -------------------------
 
@@ -80,18 +57,6 @@ def test_without_an_isolating_sandbox_the_refusal_still_says_to_install_bubblewr
 
 # -- 13. a resume that leaves its errors out says how to rerun them -----------------------
 
-ERRORING = ONE_TASK + """\
-- id: flaky-infra
-  prompt: p
-  checks:
-    - type: file_exists
-      path: x
-  script:
-    - tool_calls:
-        - tool: glob
-          input:
-            pattern: "*"
-"""
 
 
 def test_a_resume_that_leaves_errors_out_names_retry_errors(tmp_path):
@@ -100,10 +65,10 @@ def test_a_resume_that_leaves_errors_out_names_retry_errors(tmp_path):
     assert first.exit_code == 1, first.output
     run_dir = next((tmp_path / "eval_reports").glob("workspaces-*"))
     plain = run_cli(tmp_path, "--resume", str(run_dir))
-    assert "0 of 2 attempt(s) to run (1 in error, kept as journaled: add --retry-errors " \
+    assert "0 of 3 attempt(s) to run (1 in error, kept as journaled: add --retry-errors " \
            "to run them again)" in plain.output, plain.output
     retried = run_cli(tmp_path, "--resume", str(run_dir), "--retry-errors")
-    assert "1 of 2 attempt(s) to run\n" in retried.output, retried.output
+    assert "1 of 3 attempt(s) to run\n" in retried.output, retried.output
 
 
 # -- 5. --agent-option: an unknown option named with a did-you-mean -----------------------
