@@ -115,6 +115,19 @@ def test_the_prompt_shows_what_the_check_asks_for(workspace):
     assert "final summary" not in only_diff
 
 
+def test_the_prompt_says_when_the_record_of_changed_files_was_cut(workspace):
+    """The record of changed files is bounded (10,000 entries): past it, the judge is
+    told that its diff does not show every change."""
+    import dataclasses
+
+    cut = dataclasses.replace(agent_result(workspace), files_changed_omitted=12)
+    prompt = build_prompt({"rubric": "Q?", "show": ["diff"]}, workspace.root, cut)
+    assert "12 more changed file(s) are not listed" in prompt
+    whole = build_prompt({"rubric": "Q?", "show": ["diff"]}, workspace.root,
+                         agent_result(workspace))
+    assert "not listed" not in whole
+
+
 SUITE = """\
 - id: judged
   prompt: Write summary.md with the launch date.

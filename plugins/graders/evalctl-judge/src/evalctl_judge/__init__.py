@@ -62,6 +62,10 @@ def _workspace_diff(workspace: Path, result: evalctl.AgentResult) -> str:
             old.splitlines(keepends=True), new.splitlines(keepends=True),
             fromfile=f"a/{relative}" if change != "created" else "/dev/null",
             tofile=f"b/{relative}" if change != "deleted" else "/dev/null"))
+    if result.files_changed_omitted:
+        # The record of changed files is bounded: the judge is told what it was not shown.
+        chunks.append(f"\n({result.files_changed_omitted} more changed file(s) are not "
+                      "listed: the record of changed files was cut at its bound)\n")
     return "".join(chunks) or "(no files changed)"
 
 
