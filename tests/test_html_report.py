@@ -209,6 +209,19 @@ def attempt(tmp_path: Path, seed: dict[str, bytes], now: dict[str, bytes]) -> Pa
     return run_dir / "t"
 
 
+def test_changes_a_cut_record_does_not_list_are_not_called_made_after_the_agent(tmp_path):
+    """The record of which files the agent changed is bounded (10,000 entries): a change
+    it does not list, when it was cut, may be the agent's, and is not marked as made
+    after it; the page says the two cannot be told apart."""
+    workspace = attempt(tmp_path, {"a.txt": b"a\n"}, {"a.txt": b"A\n", "b.txt": b"b\n"})
+    whole = workspace_changes(workspace, {"a.txt": "modified"})
+    assert [f.get("after", False) for f in whole.files] == [False, True]
+    assert whole.unattributed is None
+    cut = workspace_changes(workspace, {"a.txt": "modified"}, omitted=3)
+    assert [f.get("after", False) for f in cut.files] == [False, False]
+    assert "cut at its bound (3 not listed)" in cut.unattributed
+
+
 def test_changes_are_unified_diffs_against_the_seed(tmp_path):
     workspace = attempt(tmp_path, {"same.txt": b"x\n", "edit.txt": b"a\nb\nc\n",
                                    "gone.txt": b"bye\n", "sub/deep.txt": b"1\n"},

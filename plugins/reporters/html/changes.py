@@ -168,11 +168,15 @@ def _changed(seed: Path, workspace: Path, relative: str, before: _Entry | None,
 
 
 def workspace_changes(workspace: str | Path | None,
-                      agent_changed: Mapping[str, str] | None = None) -> Changes:
+                      agent_changed: Mapping[str, str] | None = None,
+                      omitted: int = 0) -> Changes:
     """The attempt's changes against its seed copy, capped as the module says. With
     `agent_changed` (what evalctl measured the agent changed, by relative path), every
     other change is marked `"after": True`: made after the agent stopped (verify files,
-    the checks), not by it. Without it, `unattributed` says the two cannot be told apart."""
+    the checks), not by it. Without it, or when that record was cut at its bound
+    (`omitted` changes not listed), `unattributed` says the two cannot be told apart."""
+    if omitted:
+        agent_changed = None
     if not workspace:
         return Changes(problem="no workspace was recorded for this attempt")
     root, seed = Path(workspace), seed_of(workspace)
@@ -200,7 +204,10 @@ def workspace_changes(workspace: str | Path | None,
         changes.files.append(changed)
     filecmp.clear_cache()  # its cache would otherwise grow with every attempt of the run
     if agent_changed is None and changes.files:
-        changes.unattributed = ("the ledger does not record which files the agent "
-                                "changed: files evalctl wrote after it (verify files) or "
-                                "the checks wrote are listed with its changes")
+        changes.unattributed = (
+            f"the record of which files the agent changed was cut at its bound ({omitted} "
+            "not listed)" if omitted else
+            "the ledger does not record which files the agent changed") + \
+            ": files evalctl wrote after it (verify files) or the checks wrote are " \
+            "listed with its changes"
     return changes

@@ -85,7 +85,8 @@ def details(run: evalctl.RunResult, report_dir: Path) -> Iterator[dict[str, Any]
     """Each attempt's task page, one at a time, in the order of `run.tasks`."""
     for task in run.tasks:
         transcript = read_transcript(task.ledger)
-        changes = workspace_changes(task.workspace, transcript.files_changed)
+        changes = workspace_changes(task.workspace, transcript.files_changed,
+                                    transcript.files_changed_omitted)
         yield {
             "prompt": transcript.prompt,
             "error": task.error,

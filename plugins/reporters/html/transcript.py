@@ -34,6 +34,7 @@ class Transcript:
     # the ledger's last `task_end`; None when the ledger does not say. The workspace
     # also holds what came after the agent (verify files, what the checks wrote).
     files_changed: dict[str, str] | None = None
+    files_changed_omitted: int = 0  # what the task_end's record did not list
 
 
 def arguments_text(arguments: Any) -> str:
@@ -88,6 +89,9 @@ class _Reader:
         changed = event.get("files_changed")
         if isinstance(changed, dict):
             self.transcript.files_changed = {str(k): str(v) for k, v in changed.items()}
+            omitted = event.get("files_changed_omitted")
+            self.transcript.files_changed_omitted = omitted if isinstance(omitted, int) \
+                and not isinstance(omitted, bool) and omitted > 0 else 0
 
     def event(self, event: dict[str, Any], line: int) -> None:
         kind = event.get("event")
