@@ -212,13 +212,21 @@ class PreparedRun:
     executor: ExecutorChoice | None = None
 
 
-def _preflight(registry: Registry, tasks: list[Task]) -> None:
+def _preflight(registry: Registry, tasks: list[Task], suite_path: str = "") -> None:
     """Each grader with a preflight sees every check of its type before any task: a
-    check that cannot work here (a judge without a key) stops the run with exit 2."""
+    check that cannot work here (a judge without a key) stops the run with exit 2, its
+    message naming where the suite has such checks (found by a newcomer: which check's
+    provider to fix was not said)."""
     checks: dict[str, list[dict[str, Any]]] = {}
+    where: dict[str, list[str]] = {}
     for task in tasks:
         for check in task.checks:
             checks.setdefault(check["type"], []).append(dict(check))
+            places = where.setdefault(check["type"], [])
+            place = f"{suite_path}:{task.line} (task '{task.id}')" if suite_path else \
+                f"task '{task.id}'"
+            if place not in places:
+                places.append(place)
     problems = []  # every grader's: one run of the suite names them all
     for name, of_type in checks.items():
         spec = registry.graders[name]
@@ -230,7 +238,10 @@ def _preflight(registry: Registry, tasks: list[Task]) -> None:
                 if inspect.isawaitable(answer):
                     _wait_for(answer)
         except UsageError as exc:
-            problems.append(f"the {name} checks cannot run: {exc}")
+            shown = ", ".join(where[name][:3]) + (
+                f" and {len(where[name]) - 3} more" if len(where[name]) > 3 else "")
+            problems.append(f"the {name} checks cannot run: {exc} (the {name} checks of "
+                            f"{shown})")
         except Exception as exc:  # a broken preflight must not let a doomed run start
             owner = registry.plugin_of("grader", name)
             problems.append(f"the {name} checks cannot run: the grader's preflight failed"
@@ -298,7 +309,7 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
         if recorded != chosen:  # a new version of the agent, or its options, is another run
             raise UsageError(f"cannot resume {resume.run_dir}: the agent differs from the "
                              f"journaled run's: {recorded} -> {chosen}")
-    _preflight(registry, tasks)
+    _preflight(registry, tasks, str(suite.path) if suite.path else "")
     executor = choose_executor(registry, flag=options.executor,
                                flag_options=options.executor_options,
                                config_name=options.config_executor,
