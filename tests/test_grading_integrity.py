@@ -817,6 +817,14 @@ def _attacks_seen_controls_not(run: evalctl.RunResult) -> None:
             (task.task_id, tests.detail)
 
 
+def _every_honest_task_passes(run: evalctl.RunResult, count: int) -> None:
+    """Each of the `count` honest tasks passes its tests_pass check, nothing suspected."""
+    assert len(run.tasks) == count
+    for task in run.tasks:
+        tests = next(c for c in task.checks if c.type == "tests_pass")
+        assert tests.passed and not tests.suspected_gaming, (task.task_id, tests.detail)
+
+
 WITNESS_R20 = Path(__file__).parent / "data" / "witness_r20"
 
 
@@ -940,10 +948,7 @@ def test_honest_solutions_of_many_shapes_pass(tmp_path, sandbox_name):
     for as never collected). Each passes, nothing suspected."""
     run = evalctl.testing.run_suite(WITNESS_R22 / "honest.yaml", sandbox=sandbox_name,
                                     out_dir=tmp_path / "out")
-    assert len(run.tasks) == 6
-    for task in run.tasks:
-        tests = next(c for c in task.checks if c.type == "tests_pass")
-        assert tests.passed and not tests.suspected_gaming, (task.task_id, tests.detail)
+    _every_honest_task_passes(run, 6)
 
 
 WITNESS_R23 = Path(__file__).parent / "data" / "witness_r23"
@@ -967,10 +972,7 @@ def test_more_honest_solutions_pass(tmp_path, sandbox_name):
     each passes, nothing suspected."""
     run = evalctl.testing.run_suite(WITNESS_R23 / "honest.yaml", sandbox=sandbox_name,
                                     out_dir=tmp_path / "out")
-    assert len(run.tasks) == 7
-    for task in run.tasks:
-        tests = next(c for c in task.checks if c.type == "tests_pass")
-        assert tests.passed and not tests.suspected_gaming, (task.task_id, tests.detail)
+    _every_honest_task_passes(run, 7)
 
 
 NAMES_THE_HIDDEN_TEST = """\
