@@ -39,11 +39,13 @@ import os
 import re
 import secrets
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 import evalctl
+
+_T = TypeVar("_T")
 
 TAIL = 1_500
 WITNESS_DIR = Path(__file__).parent / "witness"
@@ -189,7 +191,7 @@ def _named_outcomes(named: list[str], outcomes: Mapping[str, str]) -> tuple[list
         wanted = test.strip().removeprefix("./").rstrip("/")
         if "::" in wanted:
             matches = {node: outcome for node, outcome in outcomes.items()
-                       if node == wanted or node.startswith(wanted + "[")}
+                       if _is_or_a_case_of(node, wanted)}
         else:
             matches = {node: outcome for node, outcome in outcomes.items()
                        if node == wanted or node.startswith(wanted + "::")
@@ -200,6 +202,11 @@ def _named_outcomes(named: list[str], outcomes: Mapping[str, str]) -> tuple[list
             failed += [f"{node} ({outcome})" for node, outcome in matches.items()
                        if outcome != "passed"]
     return failed, missing
+
+
+def _is_or_a_case_of(node: str, test: str) -> bool:
+    """Whether node id `node` is `test` or one of its parametrized cases (`test[1]`)."""
+    return node == test or node.startswith(test + "[")
 
 
 def _listed(items: list[str], limit: int = 10) -> str:
@@ -358,17 +365,33 @@ def _as_seeded(workspace: Path, result: evalctl.AgentResult, relative: str) -> b
     parts = PurePosixPath(relative).parts
     if result.seed_path is None or not parts or ".." in parts:
         return False
-    for top in (workspace, result.seed_path):
-        here = top
-        for part in parts[:-1]:
-            here = here / part
-            if here.is_symlink() or not here.is_dir():
-                return False
+    targets = [_in_directory(top, parts, lambda name, where: os.readlink(name, dir_fd=where))
+               for top in (workspace, result.seed_path)]
+    return targets[0] is not None and targets[0] == targets[1]
+
+
+_NO_FOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def _in_directory(top: Path, parts: tuple[str, ...],
+                  action: Callable[[str, int], _T]) -> _T | None:
+    """`action(name, directory descriptor)` on the last of `parts` under `top`, its
+    directory reached through directories only (no link on the way); None when that
+    cannot be done (a link, a path gone, an OSError of the action's)."""
     try:
-        return os.readlink(workspace.joinpath(*parts)) == \
-            os.readlink(result.seed_path.joinpath(*parts))
+        descriptor = os.open(top, _NO_FOLLOW | os.O_DIRECTORY)
     except OSError:
-        return False
+        return None
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, _NO_FOLLOW | os.O_DIRECTORY, dir_fd=descriptor)
+            os.close(descriptor)
+            descriptor = inner
+        return action(parts[-1], descriptor)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
 
 
 def _regular_file_bytes(top: Path, parts: tuple[str, ...]) -> bytes | None:
@@ -376,25 +399,14 @@ def _regular_file_bytes(top: Path, parts: tuple[str, ...]) -> bytes | None:
     directories only; None for anything else (a link on the way, a FIFO, too large)."""
     import stat
 
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        descriptor = os.open(top, flags | os.O_DIRECTORY)
-    except OSError:
-        return None
-    try:
-        for part in parts[:-1]:
-            inner = os.open(part, flags | os.O_DIRECTORY, dir_fd=descriptor)
-            os.close(descriptor)
-            descriptor = inner
-        with os.fdopen(os.open(parts[-1], flags, dir_fd=descriptor), "rb") as handle:
+    def read(name: str, directory: int) -> bytes | None:
+        with os.fdopen(os.open(name, _NO_FOLLOW, dir_fd=directory), "rb") as handle:
             status = os.fstat(handle.fileno())
             if not stat.S_ISREG(status.st_mode) or status.st_size > SEEDED_FILE_BYTES:
                 return None
             return handle.read(SEEDED_FILE_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(descriptor)
+
+    return _in_directory(top, parts, read)
 
 
 async def _pytest_missing(sandbox: evalctl.Sandbox, interpreter: str) -> bool:
@@ -434,7 +446,7 @@ def _never_collected(workspace: Path, named: list[str], config: str,
             files += list(itertools.islice(found, NAMED_FILES_READ))
     seen = [str(node) for node in outcomes]
     return [test for file in files for test in _defined_tests(workspace, file)
-            if not any(node == test or node.startswith(test + "[") for node in seen)]
+            if not any(_is_or_a_case_of(node, test) for node in seen)]
 
 
 def _defined_tests(workspace: Path, file: str) -> list[str]:
