@@ -299,10 +299,8 @@ def _lazily_bound(package: str, name: str, value: Any) -> bool:
     """Whether `value`, bound as `name` in `package` since it was taken, is that name of
     one of the package's own submodules, loaded from the installation."""
     module = sys.modules.get(getattr(value, "__module__", None) or "")
-    file = getattr(module, "__file__", None)
     return module is not None and module.__name__.startswith(package + ".") and \
-        bool(file) and _in_root(os.path.realpath(file), _INSTALLED) is not None and \
-        vars(module).get(name) is value
+        _installed_file(getattr(module, "__file__", None)) and vars(module).get(name) is value
 
 
 def _runs(value: Any) -> bool:
@@ -714,6 +712,11 @@ def _written_during_the_run(path: str | None) -> bool:
         return True
 
 
+def _installed_file(path: str | None) -> bool:
+    """Whether `path` names a file of the Python installation (_INSTALLED)."""
+    return bool(path) and _in_root(os.path.realpath(str(path)), _INSTALLED) is not None
+
+
 def _code_of(thing: Any) -> Any:
     """The code object `thing` runs when called: through bound methods, static and class
     methods and partials (a hook can be any of these), without unwrapping what a wrapper
@@ -736,17 +739,15 @@ def _genuine_functions(found: dict[int, Any] | None = None) -> dict[int, Any]:
     found = {} if found is None else found
     for module in list(sys.modules.values()):
         try:
-            file = getattr(module, "__file__", None)
-            if not file or _in_root(os.path.realpath(file), _INSTALLED) is None:
+            if not _installed_file(getattr(module, "__file__", None)):
                 continue
             values = list(vars(module).values())
-            values += [member for value in values
-                       if isinstance(value, type) and value.__module__ == module.__name__
-                       for member in vars(value).values()]
+            classes = [value for value in values
+                       if isinstance(value, type) and value.__module__ == module.__name__]
+            found.update((id(kind), kind) for kind in classes)  # their instances are known
+            values += [member for kind in classes for member in vars(kind).values()]
             for value in values:
                 try:
-                    if isinstance(value, type) and value.__module__ == module.__name__:
-                        found[id(value)] = value  # a class: its instances are known
                     for inner in ("__func__", "fget"):
                         unwrapped = getattr(value, inner, None)
                         if unwrapped is not None:
@@ -813,7 +814,7 @@ def _what_its_file_holds(code: Any) -> bool:
     (a test wrapped by an installed library, made after the witness looked): code can
     name any file it likes (found by an attacker round)."""
     path = code.co_filename
-    if not os.path.isabs(path) or _in_root(os.path.realpath(path), _INSTALLED) is None:
+    if not os.path.isabs(path) or not _installed_file(path):
         return False
     fields = ("co_code", "co_consts", "co_names", "co_varnames", "co_name",
               "co_firstlineno")
