@@ -242,16 +242,13 @@ async def _regrade_attempt(prepared: PreparedRegrade, planned: PlannedAttempt,
         # tests imported it, and the regrade's tests passed). Every verdict the run gave
         # is kept; a check it did not give is graded on the copy.
         shown = ", ".join(diverged[:3]) + (" ..." if len(diverged) > 3 else "")
-        carried = [dataclasses.replace(c, detail=f"{c.detail}\n(the run's verdict, carried: "
-                                                    "code a check ran changed the kept "
-                                                    f"workspace after the agent: {shown})")
-                   for c in recorded.checks if c.type in prepared.registry.graders]
+        carried = _carried([c for c in recorded.checks if c.type in prepared.registry.graders],
+                           f"code a check ran changed the kept workspace after the agent: "
+                           f"{shown}")
     else:
-        carried = [dataclasses.replace(c, detail=f"{c.detail}\n(the run's verdict, carried: "
-                                                    "the kept workspace is as the run's "
-                                                    "checks left it, not as the agent did)")
-                   for c in _graded_as_the_agent_left_it(recorded.checks,
-                                                         prepared.registry)]
+        carried = _carried(_graded_as_the_agent_left_it(recorded.checks, prepared.registry),
+                           "the kept workspace is as the run's checks left it, not as the "
+                           "agent did")
     try:
         checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,
                                      open_grading, skip_kinds=(JUDGE,), carried=carried,
@@ -288,6 +285,12 @@ def _error_statuses(prepared: PreparedRegrade, recorded: TaskResult) -> set[str]
     if recorded.exit_status and recorded.exit_status not in ExitStatus.AGENT:
         statuses.add(recorded.exit_status)
     return statuses
+
+
+def _carried(checks: list[CheckOutcome], why: str) -> list[CheckOutcome]:
+    """The run's verdicts of `checks`, each detail saying it was carried and why."""
+    return [dataclasses.replace(c, detail=f"{c.detail}\n(the run's verdict, carried: {why})")
+            for c in checks]
 
 
 def _graded_as_the_agent_left_it(checks: list[CheckOutcome], registry: Registry
