@@ -988,24 +988,31 @@ tasks:
 """
 
 
+def _run_then_regrade(tmp_path: Path, suite: str) -> tuple[evalctl.TaskResult,
+                                                            evalctl.TaskResult]:
+    """A one-task suite run (sandbox local), then regraded: (the run's task, the
+    regrade's)."""
+    from evalctl._plugin.registry import get_registry
+    from evalctl._run.regrade import execute_regrade, plan_regrade
+
+    path = tmp_path / "suite.yaml"
+    path.write_text(suite)
+    registry = get_registry()
+    run = run_suite(path, registry=registry, sandbox="local", out_dir=tmp_path / "out")
+    regraded = asyncio.run(execute_regrade(plan_regrade(Path(run.run_directory), registry)))
+    (task,), (again,) = run.tasks, regraded.tasks
+    return task, again
+
+
 def test_a_regrade_keeps_the_runs_verdicts_on_what_the_agent_left(tmp_path):
     """Found by an attacker round: the kept workspace is as the run's checks left it, so
     a module that removed its own TODO when a check imported it failed no_placeholders
     in the run and passed it in the regrade. A regrade carries the run's verdicts for
     the checks of the workspace as the agent left it, and says so."""
-    from evalctl._plugin.registry import get_registry
-    from evalctl._run.regrade import execute_regrade, plan_regrade
-
-    suite = tmp_path / "cleans.yaml"
-    suite.write_text(CLEANS_ITSELF)
-    registry = get_registry()
-    run = run_suite(suite, registry=registry, sandbox="local", out_dir=tmp_path / "out")
-    (task,) = run.tasks
+    task, again = _run_then_regrade(tmp_path, CLEANS_ITSELF)
     (placeholders,) = [c for c in task.checks if c.type == "no_placeholders"]
     assert not placeholders.passed and task.status == "failed", task.checks
     assert "TODO" not in (Path(task.workspace) / "calc.py").read_text()  # cleaned since
-    regraded = asyncio.run(execute_regrade(plan_regrade(Path(run.run_directory), registry)))
-    (again,) = regraded.tasks
     (carried,) = [c for c in again.checks if c.type == "no_placeholders"]
     assert again.status == "failed" and not carried.passed, again.checks
     assert "the run's verdict, carried" in carried.detail
@@ -1145,17 +1152,8 @@ def test_a_regrade_of_a_workspace_grading_changed_keeps_every_verdict(tmp_path, 
     changed file's digest as the agent left it; a copy that differs (a link the agent
     made, or a directory no one seeded or wrote a file in, counts) is not the agent's
     work, and the regrade keeps every verdict."""
-    from evalctl._plugin.registry import get_registry
-    from evalctl._run.regrade import execute_regrade, plan_regrade
-
-    path = tmp_path / "rewrites.yaml"
-    path.write_text(suite)
-    registry = get_registry()
-    run = run_suite(path, registry=registry, sandbox="local", out_dir=tmp_path / "out")
-    (task,) = run.tasks
+    task, again = _run_then_regrade(tmp_path, suite)
     assert task.status == "failed", task.checks
-    regraded = asyncio.run(execute_regrade(plan_regrade(Path(run.run_directory), registry)))
-    (again,) = regraded.tasks
     assert again.status == "failed", again.checks
     graded = [c for c in again.checks if c.type in ("file_contains", "tests_pass")]
     assert graded and all("the run's verdict, carried: code a check ran changed the kept "
@@ -1165,15 +1163,7 @@ def test_a_regrade_of_a_workspace_grading_changed_keeps_every_verdict(tmp_path, 
 def test_a_regrade_of_a_workspace_as_the_agent_left_it_grades_again(tmp_path):
     """The other side: when no code of a check changed the workspace, the copy is the
     agent's work, and a regrade grades every check again (a changed check wants that)."""
-    from evalctl._plugin.registry import get_registry
-    from evalctl._run.regrade import execute_regrade, plan_regrade
-
-    path = tmp_path / "plain.yaml"
-    path.write_text(REWRITES_ITSELF.replace("_here = os.path.abspath(__file__)",
-                                            "_here = os.devnull"))
-    registry = get_registry()
-    run = run_suite(path, registry=registry, sandbox="local", out_dir=tmp_path / "out")
-    regraded = asyncio.run(execute_regrade(plan_regrade(Path(run.run_directory), registry)))
-    (again,) = regraded.tasks
+    _, again = _run_then_regrade(tmp_path, REWRITES_ITSELF.replace(
+        "_here = os.path.abspath(__file__)", "_here = os.devnull"))
     assert again.checks and not any("carried" in c.detail for c in again.checks), \
         again.checks

@@ -17,13 +17,20 @@ from .test_sandbox_choice import LiveProvider as _LiveProvider
 
 # -- 4. a live provider under evalctl.toml's `sandbox = "local"` -------------------------
 
+def _refused_under(tmp_path, config: str, text: str):
+    """A run with a live provider, `config` holding `text`: refused with exit 2."""
+    (tmp_path / "s.yaml").write_text(ONE_TASK)
+    (tmp_path / config).write_text(text)
+    refused = run_cli(tmp_path, "s.yaml", "--provider", "live_fake")
+    assert refused.exit_code == 2, refused.output
+    return refused
+
+
 def test_a_live_provider_refused_under_the_configs_local_sandbox_names_its_line(
         tmp_path, require_bwrap):
     set_registry(registry_with(("live", _LiveProvider())))
-    (tmp_path / "s.yaml").write_text(ONE_TASK)
-    (tmp_path / "evalctl.toml").write_text('reporters = ["json"]\nsandbox = "local"\n')
-    refused = run_cli(tmp_path, "s.yaml", "--provider", "live_fake")
-    assert refused.exit_code == 2, refused.output
+    refused = _refused_under(tmp_path, "evalctl.toml",
+                             'reporters = ["json"]\nsandbox = "local"\n')
     assert f"{tmp_path / 'evalctl.toml'}:2 chooses sandbox 'local'" in refused.output
     assert "--sandbox auto chooses 'bwrap'" in refused.output
     assert "--sandbox local on the command line" in refused.output
@@ -33,11 +40,8 @@ def test_a_live_provider_refused_under_the_configs_local_sandbox_names_its_line(
 
 def test_the_same_in_pyproject_names_its_table(tmp_path, require_bwrap):
     set_registry(registry_with(("live", _LiveProvider())))
-    (tmp_path / "s.yaml").write_text(ONE_TASK)
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.evalctl]\n'
-                                             'sandbox = "local"\n')
-    refused = run_cli(tmp_path, "s.yaml", "--provider", "live_fake")
-    assert refused.exit_code == 2, refused.output
+    refused = _refused_under(tmp_path, "pyproject.toml",
+                             '[project]\nname = "x"\n\n[tool.evalctl]\nsandbox = "local"\n')
     assert f"{tmp_path / 'pyproject.toml'}:5 [tool.evalctl] chooses sandbox 'local'" \
         in refused.output
 
@@ -47,10 +51,7 @@ def test_without_an_isolating_sandbox_the_refusal_still_says_to_install_bubblewr
     registry = registry_with(("live", _LiveProvider()))
     registry.sandboxes.pop("bwrap", None)
     set_registry(registry)
-    (tmp_path / "s.yaml").write_text(ONE_TASK)
-    (tmp_path / "evalctl.toml").write_text('sandbox = "local"\n')
-    refused = run_cli(tmp_path, "s.yaml", "--provider", "live_fake")
-    assert refused.exit_code == 2, refused.output
+    refused = _refused_under(tmp_path, "evalctl.toml", 'sandbox = "local"\n')
     assert f"{tmp_path / 'evalctl.toml'}:1 chooses sandbox 'local'" in refused.output
     assert "apt-get install bubblewrap" in refused.output
 
