@@ -237,11 +237,34 @@ MALFORMED: dict[str, tuple[bytes, int, str]] = {
     "flow-in-check": (b"- id: a\n  prompt: p\n  checks:\n    - {type: file_exists}\n", 4,
                       "write a mapping as lines of 'key: value'"),
     "duplicate-key": (b"- id: a\n  prompt: p\n  prompt: q\n  checks:\n    - type: succeeded\n",
-                      3, "Duplicate key 'prompt'"),
+                      3, "key 'prompt' is given twice in the same mapping"),
     "anchor": (b"- id: a\n  prompt: &p hello\n  checks:\n    - type: succeeded\n", 2, "anchor"),
     "tag": (b"- id: a\n  prompt: !!str hello\n  checks:\n    - type: succeeded\n", 2, "tag"),
-    "tabs": (b"- id: a\n\tprompt: p\n", 2, "invalid YAML"),
-    "bad-indent": (b"- id: a\n  prompt: p\n checks:\n", 3, "invalid YAML"),
+    "tabs": (b"- id: a\n\tprompt: p\n", 2, "a tab character: YAML indents with spaces only"),
+    "bad-indent": (b"- id: a\n  prompt: p\n checks:\n", 3,
+                   "this line is indented 1 space(s); the lines above are indented 0, 2"),
+    # The parser's own words for the usual mistakes ("expected <block end>, but found
+    # '<block mapping start>'") said nothing a newcomer could act on: each names its fix.
+    "unclosed-quote": (b'- id: a\n  prompt: "Make a.txt\n  checks:\n    - type: succeeded\n',
+                       2, "a quoted text that starts on this line is never closed"),
+    "colon-in-text": (b"- id: a\n  prompt: Fix this: now\n", 2,
+                      'quote the whole text (prompt: "Fix this: now")'),
+    "key-indented-deeper": (b"- id: a\n  prompt: p\n     checks:\n", 3,
+                            "this line is indented 5 space(s)"),
+    "list-where-a-key-belongs": (b"- id: a\n  prompt: p\n  - type: succeeded\n", 3,
+                                 "a list item ('- ') where a key was expected"),
+    "text-after-closing-quote": (b'- id: a\n  prompt: "{x}" and more\n', 2,
+                                 "quote the whole text"),
+    "key-without-colon": (b"- id: a\n  prompt p\n  checks:\n", 2,
+                          "a key needs ': ' after it"),
+    "text-starting-with-at": (b"- id: a\n  prompt: @file\n", 2,
+                              "a text cannot start with '@' unless it is quoted"),
+    "text-starting-with-star": (b"- id: a\n  prompt: * item\n", 2,
+                                "a text cannot start with '*' unless it is quoted"),
+    "backslash-in-double-quotes": (b'- id: a\n  prompt: "C:\\path"\n', 2,
+                                   "\\p is not an escape in a double-quoted text"),
+    "two-documents": (b"- id: a\n  prompt: p\n---\n- id: b\n", 3,
+                      "a suite is one YAML document"),
     "empty": (b"", 1, "empty suite"),
     "only-comments": (b"# nothing here\n\n", 1, "empty suite"),
     "non-utf8": (b"- id: a\n  prompt: caf\xe9\n", 2, "not UTF-8"),
@@ -439,7 +462,8 @@ def test_a_large_suite_with_an_error_reports_the_whole_documents_line(write_suit
     items[200] = items[200].replace("  prompt: Make a.txt\n", "  prompt: Make a.txt\n  prompt: x\n")
     path = write_suite("".join(items))
     problems = validate_suite(path)
-    assert [(p.line, "Duplicate key 'prompt'" in p.message) for p in problems] == [(1003, True)]
+    assert [(p.line, "key 'prompt' is given twice" in p.message) for p in problems] == \
+        [(1003, True)]
 
 
 def test_cached_warnings_name_the_file_they_were_loaded_from(tmp_path):

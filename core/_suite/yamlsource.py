@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalctl._schema_check import odd_number
+from evalctl._suite.yamlerrors import explained
 
 Path_ = tuple[str | int, ...]
 
@@ -139,13 +140,7 @@ def parse_document(text: str, label: str) -> Located:
         raise YamlSyntaxError(mark.line + 1 if mark is not None else 1, _flow_style_message(
             text, getattr(mark, "index", -1))) from None
     except ruamel.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        problem = getattr(exc, "problem", None) or str(exc)
-        context = getattr(exc, "context", None)
-        message = f"{problem} ({context})" if context and context != "While scanning" and \
-            context != "While parsing" else str(problem)
-        raise YamlSyntaxError(line, f"invalid YAML: {message}") from None
+        raise YamlSyntaxError(*explained(exc, text)) from None
     except RecursionError:
         raise YamlSyntaxError(1, f"invalid YAML: nested too deeply to read (a suite needs "
                                  f"at most {MAX_DEPTH} levels)") from None

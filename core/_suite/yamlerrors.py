@@ -1,0 +1,119 @@
+"""The YAML parser's errors in a suite author's words: what is wrong and what to write.
+
+ruamel's messages name the parser's states ("expected <block end>, but found '<block
+mapping start>'"), which a newcomer cannot act on. The common mistakes each have one
+usual cause and one fix: an unclosed quote, a `: ` inside an unquoted text, uneven
+indentation, a tab, a text that starts with a character YAML reserves. A message not
+recognised here is left as the parser wrote it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Characters that cannot start a plain (unquoted) text in YAML.
+_RESERVED_STARTS = "@`%"
+
+
+def explained(exc: Any, text: str) -> tuple[int, str]:
+    """The 1-based line and the message for a ruamel YAMLError raised on `text`."""
+    problem = str(getattr(exc, "problem", None) or exc)
+    context = str(getattr(exc, "context", None) or "")
+    problem_mark = getattr(exc, "problem_mark", None)
+    context_mark = getattr(exc, "context_mark", None)
+    line = (problem_mark or context_mark).line + 1 if (problem_mark or context_mark) else 1
+    opened = context_mark.line + 1 if context_mark is not None else line
+    said = _plain(problem, context, line, opened, text)
+    if said is None:
+        raw = f"{problem} ({context})" if context and context.lower() not in (
+            "while scanning", "while parsing") else problem
+        return line, f"invalid YAML: {raw}"
+    where, message = said
+    return where, f"invalid YAML: {message}"
+
+
+def _plain(problem: str, context: str, line: int, opened: int,
+           text: str) -> tuple[int, str] | None:
+    if problem == "found unexpected end of stream" and "quoted scalar" in context:
+        return opened, ("a quoted text that starts on this line is never closed: end it "
+                        "with the same quote it starts with (\" or ')")
+    if problem.startswith("found unknown escape character"):
+        character = problem.rsplit(" ", 1)[-1]
+        return line, (f"\\{character.strip(chr(39))} is not an escape in a double-quoted "
+                      "text: write \\\\ for a backslash, or use single quotes, which take "
+                      "backslashes as they are ('C:\\dir')")
+    if problem == "found character '\\t' that cannot start any token":
+        return line, "a tab character: YAML indents with spaces only"
+    if problem.startswith("found character '") and problem.endswith("cannot start any token"):
+        character = problem[len("found character '")]
+        if character in _RESERVED_STARTS:
+            return line, (f"a text cannot start with {character!r} unless it is quoted: "
+                          f"write it in quotes ('{character}...')")
+    if problem == "mapping values are not allowed here":
+        return line, ("a ': ' where YAML does not expect a key: if it is part of a text, "
+                      "quote the whole text (prompt: \"Fix this: now\"); if it is a key, "
+                      "line it up with the keys above it" + _indent_note(text, line))
+    if problem == "mapping keys are not allowed here":
+        return line, "a text cannot start with '? ' unless it is quoted: write it in quotes"
+    if "while scanning an alias" in context or problem.startswith("found undefined alias"):
+        return line, ("a text cannot start with '*' unless it is quoted (YAML reads *name "
+                      "as an alias, which suites do not use): write it in quotes")
+    if problem.startswith("Found confusing disallowed anchor token"):
+        return line, ("anchors and aliases (&name, *name) are not allowed in a suite: "
+                      "write the value out, or share it through `defaults:`; a text that "
+                      "starts with & or * must be quoted")
+    if problem.startswith("Found disallowed tag tokens"):
+        return line, ("tags (!!str, !name) are not allowed in a suite: the schema decides "
+                      "each value's type; a text that starts with ! must be quoted")
+    if problem.startswith("Duplicate key "):
+        key = problem[len("Duplicate key "):].removesuffix(" found")
+        return line, f"key {key} is given twice in the same mapping: keep one of them"
+    if problem == "could not find expected ':'":
+        return opened, ("a line that is neither 'key: value' nor a list item ('- '): a "
+                        "key needs ': ' after it, with a space after the colon")
+    if problem == "but found another document":
+        return line, ("a suite is one YAML document: remove this '---' line (put a "
+                      "second suite in a file of its own)")
+    if problem.startswith("expected <block end>, but found "):
+        found = problem[len("expected <block end>, but found "):]
+        if found == "'-'":
+            return line, ("a list item ('- ') where a key was expected: a list belongs "
+                          "under a key (checks:), on the lines after it, indented"
+                          + _indent_note(text, line))
+        if found == "'<scalar>'":
+            return line, ("text goes on after a value ends: a value that starts with a "
+                          "quote must end with it, so quote the whole text "
+                          "('\"{x}\" and more' in single quotes), or check the indentation")
+        return line, "this line's indentation does not fit the lines above it" + \
+            _indent_note(text, line)
+    return None
+
+
+def _indent_note(text: str, line: int) -> str:
+    """The indentation of `line` against the keys above it, when they differ: the usual
+    cause of a parser error at a line that looks right."""
+    lines = text.splitlines()
+    if not 1 <= line <= len(lines):
+        return ""
+    this = len(lines[line - 1]) - len(lines[line - 1].lstrip(" "))
+    above = sorted({column for row in lines[:line - 1]
+                    if row.strip() and not row.lstrip().startswith("#")
+                    for column in _key_columns(row)})
+    if this in above or not above:
+        return ""
+    columns = ", ".join(str(n) for n in above[:6])
+    return (f" (this line is indented {this} space(s); the lines above are indented "
+            f"{columns}: keys of one mapping start in the same column)")
+
+
+def _key_columns(row: str) -> set[int]:
+    """The columns where a line's keys may start: its indentation, and for a list item
+    ("- id: a") also the column after the dash, where the item's keys line up."""
+    indent = len(row) - len(row.lstrip(" "))
+    columns = {indent}
+    rest = row[indent:]
+    while rest.startswith("- "):
+        indent += 2 + len(rest[2:]) - len(rest[2:].lstrip(" "))
+        columns.add(indent)
+        rest = row[indent:]
+    return columns
