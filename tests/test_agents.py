@@ -378,7 +378,30 @@ def test_a_script_for_the_built_in_tools_is_a_clear_error_for_a_cli_agent():
     run = run_suite(suite, sandbox="local", agent="command", agent_options=sdk_options())
     task = run.tasks[0]
     assert (task.status, task.exit_status) == ("error", "script_error")
-    assert "calls unknown tool 'write_file'" in task.error and "save, shell" in task.error
+    assert "calls 'write_file' in turn 1: the agent has no such tool; its tools: save, shell" \
+        in task.error
+
+
+@pytest.mark.parametrize(("typo", "said"), [
+    # `file:` for `path:`: the agent's tool requires `path`.
+    (("              path: hello.txt", "              file: hello.txt"),
+     "its input lacks 'path', which the agent's tool requires (its arguments: path, text)"),
+    # A number where the tool takes text.
+    (('              text: "hello\\n"', "              text: 12"),
+     "argument 'text' is int 12, and the agent's tool takes string"),
+])
+def test_an_agent_script_input_the_agents_tool_refuses_is_the_scripts_error(typo, said):
+    """Found by a newcomer: a typo in an `agent_script` tool input reached the agent, which
+    could not follow it, and the attempt was scored as the agent's failure. The input is
+    now checked against the tool the agent offers, and the attempt ends `script_error`:
+    an error left out of the score."""
+    suite = WRITE_HELLO.replace(*typo)
+    assert suite != WRITE_HELLO
+    run = run_suite(suite, sandbox="local", agent="command", agent_options=sdk_options())
+    task = run.tasks[0]
+    assert (task.status, task.exit_status) == ("error", "script_error"), task.error
+    assert "the agent_script of task 'write-hello' calls 'save' in turn 1: " + said \
+        in task.error
 
 
 def test_validate_accepts_a_cli_agents_own_tool_names(tmp_path, write_suite):

@@ -71,7 +71,40 @@ def test_a_script_naming_an_unknown_tool_is_an_error(registry, tmp_path):
         {"tool_calls": [{"tool": "teleport"}]}]})
     result, _ = run_task(scripted(registry), tmp_path, task)
     assert result.exit_status == "script_error"
-    assert "unknown tool 'teleport'" in result.error
+    assert "calls 'teleport' in turn 1: the agent has no such tool" in result.error
+
+
+WRITE = {"type": "object", "additionalProperties": False, "required": ["file_path", "content"],
+         "properties": {"file_path": {"type": "string"}, "content": {"type": "string"},
+                        "replace_all": {"type": "boolean"}, "limit": {"type": ["integer", "null"]},
+                        "pattern": {"type": "string", "pattern": "^(a+)+$"}}}
+
+
+@pytest.mark.parametrize(("arguments", "problem"), [
+    ({"file_path": "a", "content": "x"}, None),
+    ({"file_path": "a", "content": "x", "limit": None, "replace_all": True}, None),
+    # The agent's pattern is not run: a regular expression it chose would run here.
+    ({"file_path": "a", "content": "x", "pattern": "a" * 40 + "!"}, None),
+    ({"path": "a", "content": "x"}, "lacks 'file_path'"),
+    ({"file_path": "a", "content": "x", "mode": "w"}, "has no argument 'mode'"),
+    ({"file_path": "a", "content": 3}, "argument 'content' is int 3"),
+    ({"file_path": "a", "content": "x", "replace_all": 1}, "argument 'replace_all' is int"),
+    ({"file_path": "a", "content": "x", "limit": True}, "takes integer or null"),
+])
+def test_an_agent_script_input_is_checked_against_the_agents_tool(arguments, problem):
+    from evalctl.plugins.providers.scripted import input_problem
+
+    found = input_problem(WRITE, arguments)
+    assert (found is None) if problem is None else (problem in found), found
+
+
+@pytest.mark.parametrize("schema", [{}, {"type": "object"}, {"properties": []},
+                                    {"required": "path"}, {"properties": {"a": {"type": 7}}},
+                                    {"properties": {"a": "string"}, "required": [["a"]]}])
+def test_an_agents_odd_tool_schema_is_no_reason_to_refuse_a_script(schema):
+    from evalctl.plugins.providers.scripted import input_problem
+
+    assert input_problem(schema, {"a": 1}) is None
 
 
 def test_scripted_latency_option(registry):

@@ -104,6 +104,48 @@ AGENT_SCRIPT = script_schema(
     "own. The built-in loop reads `script:` instead, so one task can hold both.")
 
 
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "array": (list, tuple), "object": (dict, Mapping), "null": (type(None),)}
+
+
+def input_problem(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> str | None:
+    """What is wrong with a scripted call's input for the agent's tool, or None.
+
+    Only the mistakes a script's author makes are looked for: a required argument left
+    out, an argument the tool does not have, an argument of the wrong JSON type. The
+    schema is the agent's, sent in its request: its patterns, references and the like
+    are not evaluated (a pattern is a regular expression the agent chose, which Python
+    would run on the harness's thread)."""
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, Mapping) else {}
+    names = ", ".join(map(str, properties)) or "none"
+    required = schema.get("required")
+    missing = [name for name in (required if isinstance(required, list) else [])
+               if isinstance(name, str) and name not in arguments]
+    if missing:
+        return (f"its input lacks {', '.join(map(repr, missing))}, which the agent's tool "
+                f"requires (its arguments: {names})")
+    if schema.get("additionalProperties") is False and properties:
+        unknown = [name for name in arguments if name not in properties]
+        if unknown:
+            return (f"the agent's tool has no argument {', '.join(map(repr, unknown))} (its "
+                    f"arguments: {names})")
+    for name, value in arguments.items():
+        declared = properties.get(name)
+        kind = declared.get("type") if isinstance(declared, Mapping) else None
+        kinds = [kind] if isinstance(kind, str) else kind if isinstance(kind, list) else []
+        accepted = tuple(t for k in kinds if isinstance(k, str) for t in _JSON_TYPES.get(k, ()))
+        if not accepted:
+            continue
+        wrong = not isinstance(value, accepted) or (
+            isinstance(value, bool) and bool not in accepted)
+        if wrong:
+            return (f"argument {name!r} is {type(value).__name__} {value!r:.40}, and the "
+                    f"agent's tool takes {' or '.join(map(str, kinds))}")
+    return None
+
+
 def count_tokens(text: str) -> int:
     return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
@@ -150,14 +192,22 @@ class ScriptedProvider:
                 status=SCRIPT_ERROR)
         else:
             turn = script[request.turn_index]
-        known = {t.name for t in request.tools}
+        known = {t.name: t for t in request.tools}
         calls = []
         for index, call in enumerate(turn.get("tool_calls", []), start=1):
+            where = f"the {key} of task '{task_id}' calls {call['tool']!r} in turn " \
+                f"{request.turn_index + 1}"
             if call["tool"] not in known:
                 raise evalctl.ProviderError(
-                    f"the {key} of task '{task_id}' calls unknown tool {call['tool']!r} in "
-                    f"turn {request.turn_index + 1}; known tools: {', '.join(sorted(known))}",
-                    status=SCRIPT_ERROR)
+                    f"{where}: the agent has no such tool; its tools: "
+                    f"{', '.join(sorted(known))}", status=SCRIPT_ERROR)
+            if request.api_request is not None:
+                # `script:` inputs were checked against the built-in tools' schemas when
+                # the suite was validated; a CLI agent's tools are known only now.
+                problem = input_problem(known[call["tool"]].input_schema,
+                                        call.get("input", {}))
+                if problem:
+                    raise evalctl.ProviderError(f"{where}: {problem}", status=SCRIPT_ERROR)
             calls.append(evalctl.ToolCall(f"call_{request.turn_index + 1}_{index}",
                                           call["tool"], dict(call.get("input", {}))))
         text = turn.get("text", "")
