@@ -592,6 +592,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
             sandbox=sandbox, sandbox_options=parsed_sandbox_options,
             config_sandbox=config.get("sandbox"),
             config_sandbox_options=config.get("sandbox_options", {}),
+            config_sandbox_origin=config.where("sandbox"),
             agent=agent, agent_options=parsed_agent_options,
             config_agent=config.get("agent"),
             config_agent_options=config.get("agent_options", {}),

@@ -51,21 +51,43 @@ def test_auto_picks_bwrap_here_and_the_report_records_it(tmp_path, require_bwrap
                                               "chosen_by": "auto"}
 
 
+SUITE_CHOOSES_LOCAL = "name: s\ndefaults:\n  sandbox: local\ntasks:\n" + \
+    "".join("  " + line + "\n" for line in ONE_TASK.splitlines())
+
+
 def test_a_live_provider_refuses_an_unisolated_sandbox_it_was_not_told_to_use(
-        tmp_path, write_suite):
+        tmp_path, write_suite, require_bwrap):
     set_registry(registry_with(("live", LiveProvider())))
-    suite = write_suite("name: s\ndefaults:\n  sandbox: local\ntasks:\n" +
-                        "".join("  " + line + "\n" for line in ONE_TASK.splitlines()))
+    suite = write_suite(SUITE_CHOOSES_LOCAL)
     refused = run_cli(tmp_path, str(suite), "--provider", "live_fake")
     assert refused.exit_code == 2
     assert "live_fake provider is live" in refused.output
-    assert "apt-get install bubblewrap" in refused.output
+    # Found by a newcomer: this said "Install bubblewrap" where bubblewrap works, and
+    # did not say which line chose the sandbox.
+    assert f"{suite}:3 chooses sandbox 'local'" in refused.output
+    assert "Remove `sandbox:` from the suite's defaults, so that --sandbox auto chooses " \
+           "'bwrap'" in refused.output
+    assert "install bubblewrap" not in refused.output.lower()
+    again = run_cli(tmp_path, str(suite), "--provider", "live_fake")  # from the suite cache
+    assert f"{suite}:3 chooses sandbox 'local'" in again.output
     assert not list(tmp_path.glob("eval_reports/workspaces-*/echo")), "a task started"
     chosen = run_cli(tmp_path, str(suite), "--provider", "live_fake", "--sandbox", "local",
                      "--report", "r.json")
     assert chosen.exit_code == 1  # the fake model does nothing: the check fails
     assert "does not isolate the agent" in chosen.output
     assert report_of(tmp_path)["sandbox"]["chosen_by"] == "--sandbox"
+
+
+def test_where_no_sandbox_isolates_the_refusal_says_to_install_bubblewrap(tmp_path,
+                                                                          write_suite):
+    registry = registry_with(("live", LiveProvider()))
+    registry.sandboxes.pop("bwrap", None)
+    set_registry(registry)
+    suite = write_suite(SUITE_CHOOSES_LOCAL)
+    refused = run_cli(tmp_path, str(suite), "--provider", "live_fake")
+    assert refused.exit_code == 2, refused.output
+    assert f"{suite}:3 chooses sandbox 'local'" in refused.output
+    assert "apt-get install bubblewrap" in refused.output
 
 
 def test_suite_defaults_and_config_choose_and_options_are_typed(tmp_path, write_suite,

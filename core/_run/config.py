@@ -36,6 +36,15 @@ class Config:
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
 
+    def where(self, key: str) -> str | None:
+        """Where `key` is set: "FILE:LINE" (with " [tool.evalctl]" for pyproject.toml),
+        or None when no file sets it."""
+        if self.path is None or key not in self.values:
+            return None
+        at = self.problem((key,), "")
+        return (f"{at.file}:{at.line}" if at.line else at.file) + \
+            (" [tool.evalctl]" if self.table else "")
+
     def problem(self, keys: tuple[str, ...], message: str) -> Problem:
         """A problem at the line that sets `keys` (a key, or a table's key, in order)."""
         prefix = "[tool.evalctl] " if self.table else ""

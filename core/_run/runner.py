@@ -90,6 +90,8 @@ class RunOptions:
     sandbox_options: Mapping[str, str] = field(default_factory=dict)  # --sandbox-option
     config_sandbox: str | None = None  # `sandbox` in evalctl.toml
     config_sandbox_options: Mapping[str, Any] = field(default_factory=dict)
+    # Where evalctl.toml sets `sandbox` ("FILE:LINE"), for messages; not an identity option.
+    config_sandbox_origin: str | None = None
     agent: str | None = None  # --agent NAME
     agent_options: Mapping[str, Any] = field(default_factory=dict)  # --agent-option
     config_agent: str | None = None  # `agent` in evalctl.toml
@@ -283,7 +285,9 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
     sandbox = choose_sandbox(
         registry, spec, flag=options.sandbox, flag_options=options.sandbox_options,
         suite_default=suite.sandbox, config_name=options.config_sandbox,
-        config_options=options.config_sandbox_options)
+        config_options=options.config_sandbox_options,
+        suite_origin=f"{suite.path}:{suite.sandbox_line}" if suite.sandbox_line else None,
+        config_origin=options.config_sandbox_origin)
     agent = choose_agent(registry, flag=options.agent, flag_options=options.agent_options,
                          config_name=options.config_agent,
                          config_options=options.config_agent_options,

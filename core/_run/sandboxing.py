@@ -18,7 +18,6 @@ from evalctl._plugin.options import typed_options
 from evalctl._plugin.registry import Registry
 from evalctl._plugin.specs import ProviderSpec, SandboxSpec
 from evalctl._plugin.types import Sandbox, SandboxRequest
-from evalctl._run.config import load_config
 
 AUTO = "auto"
 
@@ -38,8 +37,11 @@ class SandboxChoice:
 
 def choose_sandbox(registry: Registry, provider: ProviderSpec, *, flag: str | None,
                    flag_options: Mapping[str, str], suite_default: Any,
-                   config_name: str | None, config_options: Mapping[str, Any]) -> SandboxChoice:
-    """The run's sandbox, or a UsageError (exit 2) saying why none can be used."""
+                   config_name: str | None, config_options: Mapping[str, Any],
+                   suite_origin: str | None = None,
+                   config_origin: str | None = None) -> SandboxChoice:
+    """The run's sandbox, or a UsageError (exit 2) saying why none can be used. The
+    origins ("FILE:LINE") say where the suite's defaults and the team defaults choose it."""
     suite_name, suite_options = _suite_sandbox(suite_default)
     candidates = [(flag, "--sandbox", {}), (suite_name, "suite", suite_options),
                   (config_name, "config", dict(config_options))]
@@ -63,45 +65,33 @@ def choose_sandbox(registry: Registry, provider: ProviderSpec, *, flag: str | No
     merged = typed_options("sandbox", spec.name, spec.options_schema,
                            {**options, **flag_options})
     if not spec.isolated and provider.live and chosen_by != "--sandbox":
-        raise UsageError(_refusal(registry, provider, spec, chosen_by))
+        origin = {"suite": suite_origin, "config": config_origin}.get(chosen_by)
+        raise UsageError(_refusal(registry, provider, spec, chosen_by, origin))
     return SandboxChoice(spec, merged, chosen_by)
 
 
 def _refusal(registry: Registry, provider: ProviderSpec, spec: SandboxSpec,
-             chosen_by: str) -> str:
+             chosen_by: str, origin: str | None) -> str:
     """Why a live provider may not run in `spec`, which does not isolate, and what to do.
-    Found by a newcomer: `sandbox = "local"` in evalctl.toml was refused with "Install
-    bubblewrap" on a machine where bubblewrap works, and the config line was not named."""
+    Found by newcomers: `sandbox = "local"` in evalctl.toml, or `sandbox: local` in the
+    suite's defaults, was refused with "Install bubblewrap" on a machine where bubblewrap
+    works, and the line that chose it was not named."""
     unisolated = (f"the {provider.name} provider is live, and sandbox '{spec.name}' does not "
                   f"isolate the agent ({spec.isolation or 'no isolation'})")
     accept = f"or accept the risk with --sandbox {spec.name} on the command line"
-    if chosen_by == "config":
+    setting = {"config": ("the team defaults (evalctl.toml or [tool.evalctl] in "
+                          "pyproject.toml)", "Remove that setting"),
+               "suite": ("the suite's defaults", "Remove `sandbox:` from the suite's defaults")}
+    if chosen_by in setting:
+        default_place, remove = setting[chosen_by]
+        unisolated = f"{origin or default_place} chooses sandbox '{spec.name}'; {unisolated}"
         isolating = next((s for s in _ranked(registry)
                           if s.isolated and s.available() is None), None)
         if isolating is not None:
-            return (f"{_config_line(spec.name)} chooses sandbox '{spec.name}'; {unisolated}. "
-                    f"Remove that setting, so that --sandbox auto chooses '{isolating.name}' "
-                    f"(it isolates, and can run here), {accept}")
-        unisolated = f"{_config_line(spec.name)} chooses sandbox '{spec.name}'; {unisolated}"
-    elif chosen_by == "suite":
-        unisolated = f"the suite's defaults choose sandbox '{spec.name}'; {unisolated}"
+            return (f"{unisolated}. {remove}, so that --sandbox auto chooses "
+                    f"'{isolating.name}' (it isolates, and can run here), {accept}")
     return (f"{unisolated}. Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; "
             f"Fedora: dnf install bubblewrap) so that --sandbox auto can contain it, {accept}")
-
-
-def _config_line(name: str) -> str:
-    """Where the team defaults set `sandbox = NAME`: "FILE:LINE" (with " [tool.evalctl]"
-    for pyproject.toml), or the file names when it cannot be found (a resumed run, from
-    another directory)."""
-    try:
-        config = load_config()
-    except UsageError:
-        config = None
-    if config is None or config.path is None or config.get("sandbox") != name:
-        return "the team defaults (evalctl.toml or [tool.evalctl] in pyproject.toml)"
-    where = config.problem(("sandbox",), "")
-    return (f"{where.file}:{where.line}" if where.line else where.file) + \
-        (" [tool.evalctl]" if config.table else "")
 
 
 def _ranked(registry: Registry) -> list[SandboxSpec]:

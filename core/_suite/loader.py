@@ -60,7 +60,7 @@ def load_suite(path: str | Path, registry: Registry | None = None,
                             for w in cached["warnings"]]
                 source_lines = cached["source_lines"]
                 suite = _build(path, cached["data"], cached["task_lines"], source_lines, sha,
-                               warnings, registry)
+                               warnings, registry, sandbox_line=int(cached["sandbox_line"]))
             except (KeyError, TypeError, ValueError, AttributeError):
                 suite = None  # an entry of the wrong shape is a miss: validate the file again
             if suite is not None:
@@ -78,15 +78,19 @@ def load_suite(path: str | Path, registry: Registry | None = None,
     where = tasks_path(located.data)
     task_lines = [located.line_of((*where, i)) for i in range(len(tasks_of(located.data)))]
     source_lines = _source_lines(located)
+    sandbox_line = located.line_of(("defaults", "sandbox")) \
+        if isinstance(located.data, dict) and "sandbox" in located.data.get("defaults", {}) else 0
     if use_cache:
         suite_cache.write(key, {
             "data": located.data,
             "task_lines": task_lines,
             "source_lines": source_lines,
+            "sandbox_line": sandbox_line,
             "warnings": [{"line": p.line, "message": p.message, "severity": p.severity}
                          for p in problems],
         })
-    suite = _build(path, located.data, task_lines, source_lines, sha, problems, registry)
+    suite = _build(path, located.data, task_lines, source_lines, sha, problems, registry,
+                   sandbox_line=sandbox_line)
     _check_sources(suite, source_lines, label)
     return suite
 
@@ -231,7 +235,7 @@ def validate_suite(path: str | Path, registry: Registry | None = None) -> list[P
 
 
 def _build(path: Path, data: Any, task_lines: list[int], source_lines: list[int], sha: str,
-           warnings: list[Problem], registry: Registry) -> Suite:
+           warnings: list[Problem], registry: Registry, sandbox_line: int = 0) -> Suite:
     defaults = {} if isinstance(data, list) else data.get("defaults", {})
     extra_keys = plugin_task_keys(registry.providers)
     base = path.parent
@@ -274,7 +278,7 @@ def _build(path: Path, data: Any, task_lines: list[int], source_lines: list[int]
                                             str(path)), *warnings])
     name = "" if isinstance(data, list) else data.get("name", "")
     return Suite(path, tasks, sha, name or path.stem, list(warnings),
-                 sandbox=defaults.get("sandbox"))
+                 sandbox=defaults.get("sandbox"), sandbox_line=sandbox_line)
 
 
 def _parse_and_validate(raw: bytes, label: str, schema: Mapping[str, Any],

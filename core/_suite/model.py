@@ -93,3 +93,4 @@ class Suite:
     name: str = ""
     warnings: list[Problem] = field(default_factory=list)
     sandbox: Any = None  # `defaults: sandbox:` as written: a name, or a mapping with `name`
+    sandbox_line: int = 0  # the line of `defaults: sandbox:` (0: not set)
