@@ -125,7 +125,11 @@ def test_config_presets_and_their_mistakes(registry):
 
 
 def test_bad_agent_options_are_refused_before_any_task(registry):
-    with pytest.raises(evalctl.UsageError, match="'argv' is a required property"):
+    # A newcomer got jsonschema's "'argv' is a required property": what argv is, and how
+    # to give it, are said now.
+    with pytest.raises(evalctl.UsageError, match=r"agent 'command' needs option 'argv': The "
+                       r"command line, split like a shell does .* Give it with --agent-option "
+                       r"argv=\.\.\., or under \[agent_options\] in evalctl.toml"):
         choose_agent(registry, flag="command", flag_options={})
     with pytest.raises(evalctl.UsageError, match=r"known options: argv, env, path"):
         choose_agent(registry, flag="command", flag_options={"argv": "x", "arg": "y"})

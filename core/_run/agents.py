@@ -144,9 +144,27 @@ def validate_agent_options(spec: AgentSpec, name: str, options: Mapping[str, Any
             raise UsageError("; ".join(f"agent '{name}'{via} has no option '{key}'"
                                        f"{did_you_mean(key, known)}" for key in unknown)
                              + f"; known options: {', '.join(known)}")
+    required = schema.get("required")
+    missing = [key for key in (required if isinstance(required, list) else [])
+               if isinstance(key, str) and key not in options]
+    if missing:
+        # jsonschema's "'argv' is a required property" said neither what argv is nor how
+        # to give it (a newcomer's finding).
+        raise UsageError("; ".join(
+            f"agent '{name}'{via} needs option '{key}'" + _described(properties.get(key))
+            for key in missing) + " Give it with --agent-option "
+            + " ".join(f"{key}=..." for key in missing)
+            + ", under [agent_options] in evalctl.toml, or in a preset of your own "
+            "([agents.NAME], docs/agents.md)")
     problems = SchemaCheck(schema).errors(dict(options))
     if problems:
         raise UsageError(f"agent '{name}'{via} options: "
                          + "; ".join(f"'{p.path[0]}': {p.message}" if p.path else p.message
                                      for p in problems)
                          + f" (known options: {', '.join(known)})")
+
+
+def _described(option: Any) -> str:
+    """": " and the option's description, or "." when it has none."""
+    description = option.get("description") if isinstance(option, Mapping) else None
+    return f": {description}" if isinstance(description, str) and description else "."
