@@ -129,7 +129,7 @@ def test_bad_agent_options_are_refused_before_any_task(registry):
     # to give it, are said now.
     with pytest.raises(evalctl.UsageError, match=r"agent 'command' needs option 'argv': The "
                        r"command line, split like a shell does .* Give it with --agent-option "
-                       r"argv=\.\.\., or under \[agent_options\] in evalctl.toml"):
+                       r"argv=\.\.\., under \[agent_options\] in evalctl.toml, or in a preset"):
         choose_agent(registry, flag="command", flag_options={})
     with pytest.raises(evalctl.UsageError, match=r"known options: argv, env, path"):
         choose_agent(registry, flag="command", flag_options={"argv": "x", "arg": "y"})
