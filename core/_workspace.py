@@ -68,6 +68,14 @@ class ChangedFiles(dict[str, str]):
                 "not known to be unchanged")
 
 
+def named_by(path: str, globs: Collection[str]) -> bool:
+    """Whether one of `globs` names `path` (fnmatch, case-sensitive, `*` also matching
+    "/"): how a task's `protected:` globs are read, wherever they are."""
+    import fnmatch
+
+    return any(fnmatch.fnmatchcase(path, glob) for glob in globs)
+
+
 @dataclass
 class Workspace:
     task_id: str
@@ -93,8 +101,6 @@ class Workspace:
         also matching "/", as `protected` is read) whose changes are listed before any
         other, so that a check of them never depends on where the list was cut. A file
         that is not in the seed is not read (it is created, whatever it holds)."""
-        import fnmatch
-
         before = self.seed
         seen: set[str] = set()
         ahead = _Listing()  # changes to paths `first` names
@@ -114,7 +120,7 @@ class Workspace:
                 change = "modified"
             else:
                 change = "created"
-            if first and any(fnmatch.fnmatchcase(relative, glob) for glob in first):
+            if first and named_by(relative, first):
                 kept = ahead.add(relative, change)
             elif change == "modified":
                 seeded.append((relative, change))
@@ -128,7 +134,7 @@ class Workspace:
         for relative in before:
             if relative not in seen:
                 change = "deleted"
-                if first and any(fnmatch.fnmatchcase(relative, glob) for glob in first):
+                if first and named_by(relative, first):
                     ahead.add(relative, change)
                 else:
                     seeded.append((relative, change))

@@ -22,7 +22,6 @@ rests on what evalctl observed rather than on anything the agent could edit.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -38,7 +37,7 @@ from evalctl._files import (
 )
 from evalctl._report.results import CheckOutcome
 from evalctl._suite.model import Task
-from evalctl._workspace import Workspace, write_seed
+from evalctl._workspace import Workspace, named_by, write_seed
 
 PROTECTED = "protected_files"
 SEED_INTEGRITY = "seed_integrity"
@@ -46,7 +45,7 @@ VERIFY_FILES = "verify_files"
 
 
 def _protected(task: Task, path: str) -> bool:
-    return any(fnmatch.fnmatchcase(path, pattern) for pattern in task.protected)
+    return named_by(path, task.protected)
 
 
 def protected_snapshot(task: Task, root: Path) -> dict[str, str]:
