@@ -471,6 +471,11 @@ async def _run_task(task: Task, prepared: PreparedRun, attempt: int, *,
         return await open_sandbox(prepared.sandbox, _sandbox_request(
             task, workspace, prepared, name, "grading", state, read_only))
 
+    # Before grading as well as after: a check that runs git (`git diff --exit-code HEAD`)
+    # would read the agent's index, config and replace refs (found by an attacker round:
+    # an edit hidden with `update-index --assume-unchanged` passed a check that the
+    # regrade, on the neutralised copy, failed).
+    unsafe_before = await make_repositories_safe(workspace, task.source)
     try:
         checks = await grade_attempt(task, workspace, agent, verify, prepared.registry,
                                      open_grading)
@@ -478,7 +483,8 @@ async def _run_task(task: Task, prepared: PreparedRun, attempt: int, *,
         await make_repositories_safe(workspace, task.source)
         return _sandbox_failure(task, workspace, attempt, exc.__cause__ or exc)
     # Once grading is over: a check may run the agent's code, which may write .git/config.
-    unsafe = await make_repositories_safe(workspace, task.source)
+    unsafe = tuple(dict.fromkeys(
+        (*unsafe_before, *await make_repositories_safe(workspace, task.source))))
     if budget is not None:
         for check in checks:
             if check.usage is not None:

@@ -213,7 +213,12 @@ def evalctl_register_graders(register):
                "under bwrap, where its processes cannot trace each other or write each "
                "other's memory either: in `python3 solution.py | grep -qx 42` the agent's "
                "code cannot make the shell report success. But whatever of the agent's the "
-               "command runs last (a script it calls, say) decides that exit status.",
+               "command runs last (a script it calls, say) decides that exit status, and a "
+               "Python program the command runs, even the suite's own hidden script, imports "
+               "the workspace's modules ahead of the standard library (Python puts the "
+               "script's directory, or the current one for -c, first on sys.path): an "
+               "agent's json.py stands in for json. To run Python of the suite's against the "
+               "agent's work, use the `python` check, which puts the workspace last.",
     ))
     register(evalctl.GraderSpec(
         name="tests_pass",

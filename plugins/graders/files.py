@@ -160,6 +160,27 @@ _PLACEHOLDER_PATTERNS = [
 ]
 CODE_SUFFIXES = {".py", ".js", ".ts", ".jsx", ".tsx", ".go", ".rs", ".java", ".rb",
                  ".c", ".h", ".cpp", ".sh"}
+# Files whose name says they are source or text: scanned whatever bytes they hold (an
+# attacker round padded a C file's and a Markdown file's TODO with NUL bytes, and the
+# files were skipped as binary; gcc compiles such a file).
+TEXT_SUFFIXES = CODE_SUFFIXES | {
+    ".pyi", ".pyw", ".mjs", ".cjs", ".cc", ".cxx", ".hh", ".hpp", ".hxx", ".cs", ".kt",
+    ".kts", ".scala", ".swift", ".m", ".mm", ".php", ".pl", ".pm", ".lua", ".r", ".jl",
+    ".dart", ".ex", ".exs", ".erl", ".hs", ".ml", ".fs", ".clj", ".groovy", ".gradle",
+    ".bash", ".zsh", ".fish", ".ps1", ".bat", ".cmd", ".sql", ".vue", ".svelte", ".html",
+    ".htm", ".css", ".scss", ".sass", ".less", ".md", ".markdown", ".txt", ".rst", ".adoc",
+    ".tex", ".json", ".yaml", ".yml", ".toml", ".ini", ".cfg", ".conf", ".xml", ".csv",
+    ".tsv", ".mk", ".cmake", ".proto", ".graphql", ".tf"}
+# Encodings a coding line may declare in which every ASCII byte is that character, one
+# byte for one: decoded as UTF-8 (with replacement), such a file's placeholders show.
+# Any other (UTF-7 spells `TODO` as `T+AE8-DO`) is not read, and fails the check.
+_ASCII_TRANSPARENT = {"utf-8", "utf-8-sig", "ascii", "latin-1", "iso8859-1", "iso8859-2",
+                      "iso8859-3", "iso8859-4", "iso8859-5", "iso8859-6", "iso8859-7",
+                      "iso8859-8", "iso8859-9", "iso8859-10", "iso8859-13", "iso8859-14",
+                      "iso8859-15", "iso8859-16", "cp1250", "cp1251", "cp1252", "cp1253",
+                      "cp1254", "cp1255", "cp1256", "cp1257", "cp1258", "koi8-r", "koi8-u",
+                      "mac-roman", "gbk", "gb2312", "gb18030", "big5", "euc-jp", "euc-kr",
+                      "shift_jis", "cp932", "cp949", "cp950"}
 # An ellipsis standing in for a body (`pass  # TODO` is caught by the TODO marker).
 _CODE_PLACEHOLDER_PATTERNS = [
     (r"^\s*\.\.\.\s*(?:#.*)?$", "a '...' body", ("...",)),
@@ -246,7 +267,8 @@ def _dotted(line: str) -> str:
     return line
 
 
-def _line_blocks(handle: BinaryIO) -> Iterator[tuple[int, str, list[str | None]]]:
+def _line_blocks(handle: BinaryIO | _DataOnly
+                 ) -> Iterator[tuple[int, str, list[str | None]]]:
     """The file's lines (split on "\\n" only), read about CHUNK bytes at a time:
     (number of the first line, the block's text, its lines). A line over LINE_LIMIT
     bytes is None in the list, and a line too long to hold is skipped unread; memory
@@ -312,7 +334,8 @@ class _Findings:
     bytes_read: int = 0
 
 
-def _scan(relative: str, handle: BinaryIO, seeded: set[str], found: _Findings) -> None:
+def _scan(relative: str, handle: BinaryIO | _DataOnly, seeded: set[str],
+          found: _Findings) -> None:
     """Every placeholder line of one file, and every line too long to scan, into
     `found`. The whole file is read, a block of lines at a time, so padding cannot push
     a placeholder out of sight, and memory stays bounded."""
@@ -343,6 +366,61 @@ def _scan(relative: str, handle: BinaryIO, seeded: set[str], found: _Findings) -
     found.bytes_read += handle.tell()
 
 
+def _declared_coding(relative: str, start: bytes) -> str | None:
+    """The encoding a Python file's coding line declares, when it is one in which ASCII
+    text can hide (not _ASCII_TRANSPARENT, so a scan of it as UTF-8 would miss what
+    Python reads); None otherwise, and for any other file (found by an attacker round:
+    `# -*- coding: utf-7 -*-` hid a TODO and a NotImplementedError stub)."""
+    if Path(relative).suffix.lower() not in (".py", ".pyw", ".pyi"):
+        return None
+    import io
+    import tokenize
+
+    try:
+        declared, _ = tokenize.detect_encoding(io.BytesIO(start).readline)
+    except SyntaxError as exc:  # an unknown encoding: Python would refuse the file
+        return str(exc.msg if hasattr(exc, "msg") else exc)[:80]
+    try:
+        name = codecs.lookup(declared).name
+    except LookupError:
+        return declared[:80]
+    return None if name in _ASCII_TRANSPARENT else name
+
+
+class _DataOnly:
+    """A file's bytes read from its descriptor, its holes passed over: a file of 1 GB
+    that is mostly hole (`truncate -s 1G`) costs the agent nothing to make, and must not
+    cost evalctl a gigabyte of reads (found by an attacker round). A hole holds no line
+    break, so lines keep their numbers; only the NUL bytes in it are not read."""
+
+    def __init__(self, fd: int):
+        info = os.fstat(fd)
+        self.fd, self.size, self.position, self.read_bytes = fd, info.st_size, 0, 0
+        # Fewer blocks than the size needs: there are holes (a small file never counts).
+        self.holes = info.st_size > CHUNK and info.st_blocks * 512 < info.st_size
+        self.hole_at = 0  # where the data being read ends, when there are holes
+
+    def read(self, size: int) -> bytes:
+        if self.holes and self.position >= self.hole_at:
+            try:
+                self.position = os.lseek(self.fd, self.position, os.SEEK_DATA)
+                self.hole_at = os.lseek(self.fd, self.position, os.SEEK_HOLE)
+            except OSError:  # ENXIO: only a hole to the end; no SEEK_DATA: read it all
+                if not hasattr(os, "SEEK_DATA"):
+                    self.holes = False
+                else:
+                    return b""
+        if self.holes:
+            size = min(size, self.hole_at - self.position)
+        data = os.pread(self.fd, size, self.position)
+        self.position += len(data)
+        self.read_bytes += len(data)
+        return data
+
+    def tell(self) -> int:
+        return self.read_bytes
+
+
 def _more(shown: list[str], count: int) -> list[str]:
     return shown + ([f"... and {count - len(shown)} more"] if count > len(shown) else [])
 
@@ -361,13 +439,21 @@ def grade_no_placeholders(check: dict[str, Any], workspace: Path,
     for relative in changed:
         try:
             with evalctl.open_in_workspace(workspace, relative) as handle:
-                if evalctl.looks_binary(handle.read(8192)):
+                start = handle.read(8192)
+                if Path(relative).suffix.lower() not in TEXT_SUFFIXES and \
+                        evalctl.looks_binary(start):
                     continue
-                handle.seek(0)
+                coding = _declared_coding(relative, start)
+                if coding is not None:
+                    found.unscanned_count += 1
+                    if len(found.unscanned) < SHOWN:
+                        found.unscanned.append(f"{relative} (its coding line declares "
+                                               f"{coding}: not read)")
+                    continue
                 seeded: set[str] = set()
                 if result.seed_path is not None and (result.seed_path / relative).is_file():
                     seeded = _seeded_lines(result.seed_path / relative)
-                _scan(relative, handle, seeded, found)
+                _scan(relative, _DataOnly(handle.fileno()), seeded, found)
         except (evalctl.ConfinementError, OSError) as exc:
             if "hard link" in str(exc):
                 # The agent's own file under two names (an attacker hid a TODO so): not
@@ -383,7 +469,8 @@ def grade_no_placeholders(check: dict[str, Any], workspace: Path,
         # A line this long is not read whole, so the file is not known to be clean.
         return evalctl.CheckResult(
             False, f"not scanned for placeholders (a line over {LINE_LIMIT // 1_000_000} MB, "
-                   "or a hard link), so the files are not known to be free of them: "
+                   "a hard link, or a coding line evalctl does not read), so the files are not "
+                   "known to be free of them: "
                    + ", ".join(_more(found.unscanned, found.unscanned_count))
                    + (f"\n{placeholders}" if placeholders else "") + extent)
     if found.hits:
@@ -457,7 +544,11 @@ def evalctl_register_graders(register):
                " known to be clean, and so does a hard-linked file (another name for it could "
                "hide one), which is not read; and so does a record of changed files that was "
                "cut at its bound (10,000 entries), since the files it does not list are not "
-               "read. A file is skipped only when it is binary (a NUL "
-               "in its first 8 KiB and either not UTF-8 or over 10% control bytes) or not the "
+               "read; and so does a Python file whose coding line declares an encoding in "
+               "which ASCII text can hide (UTF-7), which is not read. A file's holes (a "
+               "sparse file's) are passed over, not read. A file is skipped only when it is "
+               "binary (a NUL in its first 8 KiB and either not UTF-8 or over 10% control "
+               "bytes) and its name does not say it is source or text (.py, .c, .md, .txt "
+               "and the like are scanned whatever bytes they hold), or when it is not the "
                "agent's to read: a link out of the workspace, a FIFO or a device.",
     ))
