@@ -504,3 +504,27 @@ def test_a_write_that_cannot_be_encoded_leaves_the_file_as_it_was(workspace):
         outcome = use(box, name, **arguments)
         assert outcome.is_error and "UTF-8" in outcome.content, (name, outcome)
         assert (workspace.root / "notes.txt").read_text() == before, name
+
+
+def test_glob_looks_at_nothing_outside_the_workspace(workspace, monkeypatch, tmp_path):
+    """Found by an attacker round: glob stat'ed each match through its links before
+    confining it, so an agent that swapped a link between the two learnt whether a host
+    path is a regular file. What glob looks at is now the confined path, not followed."""
+    outside = tmp_path / "host-secret.txt"
+    outside.write_text("x")
+    (workspace.root / "link.txt").symlink_to(outside)
+    from evalctl._agent import tools as tools_module
+
+    looked_at: list = []
+    real = tools_module._regular
+
+    def recorded(path, follow=True):
+        looked_at.append(path)
+        return real(path, follow) if "follow" in real.__code__.co_varnames else real(path)
+
+    monkeypatch.setattr(tools_module, "_regular", recorded)
+    listing = use(toolbox(workspace), "glob", pattern="*").content
+    assert "link.txt" not in listing and "notes.txt" in listing
+    root = os.path.realpath(workspace.root)
+    assert looked_at and all(os.path.realpath(p).startswith(root + os.sep) for p in looked_at), \
+        looked_at

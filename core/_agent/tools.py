@@ -151,10 +151,11 @@ def _glob_matcher(parts: list[str]) -> Callable[[list[str]], bool]:
     return matches
 
 
-def _regular(path: Path) -> bool:
-    """Whether `path` (links followed) is a regular file: the only kind a tool opens."""
+def _regular(path: Path, follow: bool = True) -> bool:
+    """Whether `path` (links followed, unless `follow` is False) is a regular file: the
+    only kind a tool opens."""
     try:
-        return stat.S_ISREG(path.stat().st_mode)
+        return stat.S_ISREG(path.stat(follow_symlinks=follow).st_mode)
     except OSError:
         return False
 
@@ -361,11 +362,14 @@ class Toolbox:
         found = _Walk(root, pattern)
         matches = []
         for path in found:
-            if not _regular(path):
-                continue
+            # Confined first, then looked at: a stat of the path as found would follow a
+            # link out of the workspace, and say whether a host file is a regular one
+            # (to an agent that swaps the link before the check, found by an attacker).
             try:
-                self.workspace.resolve(str(path))
+                resolved = self.workspace.resolve(str(path))
             except ConfinementError:
+                continue
+            if not _regular(resolved, follow=False):
                 continue
             matches.append(_shown(path.relative_to(root).as_posix()))
         matches.sort()
