@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -534,6 +535,13 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
                 "--baseline RUN (they set how the run is gated against a baseline): add "
                 "--baseline, or leave them out", ctx)
     baseline_report = None
+    if baseline is not None and report is not None and _same_file(report, baseline):
+        # Found by a newcomer: the regressing run replaced its baseline, and the next run,
+        # gated against the regression itself, said "No regression" and exited 0.
+        raise UsageError(f"--report {report} is the --baseline: the run would overwrite the "
+                         "report it is gated against, and a regression would become the next "
+                         "run's baseline. Write the report elsewhere, and copy it over the "
+                         "baseline once the gate passes")
     if baseline is not None:  # read as compare reads it: a run directory works too
         stored_baseline = read_run(baseline)
         for problem in stored_baseline.problems:
@@ -755,6 +763,15 @@ def _report_path_checked(report: Path | None, suite: Path | None = None) -> None
     problem = report_path_problem(report, suite) if report is not None else None
     if problem:
         raise UsageError(f"--report {report}: it {problem}")
+
+
+def _same_file(one: Path, other: Path) -> bool:
+    """Whether two paths name the same file (through links, or as written when neither
+    exists yet)."""
+    try:
+        return os.path.samefile(one, other)
+    except OSError:
+        return os.path.realpath(one) == os.path.realpath(other)
 
 
 def _output_problem(path: Path, flag: str) -> None:

@@ -16,6 +16,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import inspect
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -339,8 +340,16 @@ def _check_resumable(resume: JournalContents, suite: Suite, registry: Registry,
     changed = []
     recorded_sha = header.get("suite", {}).get("sha256")
     if recorded_sha != suite.sha256:
+        # Both suites named: a SUITE given with --resume was shown beside the hash of the
+        # one the run had, as if that file had changed (found by a newcomer).
+        recorded = header.get("suite", {})
+        then = recorded.get("absolute_path") or recorded.get("path") or "?"
+        same = os.path.realpath(str(then)) == os.path.realpath(str(suite.path))
         changed.append(f"the suite {suite.path}: sha256 {str(recorded_sha)[:12]} -> "
-                       f"{suite.sha256[:12]}")
+                       f"{suite.sha256[:12]}" if same else
+                       f"the suite: the run's was {then} (sha256 {str(recorded_sha)[:12]}), "
+                       f"this one is {suite.path} (sha256 {suite.sha256[:12]}); a resume "
+                       "needs no SUITE: it reads the run's from its journal")
     if header.get("evalctl_version") != __version__:
         changed.append(f"evalctl: {header.get('evalctl_version')} -> {__version__}")
     # Only the plugins this run uses decide what its attempts mean: installing, removing

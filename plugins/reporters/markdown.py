@@ -37,7 +37,10 @@ def render(run: evalctl.RunResult) -> str:
         f"## evalctl: {run.suite_name}",
         "",
         f"**Completion: {percent(run.completion_rate)}** "
-        f"({run.count('passed')}/{len(graded)} tasks passed"
+        # With repeats these are attempts (found by a newcomer: "3/6 tasks passed" for
+        # two tasks run three times each); the Repeats line counts the tasks.
+        f"({run.count('passed')}/{len(graded)} "
+        f"{'attempts' if run.repeat > 1 else 'tasks'} passed"
         + (f"; {_count(errors, 'error')}, not counted" if errors else "")
         + (f"; {not_run} not run" if not_run else "") + ")",
         "",
