@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from evalctl._plugin.types import TokenUsage
@@ -194,7 +195,11 @@ class SandboxSpec:
     in a sentence or two what the sandbox isolates and what not. `isolated` is False
     for a sandbox that does not contain the agent: a live provider never runs in one
     unless the user chose it by name. `auto_priority` orders the sandboxes `--sandbox
-    auto` considers: the available one with the highest wins.
+    auto` considers: the available one with the highest wins. `preflight(options,
+    out_dir)`, when given, is called once before any task with the run's options and
+    the directory its reports and workspaces go to, and returns None or why those
+    options cannot work here (a read-only path that does not exist): the run then stops
+    with exit 2, instead of every attempt ending as a sandbox error.
     """
 
     name: str
@@ -208,11 +213,14 @@ class SandboxSpec:
     default_concurrency: int | None = None
     available: Callable[[], str | None] = _always_available
     limits: Callable[[], Mapping[str, str]] = _no_limits
+    preflight: Callable[[Mapping[str, Any], Path], str | None] | None = None
 
     def __post_init__(self) -> None:
         _check_name("sandbox", self.name)
         if self.name == "auto":
             raise ValueError("sandbox name 'auto' is reserved for choosing one")
+        if self.preflight is not None and not callable(self.preflight):
+            raise TypeError(f"sandbox {self.name!r}: preflight must be callable")
         for attribute in ("create", "available", "limits"):
             if not callable(getattr(self, attribute)):
                 raise TypeError(f"sandbox {self.name!r}: {attribute} must be callable")

@@ -289,6 +289,12 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
         config_options=options.config_sandbox_options,
         suite_origin=f"{suite.path}:{suite.sandbox_line}" if suite.sandbox_line else None,
         config_origin=options.config_sandbox_origin)
+    if sandbox.spec.preflight is not None:
+        # Options that cannot work here stop the run now, not each attempt as it starts
+        # (found by a newcomer: `ro_paths=$PWD`, which holds the run's reports).
+        problem = sandbox.spec.preflight(sandbox.options, options.out_dir)
+        if problem:
+            raise UsageError(f"sandbox '{sandbox.spec.name}': {problem}")
     agent = choose_agent(registry, flag=options.agent, flag_options=options.agent_options,
                          config_name=options.config_agent,
                          config_options=options.config_agent_options,

@@ -11,6 +11,7 @@ import functools
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import evalctl
 from evalctl.plugins.sandboxes import bwrap_jail
@@ -149,6 +150,25 @@ class BwrapSandbox:
         await asyncio.to_thread(self.jail.close)
 
 
+def preflight(options: Mapping[str, Any], out_dir: Path) -> str | None:
+    """What makes `ro_paths` unusable for every attempt of the run, said before the first
+    (each sandbox would refuse to start, and every attempt end as an error): a path that
+    does not exist, or one that holds the run's own directory, whose workspaces, ledgers
+    and seeds the agent would then see (a newcomer passed `ro_paths=$PWD`)."""
+    run_parent = os.path.realpath(out_dir)
+    problems = []
+    for path in options.get("ro_paths", ()):
+        real = os.path.realpath(path)
+        if not os.path.exists(real):
+            problems.append(f"ro_paths: {path} does not exist")
+        elif run_parent == real or run_parent.startswith(real.rstrip("/") + "/"):
+            problems.append(
+                f"ro_paths: {path} holds the run's directory {out_dir} (its workspaces, "
+                "ledgers and seeds would be visible to the agent): put what the agent needs "
+                "in a directory of its own, or write the run elsewhere with --out")
+    return "; ".join(problems) or None
+
+
 async def create(request: evalctl.SandboxRequest) -> BwrapSandbox:
     options = request.options
 
@@ -204,4 +224,5 @@ def evalctl_register_sandboxes(register):
         auto_priority=10,
         available=available,
         limits=bwrap_jail.enforced_limits,
+        preflight=preflight,
     ))
