@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import marshal
+import os
+import re
 import secrets
 import sys
 from pathlib import Path
@@ -41,6 +43,56 @@ async def grade_command(check: dict[str, Any], workspace: Path,
     if ran.exit_code == 0:
         return evalctl.CheckResult(True, f"exit 0\n{_tail(ran.stdout)}".strip())
     return evalctl.CheckResult(False, f"exit {ran.exit_code}\n{_tail(ran.stdout)}".strip())
+
+
+# Words bash runs without looking on PATH: a check starting with one says nothing of what
+# is installed.
+_SHELL_WORDS_TEXT = (
+    "alias bg bind break builtin caller cd command compgen complete compopt continue "
+    "declare dirs disown echo enable eval exec exit export false fc fg getopts hash help "
+    "history jobs kill let local logout mapfile popd printf pushd pwd read readarray "
+    "readonly return set shift shopt source suspend test times trap true type typeset "
+    "ulimit umask unalias unset wait . : [ [[ ! { if then else elif fi case esac for "
+    "select while until do done in function time coproc")
+_SHELL_WORDS = frozenset(_SHELL_WORDS_TEXT.split())
+_PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+
+
+def program_of(command: str) -> str | None:
+    """The program a check's command starts with, when it is a plain name bash looks up
+    on PATH (not a path, a builtin, a keyword or anything the shell expands); None
+    otherwise, or when the command cannot be split as a shell would."""
+    import shlex
+
+    try:
+        words = shlex.split(command.strip().split("\n", 1)[0], comments=True)
+    except ValueError:
+        return None
+    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+        words = words[1:]  # VAR=value before the program
+    if not words or words[0] in _SHELL_WORDS or not _PLAIN_NAME.match(words[0]):
+        return None
+    return words[0]
+
+
+def preflight_command(checks: list[dict[str, Any]]) -> None:
+    """Every check whose command starts with a program that is not installed here,
+    refused before any task (exit 2): it would fail every attempt with exit 127,
+    counted as the agent's failure (found by a newcomer). Looked up on the PATH checks
+    run with: evalctl's own interpreter's directory, then the user's. A program the
+    agent builds is named by its path (`./build/tool`), and is not looked up."""
+    import shutil
+
+    path = os.pathsep.join((os.path.dirname(sys.executable),
+                            os.environ.get("PATH") or os.defpath))
+    missing = sorted({program for check in checks
+                      if (program := program_of(str(check.get("command", ""))))
+                      and shutil.which(program, path=path) is None})
+    if missing:
+        raise evalctl.UsageError(
+            f"the command(s) {', '.join(map(repr, missing))} are not installed here (not "
+            "found on PATH): install them, or name a program the agent builds by its path "
+            "(./build/tool)")
 
 
 # The python check's runner: a fresh interpreter (-I: no environment variables, no user
@@ -195,6 +247,7 @@ def evalctl_register_graders(register):
     register(evalctl.GraderSpec(
         name="command",
         grade=grade_command,
+        preflight=preflight_command,
         params_schema={
             "type": "object",
             "properties": {"command": {"type": "string", "minLength": 1,
@@ -205,7 +258,9 @@ def evalctl_register_graders(register):
             "required": ["command"],
         },
         description="Does a bash command, run in the workspace after the agent finished, "
-                    "exit 0?",
+                    "exit 0? A command that starts with a program not installed here (not "
+                    "on PATH) stops the run before any task, exit 2: it would fail every "
+                    "agent. Name a program the agent builds by its path (./build/tool).",
         example="- type: command\n  command: python fizzbuzz.py | tail -n 1 | grep -qx FizzBuzz"
                 "\n  timeout: 30",
         trusts="Trusts the command's exit status, and that the suite wrote the command. The "
