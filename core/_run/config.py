@@ -18,6 +18,8 @@ KEYS = {"reporters": list, "provider": str, "model": str, "concurrency": int, "o
         "provider_options": dict, "sandbox": str, "sandbox_options": dict, "agent": str,
         "agent_options": dict, "agents": dict, "executor": str, "executor_options": dict}
 _TYPE_WORDS = {list: "a list", str: "text", int: "a whole number", dict: "a table"}
+_SCHEMA_TYPE_WORDS = {"array": "a list", "string": "text", "integer": "a whole number",
+                      "number": "a number", "boolean": "true or false", "object": "a table"}
 # Where tomllib puts the position of a syntax error in its message.
 _TOML_POSITION = re.compile(r"at line (\d+), column \d+")
 
@@ -89,6 +91,8 @@ def plugin_problems(config: Config, registry: Any, unused: Iterable[str] = ()
             if isinstance(name, str) and name not in registry.specs["reporter"]:
                 problems.append(config.problem(("reporters",), "'reporters': "
                                                f"{registry.explain_missing('reporter', name)}"))
+    problems += _preset_problems(config, registry, used=config.get("agent")
+                                 if "agent" not in skip else None)
     for key, kind in _OPTIONS.items():
         name, options = config.get(kind), config.get(key)
         if kind in skip or not isinstance(options, dict) or not isinstance(name, str):
@@ -104,6 +108,95 @@ def plugin_problems(config: Config, registry: Any, unused: Iterable[str] = ()
                     f"{did_you_mean(option, known_options)}; its options: "
                     f"{', '.join(known_options) or 'none'}"))
     return problems
+
+
+_PRESET_KEYS = ("base", "version")  # a preset's own keys; the rest are its agent's options
+
+
+def _preset_problems(config: Config, registry: Any, used: Any) -> list[Problem]:
+    """Every `[agents.NAME]` preset's mistakes, used by this run or not, at their lines
+    (found by a newcomer: they came one per run, without a line, and an unused preset's
+    never): a base that is neither an installed agent nor a preset, a loop of presets,
+    an option its agent does not take (with a did-you-mean) or of the wrong type. A
+    required option left out is not one: it may come from --agent-option. A base that
+    is not installed here is only a warning in a preset this run does not use (`used`:
+    the config's agent), as a team's preset for an agent some machines lack."""
+    from evalctl._schema_check import SchemaCheck
+
+    presets = config.get("agents")
+    if not isinstance(presets, dict):
+        return []
+    agents = registry.specs["agent"]
+    problems = []
+    for name, preset in presets.items():
+        if not isinstance(preset, dict):
+            problems.append(config.problem(("agents", name), f"[agents.{name}] must be a "
+                                           f"table of a base and options, got {preset!r}"))
+            continue
+        chain, root = [name], None
+        while root is None:
+            base = presets.get(chain[-1], {}).get("base") if chain[-1] in presets else None
+            if not isinstance(base, str):
+                problems.append(config.problem(("agents", chain[-1]), f"[agents.{chain[-1]}] "
+                                               "needs base = \"AGENT\": the agent it presets"))
+                break
+            if base in agents:
+                root = agents[base]
+            elif base in chain:
+                problems.append(config.problem(("agents", name, "base"), "agent presets form "
+                                               f"a loop: {' -> '.join([*chain, base])}"))
+                break
+            elif base in presets:
+                chain.append(base)
+            else:
+                near = did_you_mean(base, [p for p in presets if p != chain[-1]])
+                missing = config.problem(("agents", chain[-1], "base"),
+                                         f"[agents.{chain[-1]}] base: " + (
+                                             f"no agent or preset '{base}'{near}" if near
+                                             else registry.explain_missing('agent', base)))
+                if used in presets and _reaches(presets, used, chain[-1]):
+                    problems.append(missing)
+                else:
+                    warning = f"{missing.file}:{missing.line}: {missing.message} (not used " \
+                        "by this run)"
+                    if warning not in config.warnings:
+                        config.warnings.append(warning)
+                break
+        if root is None:
+            continue
+        properties = root.options_schema.get("properties", {})
+        for key, value in preset.items():
+            if key in _PRESET_KEYS:
+                continue
+            if key not in properties:
+                problems.append(config.problem(
+                    ("agents", name, key), f"[agents.{name}]: agent '{root.name}' has no "
+                    f"option '{key}'{did_you_mean(key, [*properties, *_PRESET_KEYS])}; its "
+                    f"options: {', '.join(properties) or 'none'}"))
+                continue
+            for error in SchemaCheck({"type": "object", "properties": {key: properties[key]}}
+                                     ).errors({key: value}):
+                wanted = properties[key].get("type")
+                said = f"must be {_SCHEMA_TYPE_WORDS[wanted]}, got {value!r}" + (
+                    f" (a list in TOML: {key} = [{value!r}])" if wanted == "array"
+                    and isinstance(value, str) else "") \
+                    if error.validator == "type" and wanted in _SCHEMA_TYPE_WORDS \
+                    else error.message
+                problems.append(config.problem(("agents", name, key),
+                                               f"[agents.{name}] {key}: {said}"))
+    return list(dict.fromkeys(problems))
+
+
+def _reaches(presets: dict[str, Any], start: str, wanted: str) -> bool:
+    """Whether the chain of presets from `start` passes through `wanted`."""
+    seen, name = set(), start
+    while name in presets and name not in seen:
+        if name == wanted:
+            return True
+        seen.add(name)
+        base = presets[name].get("base") if isinstance(presets[name], dict) else None
+        name = base if isinstance(base, str) else ""
+    return False
 
 
 def load_config(directory: Path | None = None, registry: Any = None,
