@@ -223,10 +223,13 @@ def _preflight(registry: Registry, tasks: list[Task], suite_path: str = "") -> N
     checks: dict[str, list[dict[str, Any]]] = {}
     where: dict[str, list[str]] = {}
     for task in tasks:
-        for check in task.checks:
+        for index, check in enumerate(task.checks):
             checks.setdefault(check["type"], []).append(dict(check))
             places = where.setdefault(check["type"], [])
-            place = f"{suite_path}:{task.line} (task '{task.id}')" if suite_path else \
+            # The check's own line where the loader kept it (found by a newcomer: the
+            # task's line was named, several lines above the judge check to fix).
+            line = task.check_lines[index] if index < len(task.check_lines) else task.line
+            place = f"{suite_path}:{line} (task '{task.id}')" if suite_path else \
                 f"task '{task.id}'"
             if place not in places:
                 places.append(place)

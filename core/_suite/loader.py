@@ -60,7 +60,8 @@ def load_suite(path: str | Path, registry: Registry | None = None,
                             for w in cached["warnings"]]
                 source_lines = cached["source_lines"]
                 suite = _build(path, cached["data"], cached["task_lines"], source_lines, sha,
-                               warnings, registry, sandbox_line=int(cached["sandbox_line"]))
+                               warnings, registry, sandbox_line=int(cached["sandbox_line"]),
+                               check_lines=cached["check_lines"])
             except (KeyError, TypeError, ValueError, AttributeError):
                 suite = None  # an entry of the wrong shape is a miss: validate the file again
             if suite is not None:
@@ -77,6 +78,9 @@ def load_suite(path: str | Path, registry: Registry | None = None,
                                                        label)])
     where = tasks_path(located.data)
     task_lines = [located.line_of((*where, i)) for i in range(len(tasks_of(located.data)))]
+    check_lines = [[located.line_of((*where, i, "checks", j))
+                    for j in range(len(task.get("checks") or []))]
+                   for i, task in enumerate(tasks_of(located.data))]
     source_lines = _source_lines(located)
     sandbox_line = located.line_of(("defaults", "sandbox")) \
         if isinstance(located.data, dict) and "sandbox" in located.data.get("defaults", {}) else 0
@@ -86,11 +90,12 @@ def load_suite(path: str | Path, registry: Registry | None = None,
             "task_lines": task_lines,
             "source_lines": source_lines,
             "sandbox_line": sandbox_line,
+            "check_lines": check_lines,
             "warnings": [{"line": p.line, "message": p.message, "severity": p.severity}
                          for p in problems],
         })
     suite = _build(path, located.data, task_lines, source_lines, sha, problems, registry,
-                   sandbox_line=sandbox_line)
+                   sandbox_line=sandbox_line, check_lines=check_lines)
     _check_sources(suite, source_lines, label)
     return suite
 
@@ -235,14 +240,16 @@ def validate_suite(path: str | Path, registry: Registry | None = None) -> list[P
 
 
 def _build(path: Path, data: Any, task_lines: list[int], source_lines: list[int], sha: str,
-           warnings: list[Problem], registry: Registry, sandbox_line: int = 0) -> Suite:
+           warnings: list[Problem], registry: Registry, sandbox_line: int = 0,
+           check_lines: list[list[int]] | None = None) -> Suite:
     defaults = {} if isinstance(data, list) else data.get("defaults", {})
     extra_keys = plugin_task_keys(registry.providers)
     base = path.parent
     tasks = []
     unusable: list[tuple[str, int]] = []
-    for raw_task, line, source_line in zip(tasks_of(data), task_lines, source_lines,
-                                           strict=True):
+    all_check_lines = check_lines or [[] for _ in task_lines]
+    for raw_task, line, source_line, lines_of_checks in zip(
+            tasks_of(data), task_lines, source_lines, all_check_lines, strict=True):
         source = _resolved_source(raw_task.get("source", defaults.get("source")), base)
         if isinstance(source, str):
             unusable.append((source, source_line))
@@ -272,6 +279,7 @@ def _build(path: Path, data: Any, task_lines: list[int], source_lines: list[int]
             ),
             extra={key: raw_task[key] for key in extra_keys if key in raw_task},
             line=line,
+            check_lines=tuple(int(n) for n in lines_of_checks),
         ))
     if unusable:
         raise SuiteError([*_source_problems(((why, line) for why, line in unusable),

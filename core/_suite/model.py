@@ -68,6 +68,7 @@ class Task:
     # Task keys that plugins contribute (a provider's `script:`, say), passed to them as is.
     extra: Mapping[str, Any] = field(default_factory=dict)
     line: int = 1
+    check_lines: tuple[int, ...] = ()  # the line of each check, in order (when known)
 
     def small_seed(self) -> bool:
         """Whether the attempt's workspace starts small: inline files only, within the

@@ -278,8 +278,9 @@ def test_a_judge_without_an_api_key_stops_the_run_before_any_task(tmp_path):
     assert result.exit_code == 2, result.output
     assert "the judge checks cannot run: the judge's provider 'anthropic' cannot be used: the " \
            "anthropic provider needs ANTHROPIC_API_KEY" in result.output
-    # Found by a newcomer: which checks to fix was not said.
-    assert "(the judge checks of suite.yaml:1 (task 'judged'))" in result.output, result.output
+    # Found by newcomers: which checks to fix was not said, then the task's line was
+    # named, not the judge check's.
+    assert "(the judge checks of suite.yaml:6 (task 'judged'))" in result.output, result.output
     assert not (tmp_path / "eval_reports").exists()  # no task started
 
 
