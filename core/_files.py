@@ -160,6 +160,12 @@ def _below_known(path: str) -> str | None:
 # Files bigger than this are fingerprinted by size and time instead of hashed: a seed
 # comes from a suite's YAML and is never this big, so a change is still seen.
 HASH_LIMIT_BYTES = 64 * 1024 * 1024
+# A file over this size that is mostly holes is fingerprinted by size and time too, never
+# read: `truncate -s 64M` costs the agent no disk, and 10,000 such files listed as created
+# were 640 GB for evalctl to read (found by an attacker round). So what is read of a file
+# is at most this much, or twice what the file really holds. Far above what a file system
+# keeps inline in the inode (a few KB, reported as no blocks at all).
+SPARSE_MIN_BYTES = 64 * 1024
 
 
 def directory_inside(root: Path, parts: Sequence[str]) -> Path | None:
@@ -349,9 +355,11 @@ def remove_tree(top: str | os.PathLike[str]) -> None:
             os.rmdir(directory)
 
 
-def content_hash(path: str | os.PathLike[str]) -> str | None:
-    """The sha256 of a regular file's content, whatever its size (never through a link;
-    None when it is not a regular file or cannot be read). Blocking."""
+def content_hash(path: str | os.PathLike[str], limit: int | None = None) -> str | None:
+    """The sha256 of a regular file's content, whatever its size, or of its first `limit`
+    bytes (never through a link; None when it is not a regular file or cannot be read).
+    A file of the agent's is hashed with a `limit` the caller knows to be bounded (its
+    seed's size, and a byte more so growth still changes the hash). Blocking."""
     import stat
 
     try:
@@ -361,7 +369,7 @@ def content_hash(path: str | os.PathLike[str]) -> str | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        return _digest(fd)
+        return _digest(fd, limit)
     except OSError:
         return None
     finally:
@@ -388,9 +396,11 @@ def snapshot(root: Path) -> dict[str, str]:
     """Relative path -> fingerprint of everything in `root` that is not a directory:
     the content hash of a file, `symlink:TARGET` for a link, `special:KIND` for a FIFO,
     socket or device (never read: opening one could block or read for ever), and
-    `size:N:MTIME` for a file over HASH_LIMIT_BYTES. Blocking work: callers on an event
-    loop run it in a thread. It holds every path: for a tree the agent made, where their
-    number has no bound, compare as you go (`fingerprints`, `fingerprint`)."""
+    `size:N:MTIME` for a file over HASH_LIMIT_BYTES or one mostly holes (`mostly_holes`:
+    its size costs its maker nothing, and reading it would cost evalctl all of it).
+    Blocking work: callers on an event loop run it in a thread. It holds every path: for
+    a tree the agent made, where their number has no bound, compare as you go
+    (`fingerprints`, `fingerprint`)."""
     return dict(fingerprints(root))
 
 
@@ -420,9 +430,11 @@ def fingerprint(entry: WalkEntry) -> str | None:
     except OSError:
         return None
     try:  # raw reads: a buffered file object costs three more system calls a file
-        kind = os.fstat(fd).st_mode
-        if not stat.S_ISREG(kind):  # swapped for a FIFO since the stat: still not read
-            return f"special:{stat.filemode(kind)[0]}"
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):  # swapped for a FIFO since the stat: not read
+            return f"special:{stat.filemode(opened.st_mode)[0]}"
+        if mostly_holes(fd, opened):
+            return f"size:{opened.st_size}:{opened.st_mtime_ns}"
         # What the stat measured (and a byte more, so growth still changes the
         # hash): a file another process keeps growing cannot hold the walk.
         return _digest(fd, info.st_size + 1)
@@ -430,6 +442,89 @@ def fingerprint(entry: WalkEntry) -> str | None:
         return None
     finally:
         os.close(fd)
+
+
+def mostly_holes(fd: int, info: os.stat_result) -> bool:
+    """Whether the regular file open as `fd` (`info`: its fstat) is over SPARSE_MIN_BYTES
+    and mostly holes: less than half its size allocated, and a hole before its end. The
+    hole is asked for (SEEK_HOLE) because blocks alone can mislead: a compressing file
+    system allocates less than a dense file's size, and ZFS counts a new file's blocks
+    only once they are written out. Where SEEK_HOLE is not known, the blocks decide."""
+    if info.st_size <= SPARSE_MIN_BYTES or info.st_blocks * 512 >= info.st_size // 2:
+        return False
+    try:
+        return os.lseek(fd, 0, os.SEEK_HOLE) < info.st_size
+    except OSError:
+        return True
+
+
+def copy_file(origin: str | os.PathLike[str], destination: str | os.PathLike[str], *,
+              keep_times: bool = False) -> bool:
+    """Copy the regular file `origin` to `destination` (made, or emptied first) with its
+    mode, and with `keep_times` its access and modification times to the nanosecond, as
+    shutil.copy2 keeps them (what a snapshot keys a large or sparse file by). Its holes
+    stay holes (`copy_data`): a copy shutil makes is dense, and a hard link to a
+    `truncate -s 1000M` file, which cost the agent 4 KB, cost evalctl 1 GB of the host's
+    disk (found by an attacker round). Neither path is followed through a link, and
+    `origin` is not read unless it is a regular file (False then: nothing copied)."""
+    import stat
+
+    fd = os.open(origin, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return False
+        copy = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                       | os.O_CLOEXEC, 0o600)
+        try:
+            copy_data(fd, copy, info.st_size)
+            os.fchmod(copy, stat.S_IMODE(info.st_mode))
+            if keep_times:  # last: each write sets the time
+                os.utime(copy, ns=(info.st_atime_ns, info.st_mtime_ns))
+        finally:
+            os.close(copy)
+    finally:
+        os.close(fd)
+    return True
+
+
+def copy_data(source: int, copy: int, size: int) -> None:
+    """Copy the first `size` bytes of `source` to `copy`, reading and writing its data
+    alone and leaving its holes holes (SEEK_DATA/SEEK_HOLE), so the work and the disk
+    are what the file really holds: four `truncate -s 1000M` files take 4 KB in a run
+    and must not take 4 GB in its copies. A file system without SEEK_DATA gets the
+    whole file."""
+    for start, end in _data_extents(source, size):
+        position = start
+        while position < end:
+            block = os.pread(source, min(end - position, 1 << 20), position)
+            if not block:
+                break  # the file shrank while it was copied
+            position += os.pwrite(copy, block, position)
+    os.ftruncate(copy, size)  # the trailing hole, if any
+
+
+def _data_extents(fd: int, size: int) -> Iterator[tuple[int, int]]:
+    """The (start, end) byte ranges of `fd`'s first `size` bytes that hold data, in
+    order, found as they are asked for (a file of many extents is never listed whole)."""
+    import errno
+
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(fd, offset, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:
+                return  # nothing but a hole from here to the end
+            if offset == 0 and exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                yield 0, size  # no SEEK_DATA here: all of it is data
+                return
+            raise
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        if end <= start:
+            return  # past `size`, or a hole punched while it was copied
+        yield start, end
+        offset = end
 
 
 def write_all(fd: int, data: bytes) -> None:

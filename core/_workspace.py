@@ -18,6 +18,7 @@ from pathlib import Path
 
 from evalctl._files import (
     IGNORED_DIRS,
+    copy_file,
     fingerprint,
     real_directory,
     resolve_inside,
@@ -150,9 +151,8 @@ class Workspace:
         """What the task's setup made (a virtual environment, build output) is what the
         agent starts with, not its work: it goes into the seed copy (files and links; a
         repository's .git and bytecode caches never do), and the seed's hashes are
-        taken again."""
-        import shutil
-
+        taken again. A file is copied with its holes (a sparse file stays sparse) and
+        its times, which the key of a large or sparse file holds."""
         now = snapshot(self.root)
         for relative in [p for p in self.seed if p not in now]:
             (self.seed_path / relative).unlink(missing_ok=True)
@@ -168,7 +168,7 @@ class Workspace:
             if origin.is_symlink():
                 target.symlink_to(os.readlink(origin))
             else:
-                shutil.copy2(origin, target, follow_symlinks=False)
+                copy_file(origin, target, keep_times=True)
         self.seed = snapshot(self.seed_path)
 
 

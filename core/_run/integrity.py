@@ -29,6 +29,7 @@ from pathlib import Path
 from evalctl._files import (
     ConfinementError,
     content_hash,
+    copy_file,
     fingerprint,
     remove_tree,
     resolve_inside,
@@ -37,7 +38,7 @@ from evalctl._files import (
 )
 from evalctl._report.results import CheckOutcome
 from evalctl._suite.model import Task
-from evalctl._workspace import Workspace, named_by, write_seed
+from evalctl._workspace import Workspace, attempt_paths, named_by, write_seed
 
 PROTECTED = "protected_files"
 SEED_INTEGRITY = "seed_integrity"
@@ -48,24 +49,55 @@ def _protected(task: Task, path: str) -> bool:
     return named_by(path, task.protected)
 
 
-def protected_snapshot(task: Task, root: Path) -> dict[str, str]:
+def protected_snapshot(task: Task, root: Path, seed_copy: Path | None = None
+                       ) -> dict[str, str]:
     """snapshot(root) of the protected paths alone (what else the workspace holds is
     neither read nor kept: the agent decides how many files that is, found by an
-    attacker round), with every protected file over HASH_LIMIT_BYTES keyed by its
-    content instead of its size and time: a file's time is the agent's to set back, so
-    a large protected file changed at the same size would otherwise go unseen."""
+    attacker round), with every protected file keyed by size and time (over
+    HASH_LIMIT_BYTES, or mostly holes) keyed by its content instead when the seed copy
+    (`seed_copy`; by default the one new_workspace put beside `root`) holds it at the
+    same size: a file's time is the agent's to set back, so a large protected file
+    changed at the same size would otherwise go unseen. One the seed does not hold at
+    that size is a change already, and is not read: its size is the agent's to choose,
+    and a sparse one costs the agent nothing (40 `truncate -s 1000M` files under
+    `tests/` held evalctl for two minutes, found by an attacker round)."""
     keys = {relative: found for relative, entry in walk(root)
             if _protected(task, relative) and (found := fingerprint(entry)) is not None}
-    return _with_protected_content(task, root, keys)
+    return _with_protected_content(task, root, keys, seed_copy or _seed_copy_of(root))
 
 
-def _with_protected_content(task: Task, root: Path, keys: Mapping[str, str]
-                            ) -> dict[str, str]:
+def _seed_copy_of(root: Path) -> Path:
+    """Where new_workspace puts the seed copy of the workspace at `root`."""
+    return attempt_paths(root.parent, root.name)["seed"]
+
+
+def _with_protected_content(task: Task, root: Path, keys: Mapping[str, str],
+                            seed_copy: Path) -> dict[str, str]:
+    """`keys` with each protected file keyed by size and time keyed by its content
+    instead, where `seed_copy` holds it at the same size: what is read is bounded by
+    the seed."""
     found = dict(keys)
     for path, key in keys.items():
         if key.startswith("size:") and _protected(task, path):
-            found[path] = content_hash(root / path) or key
+            size = _seeded_size(root / path, seed_copy / path)
+            if size is not None:
+                found[path] = content_hash(root / path, size + 1) or key
     return found
+
+
+def _seeded_size(path: Path, seeded: Path) -> int | None:
+    """The size of the regular file `path` when the seed copy's `seeded` is a regular
+    file of that size too, else None (a link is not followed to a size)."""
+    import stat
+
+    try:
+        now, then = os.lstat(path), os.lstat(seeded)
+    except OSError:
+        return None
+    if not (stat.S_ISREG(now.st_mode) and stat.S_ISREG(then.st_mode)) or \
+            now.st_size != then.st_size:
+        return None
+    return now.st_size
 
 
 def protected_changes(task: Task, files_changed: Mapping[str, str],
@@ -74,20 +106,30 @@ def protected_changes(task: Task, files_changed: Mapping[str, str],
     `workspace`, its protected files too large to hash in the snapshot (fingerprinted
     by size and time, and a time can be set back) are compared with the seed copy by
     content: changed at the same size and time they are caught, touched they are not,
-    as a smaller file would be."""
+    as a smaller file would be; so is a seeded file the agent left mostly holes (keyed
+    by size and time now, by its hash in the seed) with the seed's content. Only a file
+    the seed copy holds at the same size is read (one of another size is changed,
+    whatever it holds), so what is read is bounded by the seed, never by a size the
+    agent chose."""
     if not task.protected:
         return None
     files_changed = dict(files_changed)
     if workspace is not None:
         for path, key in workspace.seed.items():
-            if key.startswith("size:") and files_changed.get(path, "modified") == "modified" \
-                    and _protected(task, path):
-                same = content_hash(workspace.root / path) == \
-                    content_hash(workspace.seed_path / path)
-                if same:
-                    files_changed.pop(path, None)
-                else:
-                    files_changed[path] = "modified"
+            if key.startswith(("symlink:", "special:")) or not _protected(task, path):
+                continue
+            sized = key.startswith("size:")
+            change = files_changed.get(path)
+            if change != "modified" and not (change is None and sized):
+                continue  # created or deleted; or hashed whole, and found unchanged
+            now, seeded = workspace.root / path, workspace.seed_path / path
+            size = _seeded_size(now, seeded)
+            # A hashed seed file is compared with its recorded hash, which no one edits.
+            if size is not None and content_hash(now, size + 1) == \
+                    (content_hash(seeded, size + 1) if sized else key):
+                files_changed.pop(path, None)
+            else:
+                files_changed[path] = "modified"
     touched = [f"{path} ({change})" for path, change in files_changed.items()
                if _protected(task, path)]
     if not touched:
@@ -203,9 +245,10 @@ def remove_bytecode_caches(root: Path) -> None:
 def detach_protected_links(task: Task, root: Path, keys: Mapping[str, str]) -> None:
     """Give every protected file that has another hard link (one the agent made, say, to
     write through while the checks run, where the file itself is read-only) an inode of
-    its own: a copy, renamed over it. Its content is what `keys` (a snapshot of `root`)
-    holds, so the comparison after the checks is unchanged by this."""
-    import shutil
+    its own: a copy (with its mode and times, and its holes kept holes: the agent's
+    sparse files must not become the host's disk), renamed over it. Its content is what
+    `keys` (a snapshot of `root`) holds, so the comparison after the checks is
+    unchanged by this."""
     import stat
     import tempfile
 
@@ -220,8 +263,10 @@ def detach_protected_links(task: Task, root: Path, keys: Mapping[str, str]) -> N
             fd, copy = tempfile.mkstemp(prefix=".evalctl-", dir=full.parent)
             os.close(fd)
             try:
-                shutil.copy2(full, copy, follow_symlinks=False)
-                os.replace(copy, full)
+                if copy_file(full, copy, keep_times=True):
+                    os.replace(copy, full)
+                else:
+                    os.unlink(copy)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(copy)
@@ -300,8 +345,9 @@ def protected_changes_after_the_agent(task: Task, workspace: Workspace,
     that change. Blocking."""
     if not task.protected:
         return None
-    seed = _with_protected_content(task, workspace.seed_path, workspace.seed)
-    now = protected_snapshot(task, workspace.root)
+    seed = _with_protected_content(task, workspace.seed_path, workspace.seed,
+                                   workspace.seed_path)
+    now = protected_snapshot(task, workspace.root, workspace.seed_path)
     changed = sorted(path for path in {*seed, *now}
                      if seed.get(path) != now.get(path) and path not in files_changed
                      and path not in verify and _protected(task, path))

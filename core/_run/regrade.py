@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import errno
 import json
 import os
 import shutil
-import stat
 from collections.abc import Awaitable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +25,7 @@ from typing import Any
 
 from evalctl._agent.ledger import read_events
 from evalctl._errors import UsageError
-from evalctl._files import IGNORED_DIRS, directory_inside, snapshot
+from evalctl._files import IGNORED_DIRS, copy_file, directory_inside, snapshot
 from evalctl._plugin.options import typed_options
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.types import AgentResult, ExitStatus, Sandbox, SandboxRequest
@@ -491,7 +489,7 @@ def _verify_paths_as_the_agent_left_them(workspace: Workspace, paths: set[str],
                 if origin.is_symlink():
                     os.symlink(os.readlink(origin), target)
                 else:
-                    _copy_file(os.fspath(origin), os.fspath(target))
+                    copy_file(origin, target)
                 continue
         except OSError as exc:
             warnings.append(f"{workspace.task_id}: its verify file {relative} could not be "
@@ -516,8 +514,10 @@ def _short(relative: str) -> str:
 
 
 def copy_tree(origin: Path, target: Path) -> list[str]:
-    """Copy what an agent left: directories, regular files (with their mode; sparse
-    files stay sparse) and links (as links, never followed). FIFOs, sockets and devices
+    """Copy what an agent left: directories, regular files (with their mode, not their
+    times: a file keyed by size and time, a large or sparse one, then differs from the
+    agent's digest, and the copy counts as changed, the safe side; sparse files stay
+    sparse) and links (as links, never followed). FIFOs, sockets and devices
     are left out and never opened; a file swapped for one between the look and the open
     is not read. Iterative: the agent decides how deep the tree goes. Returns the
     relative paths that could not be copied (a directory that cannot be read, a path
@@ -541,63 +541,10 @@ def copy_tree(origin: Path, target: Path) -> list[str]:
                     os.mkdir(destination)
                     pending.append((entry.path, destination, f"{prefix}{entry.name}/"))
                 elif entry.is_file(follow_symlinks=False):
-                    _copy_file(entry.path, destination)
+                    copy_file(entry.path, destination)
             except OSError:
                 missed.append(prefix + entry.name)  # the graders will not see it: say so
     return missed
-
-
-def _copy_file(origin: str, destination: str) -> None:
-    fd = os.open(origin, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return
-        copy = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            _copy_data(fd, copy, info.st_size)
-        finally:
-            os.close(copy)
-    finally:
-        os.close(fd)
-    os.chmod(destination, stat.S_IMODE(info.st_mode))
-
-
-def _copy_data(source: int, copy: int, size: int) -> None:
-    """Copy the data of `source` and leave its holes holes (SEEK_DATA/SEEK_HOLE): four
-    `truncate -s 1000M` files take 4 KB in a run and must not take 4 GB in its regrade.
-    A file system without SEEK_DATA gets the whole file."""
-    try:
-        extents = _data_extents(source, size)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
-            raise
-        extents = [(0, size)]
-    for start, end in extents:
-        position = start
-        while position < end:
-            block = os.pread(source, min(end - position, 1 << 20), position)
-            if not block:
-                break  # the file shrank while it was copied
-            position += os.pwrite(copy, block, position)
-    os.ftruncate(copy, size)  # the trailing hole, if any
-
-
-def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
-    """The (start, end) byte ranges of `fd` that hold data, in order."""
-    extents = []
-    offset = 0
-    while offset < size:
-        try:
-            start = os.lseek(fd, offset, os.SEEK_DATA)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:
-                break  # nothing but a hole from here to the end
-            raise
-        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
-        extents.append((start, end))
-        offset = end
-    return extents
 
 
 def summary_line(run: RunResult, prepared: PreparedRegrade) -> str:
