@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from .conftest import SUITES, run_cli
 
 
@@ -47,3 +49,149 @@ def test_a_resume_given_another_suite_names_both(tmp_path):
     assert f"the suite: the run's was {SUITES / 'harness.yaml'} (sha256 {sha}), this one " \
            f"is {SUITES / 'core.yaml'}" in refused.output, refused.output
     assert "a resume needs no SUITE" in refused.output
+
+
+ABSENT_INTERPRETER = """\
+- id: abs-python-missing
+  prompt: Fix add().
+  files:
+    calc.py: "def add(a, b):\\n    return a + b\\n"
+    test_calc.py: "from calc import add\\n\\n\\ndef test_add():\\n    assert add(2, 2) == 4\\n"
+  checks:
+    - type: tests_pass
+      python: /opt/nonexistent/bin/python
+  script:
+    - text: Done.
+"""
+
+
+def test_an_absolute_interpreter_missing_here_stops_the_run_before_any_task(tmp_path):
+    """Found by a newcomer: every attempt failed ("the test run ended (exit 1) before
+    evalctl's witness reported / bwrap: execvp ..."), as if the agent had done bad work."""
+    (tmp_path / "s.yaml").write_text(ABSENT_INTERPRETER)
+    refused = run_cli(tmp_path, "s.yaml")
+    assert refused.exit_code == 2, refused.output
+    assert "the tests_pass checks cannot run: python: /opt/nonexistent/bin/python does not " \
+           "exist on this machine (the tests_pass checks of s.yaml:7" in refused.output
+    assert not list(tmp_path.glob("eval_reports/workspaces-*/abs-python-missing"))
+
+
+def test_a_workspace_interpreter_nobody_made_is_an_error_not_a_failure(tmp_path):
+    """Found by a newcomer: `python: .venv/bin/python` in a task whose setup makes no
+    such environment failed every attempt, though the agent neither made nor removed it."""
+    (tmp_path / "s.yaml").write_text(ABSENT_INTERPRETER.replace(
+        "/opt/nonexistent/bin/python", ".venv/bin/python"))
+    result = run_cli(tmp_path, "s.yaml", "--report", "r.json")
+    assert result.exit_code == 1, result.output
+    task = json.loads((tmp_path / "r.json").read_text())["tasks"][0]
+    assert task["status"] == "error", task
+    assert "python: .venv/bin/python does not exist in the workspace, and the agent did not " \
+           "remove it: the task's setup must make it" in json.dumps(task)
+
+
+def test_ro_paths_that_cannot_work_stop_the_run_before_any_task(tmp_path, require_bwrap):
+    """Found by a newcomer: a misspelt ro_paths directory, or `ro_paths=$PWD` (which holds
+    the run's reports), made every attempt a sandbox error, one by one, exit 1."""
+    missing = run_cli(tmp_path, "harness", "--sandbox", "bwrap", "--sandbox-option",
+                      f"ro_paths={tmp_path / 'agentdri'}")
+    assert missing.exit_code == 2, missing.output
+    assert f"sandbox 'bwrap': ro_paths: {tmp_path / 'agentdri'} does not exist" \
+        in missing.output
+    holding = run_cli(tmp_path, "harness", "--sandbox", "bwrap", "--sandbox-option",
+                      f"ro_paths={tmp_path}")
+    assert holding.exit_code == 2, holding.output
+    assert f"ro_paths: {tmp_path} holds the run's directory eval_reports" in holding.output
+    assert not list(tmp_path.glob("eval_reports/workspaces-*"))
+    (tmp_path / "agent").mkdir()
+    fine = run_cli(tmp_path, "harness", "--sandbox", "bwrap", "--sandbox-option",
+                   f"ro_paths={tmp_path / 'agent'}")
+    assert fine.exit_code == 0, fine.output
+
+
+@pytest.mark.parametrize(("command", "program"), [
+    ("nonexistent-linter-xyz a.txt", "nonexistent-linter-xyz"),
+    ("FOO=1 BAR=2 mytool --check", "mytool"),
+    ("grep -q done out.txt && test -s out.txt", "grep"),
+    ("./build/tool --version", None),  # the agent's, by its path
+    ("cd sub && make", None),  # a builtin first: not looked up
+    ("[ -f a.txt ]", None),
+    ("(cd sub; make)", None),
+    ("$TOOL run", None),
+    ("echo 'unclosed", None),
+    ("# a comment\nmake test", None),
+])
+def test_the_program_a_command_check_starts_with(command, program):
+    from evalctl.plugins.graders.commands import program_of
+
+    assert program_of(command) == program
+
+
+def test_a_command_check_of_a_program_not_installed_stops_the_run(tmp_path):
+    """Found by a newcomer: a check running a linter nobody installed failed every attempt
+    with exit 127, counted as the agent's failure."""
+    (tmp_path / "s.yaml").write_text("""\
+- id: missing-cmd
+  prompt: Make a.txt.
+  checks:
+    - type: file_exists
+      path: a.txt
+    - type: command
+      command: nonexistent-linter-xyz a.txt
+""")
+    refused = run_cli(tmp_path, "s.yaml")
+    assert refused.exit_code == 2, refused.output
+    assert "the command checks cannot run: the command(s) 'nonexistent-linter-xyz' are not " \
+           "installed here (not found on PATH)" in refused.output
+    assert "(the command checks of s.yaml:6 (task 'missing-cmd'))" in refused.output
+    # The check's line, not the task's (found by the same newcomer for a judge check),
+    # from the suite cache too.
+    again = run_cli(tmp_path, "s.yaml")
+    assert "(the command checks of s.yaml:6 (task 'missing-cmd'))" in again.output
+    assert not list(tmp_path.glob("eval_reports/workspaces-*/missing-cmd"))
+
+
+PRESETS = """\
+agent = "my-agent"
+
+[agents.my-agent]
+base = "command"
+argvv = "python3 agent.py {prompt}"
+env = "A=1"
+
+[agents.my-agent-json]
+base = "my-agnt"
+final_text = "json:answer"
+
+[agents.loop-a]
+base = "loop-b"
+
+[agents.loop-b]
+base = "loop-a"
+"""
+
+
+def test_agent_presets_are_checked_at_their_lines_all_at_once(tmp_path):
+    """Found by a newcomer: a preset's mistakes came one per run, without a file or line,
+    and an unused preset's never."""
+    (tmp_path / "evalctl.toml").write_text(PRESETS)
+    refused = run_cli(tmp_path, "harness")
+    assert refused.exit_code == 2, refused.output
+    config = tmp_path / "evalctl.toml"
+    assert f"{config}:5: error: [agents.my-agent]: agent 'command' has no option 'argvv' " \
+           "(did you mean 'argv'?)" in refused.output
+    assert f"{config}:6: error: [agents.my-agent] env: must be a list, got 'A=1'" \
+        in refused.output
+    assert f"{config}:13: error: agent presets form a loop: loop-a -> loop-b -> loop-a" \
+        in refused.output
+    # Not used by this run: a base not installed here is said, not refused.
+    fixed = PRESETS.replace("argvv", "argv").replace('env = "A=1"', 'env = ["A=1"]') \
+        .replace("[agents.loop-a]\nbase = \"loop-b\"\n\n[agents.loop-b]\nbase = \"loop-a\"\n", "")
+    config.write_text(fixed)
+    ran = run_cli(tmp_path, "harness", "--sandbox", "local")
+    assert ran.exit_code != 2, ran.output
+    assert f"warning: {config}:9: [agents.my-agent-json] base: no agent or preset 'my-agnt' " \
+           "(did you mean 'my-agent'?) (not used by this run)" in ran.output
+    config.write_text(fixed.replace('agent = "my-agent"', 'agent = "my-agent-json"'))
+    used = run_cli(tmp_path, "harness", "--sandbox", "local")
+    assert used.exit_code == 2 and f"{config}:9: error: [agents.my-agent-json] base" \
+        in used.output, used.output

@@ -278,6 +278,7 @@ def evalctl_register_graders(register):
     register(evalctl.GraderSpec(
         name="tests_pass",
         grade=tests_pass.grade_tests_pass,
+        preflight=tests_pass.preflight,
         params_schema=tests_pass.PARAMS,
         description="Do the workspace's tests pass, as evalctl's own pytest plugin saw them "
                     "run? Configured by evalctl, not the workspace: an agent-written conftest.py "

@@ -94,16 +94,43 @@ def _touched(workspace: Path, result: evalctl.AgentResult, names: frozenset[str]
     for relative in evalctl.walk_files(workspace):
         if PurePosixPath(relative).name not in names:
             continue
-        path = workspace / relative
         seeded = seed / relative if seed is not None else None
         try:
-            same = seeded is not None and not path.is_symlink() and seeded.is_file() and \
-                path.is_file() and path.read_bytes() == seeded.read_bytes()
+            same = seeded is not None and _same_as_seeded(workspace / relative, seeded)
         except OSError:  # a path too long to open, say: not shown to be the seed's
             same = False
         if not same:
             touched.append(relative)
     return sorted(touched)
+
+
+# How much of a file and of its seed is held at once while they are compared.
+COMPARED_CHUNK = 1 << 20
+
+
+def _same_as_seeded(path: Path, seeded: Path) -> bool:
+    """Whether `path` is a regular file (not a link) holding what the seed's regular
+    file `seeded` holds: their sizes first, then both read side by side in chunks of
+    COMPARED_CHUNK. Reading either whole put the agent's file in evalctl's own memory,
+    where the sandbox's limit does not hold (a `truncate -s 1000M pyproject.toml` took
+    evalctl to 1 GB, found by an attacker round); what is read now is bounded by the
+    seed's size."""
+    import stat
+
+    mine = os.lstat(path)
+    if not stat.S_ISREG(mine.st_mode) or not seeded.is_file() or \
+            seeded.stat().st_size != mine.st_size:
+        return False
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as agent_file, open(seeded, "rb") as seed_file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the lstat
+            return False
+        while True:
+            chunk = agent_file.read(COMPARED_CHUNK)
+            if chunk != seed_file.read(COMPARED_CHUNK):
+                return False
+            if not chunk:
+                return True
 
 
 def _seeded_config(result: evalctl.AgentResult) -> tuple[str, str]:
@@ -148,6 +175,9 @@ def _interpreter(chosen: str | None, workspace: Path, result: evalctl.AgentResul
         return sys.executable, None
     pure = PurePosixPath(chosen)
     if pure.is_absolute():
+        problem = absolute_interpreter_problem(chosen)
+        if problem:  # the suite's or the machine's doing, never the agent's
+            raise evalctl.GraderUnavailable(problem)
         return chosen, None
     if ".." in pure.parts:
         return "", evalctl.CheckResult(False, f"python: {chosen!r} leaves the workspace")
@@ -160,9 +190,35 @@ def _interpreter(chosen: str | None, workspace: Path, result: evalctl.AgentResul
                    f"interpreter {relative}; the tests were not run", suspected_gaming=True)
     path = workspace / relative
     if not os.path.lexists(path):
-        return "", evalctl.CheckResult(False, f"python: {relative} does not exist in the "
-                                              "workspace (was it made by setup?)")
+        # Not among the agent's changes (above), so never there: the suite's setup was to
+        # make it. An error of the suite's, not a failure of the agent's (a newcomer's).
+        raise evalctl.GraderUnavailable(
+            f"python: {relative} does not exist in the workspace, and the agent did not "
+            "remove it: the task's setup must make it (a virtual environment made by "
+            "`setup:`)")
     return str(path), None
+
+
+def absolute_interpreter_problem(chosen: str) -> str | None:
+    """Why an absolute `python:` cannot run the tests on this machine, or None."""
+    if not os.path.isfile(chosen):
+        return f"python: {chosen} does not exist on this machine"
+    if not os.access(chosen, os.X_OK):
+        return f"python: {chosen} is not executable"
+    return None
+
+
+def preflight(checks: list[dict[str, Any]]) -> None:
+    """Every absolute `python:` checked before any task: an interpreter missing on this
+    machine would otherwise fail every attempt (found by a newcomer, counted as the
+    agent's failure). Read on the machine that runs: not by `validate`, whose machine
+    may not be the one the suite runs on."""
+    problems = sorted({problem for check in checks
+                       if isinstance(check.get("python"), str)
+                       and PurePosixPath(check["python"]).is_absolute()
+                       and (problem := absolute_interpreter_problem(check["python"]))})
+    if problems:
+        raise evalctl.UsageError("; ".join(problems))
 
 
 def _environment_changes(chosen: str | None, result: evalctl.AgentResult) -> list[str]:
@@ -608,8 +664,11 @@ PARAMS = {
                    "description": "The interpreter pytest runs under: a path in the workspace "
                                   "(the virtual environment setup made, .venv/bin/python) or "
                                   "an absolute path; pytest must be importable there. One the "
-                                  "agent changed fails the check as suspected gaming. "
-                                  "Default: the interpreter evalctl runs on."},
+                                  "agent changed fails the check as suspected gaming; one "
+                                  "nobody made is an error of the suite's, not a failure, "
+                                  "and an absolute one missing here stops the run before "
+                                  "any task (exit 2). Default: the interpreter evalctl runs "
+                                  "on."},
         "command": {"type": "string", "minLength": 1,
                     "description": "A test command of the suite's own instead of evalctl's "
                                    "pytest run; then only its exit status is judged."},

@@ -114,9 +114,12 @@ def _read_text(path: Path, size: int) -> str | None:
     """A file's text for a diff, or None when it is binary or too large to show."""
     if size > MAX_DIFF_BYTES:
         return None
-    try:
-        data = path.read_bytes()[:MAX_DIFF_BYTES]
+    try:  # at most the limit, whatever the file holds by now: never the whole of it
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_DIFF_BYTES + 1)
     except OSError:
+        return None
+    if len(data) > MAX_DIFF_BYTES:
         return None
     if evalctl.looks_binary(data):
         return None
