@@ -20,6 +20,7 @@ This module imports nothing from evalctl: it runs inside the sandbox.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import gc
@@ -518,7 +519,88 @@ _REGISTERED: list[Any] = []
 _REGISTERED_HOOKS: list[Any] = []
 
 
+# Functions (and classes) of the workspace's modules as pytest itself imported and
+# registered them (a conftest.py, a plugin its `pytest_plugins` names), by identity: a
+# hook the workspace gives must be one of these. Its code alone proves nothing: a new
+# function made of a seeded hook's code object with the agent's globals ran the agent's
+# code under the seed's name (found by an attacker round).
+_IMPORTED: dict[int, Any] = {}
+
+
+def _pytests_import_codes() -> dict[str, Any]:
+    """The code of the plugin manager's methods through which pytest imports and
+    registers a conftest.py and the plugins it names, taken at this module's import,
+    before any code of the workspace's ran. Empty when this pytest has other names: the
+    record is then not kept, and hooks are judged by their code alone."""
+    try:
+        from _pytest.config import PytestPluginManager
+    except ImportError:
+        return {}
+    names = ("register", "consider_conftest", "_importconftest", "consider_module",
+             "_import_plugin_specs", "import_plugin")
+    codes = {name: getattr(getattr(PytestPluginManager, name, None), "__code__", None)
+             for name in names}
+    return codes if all(isinstance(c, types.CodeType) for c in codes.values()) else {}
+
+
+_IMPORT_CODES = _pytests_import_codes()
+
+
+def _registered_by_pytests_import() -> bool:
+    """Whether the registration being reported is pytest importing a conftest.py (or a
+    plugin a conftest.py names): from the plugin manager's `register` up, every frame is
+    one of its import methods, up to `_importconftest`. Code of the agent's that calls
+    `register`, `consider_conftest` or `import_plugin` itself, even while a conftest.py
+    that imports it is being imported, breaks that chain."""
+    if not _IMPORT_CODES:
+        return False
+    allowed = set(_IMPORT_CODES.values())
+    frame = sys._getframe(1)
+    for _ in range(40):  # up through pluggy's historic call to the manager's register
+        if frame is None:
+            return False
+        if frame.f_code is _IMPORT_CODES["register"]:
+            break
+        frame = frame.f_back
+    else:
+        return False
+    for _ in range(40):
+        if frame is None or frame.f_code not in allowed:
+            return False
+        if frame.f_code is _IMPORT_CODES["_importconftest"]:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _record_imported(module: Any) -> None:
+    """The functions and classes `module` holds now, and its classes' functions."""
+    for value in list(vars(module).values()):
+        if isinstance(value, type):
+            _IMPORTED[id(value)] = value
+            for member in list(vars(value).values()):
+                member = getattr(member, "__func__", member)
+                if isinstance(member, types.FunctionType):
+                    _IMPORTED[id(member)] = member
+        elif isinstance(value, types.FunctionType):
+            _IMPORTED[id(value)] = value
+
+
+def _imported_by_pytest(thing: Any) -> bool:
+    """Whether a hook is a function (or a method of an object of a class) of a workspace
+    module pytest imported itself, by identity."""
+    if isinstance(thing, types.MethodType):
+        owner = type(thing.__self__)
+        return _IMPORTED.get(id(thing.__func__)) is thing.__func__ and \
+            _IMPORTED.get(id(owner)) is owner
+    return isinstance(thing, types.FunctionType) and _IMPORTED.get(id(thing)) is thing
+
+
 def pytest_plugin_registered(plugin: Any, plugin_name: str, manager: Any) -> None:
+    if isinstance(plugin, types.ModuleType) and _registered_by_pytests_import():
+        # An odd module that cannot be listed: its hooks are not vouched for.
+        with contextlib.suppress(Exception):
+            _record_imported(plugin)
     _REGISTERED.append(plugin)
     try:
         names = [name for name in dir(plugin) if name.startswith("pytest_")]
@@ -882,6 +964,8 @@ def _untrusted_origin(thing: Any, roots: tuple[str, ...], hook: bool = False) ->
         # left alone (a README.md) was taken for it (found by an attacker round).
         if hook and not _what_its_file_holds(code, installed=False):
             return f"<code named {where!r} that is not that file's>"
+        if hook and _IMPORT_CODES and not _imported_by_pytest(thing):
+            return f"<code named {where!r} that pytest did not import from it>"
         return where
     if not hook and _what_its_file_holds(code):
         return None  # a test's: a hook must be the installation's own function itself
