@@ -544,6 +544,7 @@ def _pytests_import_codes() -> dict[str, Any]:
 
 
 _IMPORT_CODES = _pytests_import_codes()
+_PATH_AWARE: tuple[Any, frozenset[Any], Any] = (None, frozenset(), None)  # set at the end
 
 
 def _registered_by_pytests_import() -> bool:
@@ -1037,7 +1038,7 @@ class _PluginState:
         if config is not None:
             # Tests reach their hooks through config.hook (found by an attacker round: a
             # new HookRelay, of pytest's own class, with a caller of the agent's).
-            if config.hook is not config.pluginmanager.hook:
+            if not _pytests_relay(config):
                 found.append("config.hook (not the plugin manager's relay)")
             now = vars(config.option)
             found += [f"config.option.{name}" for name in sorted(self._options.keys()
@@ -1061,6 +1062,55 @@ class _PluginState:
 
 
 _VALUES = (int, float, str, bytes, tuple, frozenset, enum.Enum, os.PathLike)
+
+
+def _path_aware_proxy() -> tuple[Any, frozenset[Any], Any]:
+    """pytest's PathAwareHookProxy (before 9.1, config.hook is one, around the plugin
+    manager's relay), the code of the hook callers it makes, and its module's globals;
+    (None, empty, None) where this pytest has none."""
+    compat = sys.modules.get("_pytest.config.compat")
+    kind = getattr(compat, "PathAwareHookProxy", None)
+    getter = getattr(kind, "__getattr__", None)
+    if not isinstance(kind, type) or not isinstance(getter, types.FunctionType):
+        return None, frozenset(), None
+    made = frozenset(c for c in getter.__code__.co_consts
+                     if isinstance(c, types.CodeType) and c.co_name == "fixed_hook")
+    return kind, made, vars(compat)
+
+
+def _pytests_relay(config: Any) -> bool:
+    """Whether config.hook, through which tests reach their hooks, is the plugin
+    manager's relay: itself (pytest 9.1 on), or pytest's own PathAwareHookProxy around
+    it (before: found by a newcomer, whose honest suites were all called gaming under
+    pytest 9.0), holding nothing but the relay's callers and the path-fixing callers it
+    makes of them (pytest's code, pytest's globals, the relay's caller inside)."""
+    relay, hook = config.pluginmanager.hook, config.hook
+    if hook is relay:
+        return True
+    kind, made, compat_globals = _PATH_AWARE
+    if kind is None or type(hook) is not kind or _GENUINE.get(id(kind)) is not kind:
+        return False
+    held = _held(hook)
+    if held.get("_hook_relay") is not relay:
+        return False
+    for name, value in held.items():
+        if name == "_hook_relay":
+            continue
+        caller = getattr(relay, name, None)
+        if value is caller:
+            continue
+        if not (isinstance(value, types.FunctionType) and value.__code__ in made
+                and value.__globals__ is compat_globals and value.__closure__
+                and any(_cell_value(cell) is caller for cell in value.__closure__)):
+            return False
+    return True
+
+
+def _cell_value(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return _MISSING
 
 
 def _held(owner: Any) -> dict[str, Any]:
@@ -1148,6 +1198,7 @@ def pytest_unconfigure(config: Any) -> None:
 # Last, when every function of this module exists: the installation's code as it is before
 # any of the workspace's runs.
 _GENUINE = _genuine_functions()
+_PATH_AWARE = _path_aware_proxy()
 _GENUINE_PLUGINS: dict[int, Any] = {}  # the plugin objects pytest had before conftests
 # pytest's own selection by -m and -k, by the code of its functions as the witness found
 # them: what they deselect is the configuration's doing.
