@@ -42,7 +42,23 @@ async def grade_command(check: dict[str, Any], workspace: Path,
         return evalctl.CheckResult(False, f"timed out after {timeout:g}s\n{_tail(ran.stdout)}")
     if ran.exit_code == 0:
         return evalctl.CheckResult(True, f"exit 0\n{_tail(ran.stdout)}".strip())
+    program = program_of(check["command"]) if ran.exit_code == 127 else None
+    if program is not None and not await _found_in_sandbox(result, program):
+        # Found on the host's PATH by the preflight, but not where the check runs (bwrap
+        # mounts the system's directories, not ~/.cargo/bin, say): the suite's or the
+        # machine's doing, an error, not the agent's failure (found by an attacker round).
+        # Asked of a shell of its own, which runs nothing of the agent's: the check's own
+        # exit 127 and output could be the agent's code's.
+        raise evalctl.GraderUnavailable(
+            f"the check's program {program!r} is not found in the sandbox the checks run "
+            "in; under bwrap, add its directory with --sandbox-option ro_paths=DIR")
     return evalctl.CheckResult(False, f"exit {ran.exit_code}\n{_tail(ran.stdout)}".strip())
+
+
+async def _found_in_sandbox(result: evalctl.AgentResult, program: str) -> bool:
+    probe = await _run(result, ["bash", "-c", 'command -v -- "$1" >/dev/null', "bash",
+                                program], 30)
+    return probe.exit_code == 0
 
 
 # Words bash runs without looking on PATH: a check starting with one says nothing of what
@@ -260,7 +276,10 @@ def evalctl_register_graders(register):
         description="Does a bash command, run in the workspace after the agent finished, "
                     "exit 0? A command that starts with a program not installed here (not "
                     "on PATH) stops the run before any task, exit 2: it would fail every "
-                    "agent. Name a program the agent builds by its path (./build/tool).",
+                    "agent. Name a program the agent builds by its path (./build/tool). A "
+                    "check that exits 127 because its first program is not in the sandbox "
+                    "(bwrap does not mount ~/.cargo/bin, say) is an error, not a failure: a "
+                    "shell of its own, which runs nothing of the agent's, is asked.",
         example="- type: command\n  command: python fizzbuzz.py | tail -n 1 | grep -qx FizzBuzz"
                 "\n  timeout: 30",
         trusts="Trusts the command's exit status, and that the suite wrote the command. The "
