@@ -242,3 +242,25 @@ def test_an_honest_solution_passes_under_an_older_pytest(tmp_path):
     task = json.loads((tmp_path / "r.json").read_text())["tasks"][0]
     assert result.exit_code == 0 and task["status"] == "passed", json.dumps(task)[:2000]
     assert "suspected" not in json.dumps(task)
+
+
+def test_a_preset_of_an_installed_preset_takes_its_agents_options(tmp_path):
+    """Found by a newcomer, against the preset checks above: `base = "claude-code"` (a
+    preset of command's) was told it has no options."""
+    (tmp_path / "evalctl.toml").write_text('[agents.cc]\nbase = "claude-code"\n'
+                                           'path = ["/opt/tools/bin"]\nfinal_text = "stdout"\n')
+    ran = run_cli(tmp_path, "harness")
+    assert ran.exit_code == 0, ran.output
+    (tmp_path / "evalctl.toml").write_text('[agents.cc]\nbase = "claude-code"\npaht = []\n')
+    refused = run_cli(tmp_path, "harness")
+    assert refused.exit_code == 2
+    assert "[agents.cc]: agent 'command' has no option 'paht' (did you mean 'path'?)" \
+        in refused.output
+
+
+def test_reporters_given_as_text_is_one_problem_not_one_per_letter(tmp_path):
+    (tmp_path / "evalctl.toml").write_text('reporters = "junit"\n')
+    refused = run_cli(tmp_path, "harness")
+    assert refused.exit_code == 2
+    assert "'reporters' must be a list, got 'junit'" in refused.output
+    assert "unknown reporter" not in refused.output, refused.output

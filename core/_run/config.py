@@ -86,8 +86,9 @@ def plugin_problems(config: Config, registry: Any, unused: Iterable[str] = ()
         if name not in known:
             problems.append(config.problem((key,), f"'{key}': "
                                            f"{registry.explain_missing(kind, name)}"))
-    if "reporters" not in skip:
-        for name in config.get("reporters", []):
+    reporters = config.get("reporters", [])
+    if "reporters" not in skip and isinstance(reporters, list):  # text: said by _check
+        for name in reporters:
             if isinstance(name, str) and name not in registry.specs["reporter"]:
                 problems.append(config.problem(("reporters",), "'reporters': "
                                                f"{registry.explain_missing('reporter', name)}"))
@@ -142,6 +143,12 @@ def _preset_problems(config: Config, registry: Any, used: Any) -> list[Problem]:
                 break
             if base in agents:
                 root = agents[base]
+                # An installed preset (claude-code is one of command's): its options are
+                # its base agent's (found by a newcomer: "its options: none").
+                for _ in range(len(agents)):
+                    if root.run is not None or root.base not in agents:
+                        break
+                    root = agents[root.base]
             elif base in chain:
                 problems.append(config.problem(("agents", name, "base"), "agent presets form "
                                                f"a loop: {' -> '.join([*chain, base])}"))
