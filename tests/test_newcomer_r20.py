@@ -264,3 +264,21 @@ def test_reporters_given_as_text_is_one_problem_not_one_per_letter(tmp_path):
     assert refused.exit_code == 2
     assert "'reporters' must be a list, got 'junit'" in refused.output
     assert "unknown reporter" not in refused.output, refused.output
+
+
+def test_sandbox_options_in_the_config_are_checked_at_their_lines_all_at_once(tmp_path):
+    """Found by a newcomer: a wrong type came one run at a time, with no line."""
+    config = tmp_path / "evalctl.toml"
+    config.write_text('sandbox = "bwrap"\n[sandbox_options]\nmemory_mb = "lots"\n'
+                      'ro_paths = "/x"\n')
+    refused = run_cli(tmp_path, "harness")
+    assert refused.exit_code == 2
+    assert f"{config}:3: error: 'sandbox_options': sandbox 'bwrap' option memory_mb: must be " \
+           "a whole number, got 'lots'" in refused.output
+    assert f"{config}:4: error: 'sandbox_options': sandbox 'bwrap' option ro_paths: must be " \
+           "a list, got '/x'" in refused.output
+    config.write_text("[sandbox_options]\nmemroy_mb = 512\n")  # no sandbox named
+    unnamed = run_cli(tmp_path, "harness")
+    assert unnamed.exit_code == 2
+    assert f"{config}:2: error: 'sandbox_options': no sandbox has an option 'memroy_mb' " \
+           "(did you mean 'memory_mb'?)" in unnamed.output

@@ -6,7 +6,7 @@ override them."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,19 +96,52 @@ def plugin_problems(config: Config, registry: Any, unused: Iterable[str] = ()
                                  if "agent" not in skip else None)
     for key, kind in _OPTIONS.items():
         name, options = config.get(kind), config.get(key)
-        if kind in skip or not isinstance(options, dict) or not isinstance(name, str):
+        if kind in skip or not isinstance(options, dict):
+            continue
+        if not isinstance(name, str):
+            # No plugin named: the options go to whichever the run chooses, so only one
+            # that no installed plugin of the kind takes is surely a mistake.
+            properties: dict[str, Any] = {}
+            for spec in registry.specs[kind].values():
+                properties.update(spec.options_schema.get("properties", {}))
+            for option in options:
+                if option not in properties:
+                    problems.append(config.problem(
+                        (key, option), f"'{key}': no {kind} has an option '{option}'"
+                        f"{did_you_mean(option, list(properties))}; their options: "
+                        f"{', '.join(properties) or 'none'}"))
             continue
         spec = registry.specs[kind].get(name)
         if spec is None:
             continue  # its name is the problem, said above
-        known_options = list(spec.options_schema.get("properties", {}))
-        for option in options:
-            if option not in known_options:
+        properties = dict(spec.options_schema.get("properties", {}))
+        for option, value in options.items():
+            if option not in properties:
                 problems.append(config.problem(
                     (key, option), f"'{key}': {kind} '{name}' has no option '{option}'"
-                    f"{did_you_mean(option, known_options)}; its options: "
-                    f"{', '.join(known_options) or 'none'}"))
+                    f"{did_you_mean(option, list(properties))}; its options: "
+                    f"{', '.join(properties) or 'none'}"))
+                continue
+            said = _type_problem(option, value, properties[option])
+            if said:  # found by a newcomer: said one run at a time, without a line
+                problems.append(config.problem((key, option), f"'{key}': {kind} '{name}' "
+                                                             f"option {said}"))
     return problems
+
+
+def _type_problem(key: str, value: Any, schema: Mapping[str, Any]) -> str | None:
+    """What is wrong with an option's value, in words, or None."""
+    from evalctl._schema_check import SchemaCheck
+
+    for error in SchemaCheck({"type": "object", "properties": {key: schema}}
+                             ).errors({key: value}):
+        wanted = schema.get("type")
+        if error.validator == "type" and wanted in _SCHEMA_TYPE_WORDS:
+            return f"{key}: must be {_SCHEMA_TYPE_WORDS[wanted]}, got {value!r}" + (
+                f" (a list in TOML: {key} = [{value!r}])" if wanted == "array"
+                and isinstance(value, str) else "")
+        return f"{key}: {error.message}"
+    return None
 
 
 _PRESET_KEYS = ("base", "version")  # a preset's own keys; the rest are its agent's options
@@ -122,8 +155,6 @@ def _preset_problems(config: Config, registry: Any, used: Any) -> list[Problem]:
     required option left out is not one: it may come from --agent-option. A base that
     is not installed here is only a warning in a preset this run does not use (`used`:
     the config's agent), as a team's preset for an agent some machines lack."""
-    from evalctl._schema_check import SchemaCheck
-
     presets = config.get("agents")
     if not isinstance(presets, dict):
         return []
@@ -181,16 +212,10 @@ def _preset_problems(config: Config, registry: Any, used: Any) -> list[Problem]:
                     f"option '{key}'{did_you_mean(key, [*properties, *_PRESET_KEYS])}; its "
                     f"options: {', '.join(properties) or 'none'}"))
                 continue
-            for error in SchemaCheck({"type": "object", "properties": {key: properties[key]}}
-                                     ).errors({key: value}):
-                wanted = properties[key].get("type")
-                said = f"must be {_SCHEMA_TYPE_WORDS[wanted]}, got {value!r}" + (
-                    f" (a list in TOML: {key} = [{value!r}])" if wanted == "array"
-                    and isinstance(value, str) else "") \
-                    if error.validator == "type" and wanted in _SCHEMA_TYPE_WORDS \
-                    else error.message
+            said = _type_problem(key, value, properties[key])
+            if said:
                 problems.append(config.problem(("agents", name, key),
-                                               f"[agents.{name}] {key}: {said}"))
+                                               f"[agents.{name}] {said}"))
     return list(dict.fromkeys(problems))
 
 
