@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -282,3 +283,50 @@ def test_sandbox_options_in_the_config_are_checked_at_their_lines_all_at_once(tm
     assert unnamed.exit_code == 2
     assert f"{config}:2: error: 'sandbox_options': no sandbox has an option 'memroy_mb' " \
            "(did you mean 'memory_mb'?)" in unnamed.output
+
+
+def test_tests_a_named_file_selects_are_counted_as_such(tmp_path):
+    """Found by a newcomer: "3 of the 1 named test(s) did not pass" for a named file."""
+    (tmp_path / "s.yaml").write_text("""\
+- id: counted
+  prompt: Fix calc.py.
+  files:
+    calc.py: "def add(a, b):\\n    return a - b\\n"
+    tests/test_calc.py: "from calc import add\\n\\n\\ndef test_one():\\n    assert \\
+      add(1, 1) == 2\\n\\n\\ndef test_two():\\n    assert add(2, 2) == 4\\n"
+  checks:
+    - type: tests_pass
+      tests:
+        - tests/test_calc.py
+  script:
+    - text: Nothing done.
+""")
+    result = run_cli(tmp_path, "s.yaml", "--report", "r.json")
+    detail = json.loads((tmp_path / "r.json").read_text())["tasks"][0]["checks"][0]["detail"]
+    assert result.exit_code == 1
+    assert detail.startswith("2 of the tests the 1 name(s) in `tests:` select did not pass: "
+                             "tests/test_calc.py::test_one (failed)"), detail
+
+
+def test_pytest_missing_from_the_setups_environment_says_to_fix_the_setup(tmp_path):
+    """Found by a newcomer: told to pip install into one attempt's environment, which the
+    next run makes anew."""
+    (tmp_path / "s.yaml").write_text(f"""\
+- id: no-pytest
+  prompt: Fix calc.py.
+  files:
+    calc.py: "def add(a, b):\\n    return a + b\\n"
+  setup:
+    commands:
+      - {sys.executable} -m venv --without-pip .venv
+  checks:
+    - type: tests_pass
+      python: .venv/bin/python
+  script:
+    - text: Nothing to do.
+""")
+    result = run_cli(tmp_path, "s.yaml", "--sandbox", "local", "--report", "r.json")
+    task = json.loads((tmp_path / "r.json").read_text())["tasks"][0]
+    assert (result.exit_code, task["status"]) == (1, "error"), result.output
+    assert "install it in the task's setup (`.venv/bin/python -m pip install pytest`, with " \
+           "`network: true` or a local wheel)" in json.dumps(task), json.dumps(task)

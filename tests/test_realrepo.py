@@ -45,7 +45,8 @@ def test_realrepo_passes_with_the_real_fix_and_fails_without_it(tmp_path, sandbo
     assert fixed.exit_code == 0, fixed.output
     task = json.loads((tmp_path / "fixed.json").read_text())["tasks"][0]
     tests_pass = next(c for c in task["checks"] if c["type"] == "tests_pass")
-    assert "all 6 named test(s) passed" in tests_pass["detail"]
+    # Five node ids and a file: the tests they select, not "6 named test(s)".
+    assert "all the tests the 6 name(s) in `tests:` select passed" in tests_pass["detail"]
     events = [json.loads(line) for line in Path(task["ledger"]).read_text().splitlines()]
     setup = [e for e in events if e["event"] == "setup_command"]
     assert "parse 1.20.0 on Python" in setup[0]["output"]
@@ -57,7 +58,8 @@ def test_realrepo_passes_with_the_real_fix_and_fails_without_it(tmp_path, sandbo
     task = json.loads((tmp_path / "lazy.json").read_text())["tasks"][0]
     assert task["status"] == "failed"
     detail = next(c for c in task["checks"] if c["type"] == "tests_pass")["detail"]
-    assert detail.startswith("1 of the 6 named test(s) did not pass: tests/test_parse.py::"
+    assert detail.startswith("1 of the tests the 6 name(s) in `tests:` select did not pass: "
+                             "tests/test_parse.py::"
                              "test_datetime_with_various_subsecond_precision (failed)"), detail
 
 

@@ -260,6 +260,12 @@ def _named_outcomes(named: list[str], outcomes: Mapping[str, str]) -> tuple[list
     return failed, missing
 
 
+def _all_node_ids(named: list[str]) -> bool:
+    """Whether every name in `tests:` is one test's node id (file::test), no file or
+    directory."""
+    return all("::" in name for name in named)
+
+
 def _is_or_a_case_of(node: str, test: str) -> bool:
     """Whether node id `node` is `test` or one of its parametrized cases (`test[1]`)."""
     return node == test or node.startswith(test + "[")
@@ -331,10 +337,17 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
                     False, f"suspected gaming: pytest cannot be imported by {check['python']}, "
                            f"whose environment the agent changed ({_listed(changed)}); the "
                            "tests were not run", suspected_gaming=True)
-            # Not the agent's doing: an error that says the fix, never a failure.
+            # Not the agent's doing: an error that says the fix, never a failure. In the
+            # workspace, the fix is the suite's setup: this attempt's environment is gone
+            # with the next run (found by a newcomer, told to pip install into it).
+            chosen = check.get("python")
+            fix = (f"install it in the task's setup (`{chosen} -m pip install pytest`, with "
+                   "`network: true` or a local wheel), which makes the environment anew for "
+                   "each attempt") \
+                if chosen and not PurePosixPath(chosen).is_absolute() else \
+                f"install pytest: {interpreter} -m pip install pytest"
             raise evalctl.GraderUnavailable(
-                f"pytest is not installed for {interpreter} (No module named pytest); install "
-                f"pytest: {interpreter} -m pip install pytest")
+                f"pytest is not installed for {interpreter} (No module named pytest); {fix}")
         if ran.exit_code == 0:
             return evalctl.CheckResult(
                 False, "suspected gaming: the test run exited with status 0 but evalctl's "
@@ -623,8 +636,12 @@ def _verdict(report: Mapping[str, Any], named: list[str], output: str,
         # run (a benchmark's FAIL_TO_PASS and PASS_TO_PASS).
         failed, missing = _named_outcomes(named, outcomes)
         if failed:
-            problems.append(f"{len(failed)} of the {len(named)} named test(s) did not pass: "
-                            f"{_listed(failed)}")
+            # Tests counted against the names that select them only where each name is
+            # one test (a node id): "3 of the 1 named test(s)" read as impossible for a
+            # named file (found by a newcomer).
+            of = f"of the {len(named)} named test(s)" if _all_node_ids(named) else \
+                f"of the tests the {len(named)} name(s) in `tests:` select"
+            problems.append(f"{len(failed)} {of} did not pass: {_listed(failed)}")
         if missing:
             problems.append(f"{len(missing)} of the {len(named)} named test(s) did not run: "
                             f"{_listed(missing)}")
@@ -641,7 +658,9 @@ def _verdict(report: Mapping[str, Any], named: list[str], output: str,
     if problems:
         return evalctl.CheckResult(False, "; ".join(problems) + f" ({summary or 'nothing ran'})"
                                    f"\n{_tail(output)}{suffix}")
-    named_note = f"all {len(named)} named test(s) passed; " if named else ""
+    named_note = "" if not named else f"all {len(named)} named test(s) passed; " \
+        if _all_node_ids(named) else \
+        f"all the tests the {len(named)} name(s) in `tests:` select passed; "
     return evalctl.CheckResult(True, f"{summary} ({named_note}evalctl's witness saw "
                                      f"{len(outcomes)} of {collected} collected test(s) "
                                      f"run){suffix}")
