@@ -108,11 +108,12 @@ class Workspace:
         seeded: list[tuple[str, str]] = []  # bounded by the seed
         created = _Listing()
         digests: dict[str, str] = {}
+        linked: dict[tuple[int, ...], str] = {}  # a file under many names is read once
         for relative, entry in walk(self.root):
             known = before.get(relative)
             now = None
             if known is not None:
-                now = fingerprint(entry)
+                now = fingerprint(entry, linked)
                 if now is None:  # unreadable: not there, as snapshot has it
                     continue
                 seen.add(relative)
@@ -129,7 +130,7 @@ class Workspace:
             else:
                 kept = created.add(relative, change)
             if kept:  # read only when listed: what is cut is never read
-                now = now if now is not None else fingerprint(entry)
+                now = now if now is not None else fingerprint(entry, linked)
                 if now is not None:
                     digests[relative] = now
         for relative in before:

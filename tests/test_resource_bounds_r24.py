@@ -194,25 +194,40 @@ def test_a_seeded_protected_file_rewritten_with_holes_and_the_same_content_is_un
 # ---------------------------------------------------------------------------- sparse copies
 
 
-def test_a_hard_linked_protected_sparse_file_is_detached_without_filling_the_disk(tmp_path):
-    """Three hard-linked sparse 1000 MB files were 3 GB that evalctl wrote on the host:
-    the copy that gives a protected file its own inode keeps its holes, its content,
-    mode and times, so the snapshot taken before it is still the file's."""
+def test_a_hard_linked_protected_file_the_agent_made_is_not_copied(tmp_path):
+    """Three hard-linked sparse 1000 MB files were 3 GB that evalctl wrote on the host,
+    and (round 25) one 10 MB file under 150 names under `tests/*` was 1.5 GB: a protected
+    file the seed does not hold is a change already, which fails the task, and is not
+    given an inode of its own (the copy, where one is made, keeps holes: below)."""
     workspace = _workspace(tmp_path, {"tests/test_a.py": "x = 1\n"})
     blob = _sparse(workspace.root / "tests/blob", 200 * MB, b"head")
-    os.chmod(blob, 0o640)
-    os.utime(blob, ns=(1_000_000_000_123_456_789, 1_000_000_000_123_456_789))
-    os.link(blob, workspace.root / "tests/link")
+    (workspace.root / "tests/dense").write_bytes(b"d" * MB)
+    for number in range(20):
+        os.link(blob, workspace.root / f"tests/link{number}")
+        os.link(workspace.root / "tests/dense", workspace.root / f"tests/dense{number}")
     task = _task()
     before = protected_snapshot(task, workspace.root)
     detach_protected_links(task, workspace.root, before)
-    info = os.lstat(blob)
-    assert info.st_nlink == 1 and os.lstat(workspace.root / "tests/link").st_nlink == 1
-    assert _allocated(blob) < 4 * MB, info.st_blocks  # not 200 MB
-    assert (info.st_size, info.st_mode & 0o777) == (200 * MB, 0o640)
-    assert info.st_mtime_ns == 1_000_000_000_123_456_789
-    with open(blob, "rb") as handle:
-        assert handle.read(4) == b"head" and handle.read(MB) == b"\0" * MB
+    assert os.lstat(blob).st_nlink == 21 and os.lstat(workspace.root / "tests/dense").st_nlink \
+        == 21
+    assert protected_snapshot(task, workspace.root) == before
+
+
+def test_a_seeded_protected_file_given_another_name_gets_an_inode_of_its_own(tmp_path):
+    """The other name would outlast the read-only mount of the protected file: a check's
+    code could write through it. A copy (its mode and times kept) is renamed over it."""
+    workspace = _workspace(tmp_path, {"tests/test_a.py": "x = 1\n"})
+    seeded = workspace.root / "tests/test_a.py"
+    os.chmod(seeded, 0o640)
+    os.utime(seeded, ns=(1_000_000_000_123_456_789, 1_000_000_000_123_456_789))
+    os.link(seeded, workspace.root / "elsewhere.py")
+    task = _task()
+    before = protected_snapshot(task, workspace.root)
+    detach_protected_links(task, workspace.root, before)
+    info = os.lstat(seeded)
+    assert info.st_nlink == 1 and os.lstat(workspace.root / "elsewhere.py").st_nlink == 1
+    assert (info.st_mode & 0o777, info.st_mtime_ns) == (0o640, 1_000_000_000_123_456_789)
+    assert seeded.read_text() == "x = 1\n"
     assert protected_snapshot(task, workspace.root) == before
 
 

@@ -61,8 +61,9 @@ def protected_snapshot(task: Task, root: Path, seed_copy: Path | None = None
     that size is a change already, and is not read: its size is the agent's to choose,
     and a sparse one costs the agent nothing (40 `truncate -s 1000M` files under
     `tests/` held evalctl for two minutes, found by an attacker round)."""
+    linked: dict[tuple[int, ...], str] = {}  # a file under many names is read once
     keys = {relative: found for relative, entry in walk(root)
-            if _protected(task, relative) and (found := fingerprint(entry)) is not None}
+            if _protected(task, relative) and (found := fingerprint(entry, linked)) is not None}
     return _with_protected_content(task, root, keys, seed_copy or _seed_copy_of(root))
 
 
@@ -246,12 +247,14 @@ def detach_protected_links(task: Task, root: Path, keys: Mapping[str, str]) -> N
     """Give every protected file that has another hard link (one the agent made, say, to
     write through while the checks run, where the file itself is read-only) an inode of
     its own: a copy (with its mode and times, and its holes kept holes: the agent's
-    sparse files must not become the host's disk), renamed over it. Its content is what
-    `keys` (a snapshot of `root`) holds, so the comparison after the checks is
+    sparse files must not become the host's disk), renamed over it; only a file the seed
+    holds at that path and size, so what is copied is bounded by the seed. Its content
+    is what `keys` (a snapshot of `root`) holds, so the comparison after the checks is
     unchanged by this."""
     import stat
     import tempfile
 
+    seed_copy = _seed_copy_of(root)
     for path, key in keys.items():
         if key.startswith(("symlink:", "special:")) or not _protected(task, path):
             continue
@@ -259,6 +262,12 @@ def detach_protected_links(task: Task, root: Path, keys: Mapping[str, str]) -> N
         try:
             info = os.lstat(full)
             if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+                continue
+            if _seeded_size(full, seed_copy / path) is None:
+                # Not the seed's at this size: a change already, which fails the task,
+                # whatever a check does to it later. Copied, each of a file's hundred
+                # names under `tests/*` was the host's disk a hundred times over (found
+                # by an attacker round).
                 continue
             fd, copy = tempfile.mkstemp(prefix=".evalctl-", dir=full.parent)
             os.close(fd)

@@ -517,13 +517,18 @@ def copy_tree(origin: Path, target: Path) -> list[str]:
     """Copy what an agent left: directories, regular files (with their mode, not their
     times: a file keyed by size and time, a large or sparse one, then differs from the
     agent's digest, and the copy counts as changed, the safe side; sparse files stay
-    sparse) and links (as links, never followed). FIFOs, sockets and devices
+    sparse; a file with several names copied once, linked under the others) and links
+    (as links, never followed). FIFOs, sockets and devices
     are left out and never opened; a file swapped for one between the look and the open
     is not read. Iterative: the agent decides how deep the tree goes. Returns the
     relative paths that could not be copied (a directory that cannot be read, a path
     longer than the kernel takes where the copy is made), so a caller can say so."""
     target.mkdir(parents=True, exist_ok=True)
     missed: list[str] = []
+    # A file under several names is copied once and linked under the others, as the
+    # agent left it: copied under each, 200 names of a 10 MB file were 2 GB of the
+    # regrade's disk (found by an attacker round).
+    copied: dict[tuple[int, int], str] = {}
     pending = [(os.fspath(origin), os.fspath(target), "")]
     while pending:
         here, there, prefix = pending.pop()
@@ -541,7 +546,12 @@ def copy_tree(origin: Path, target: Path) -> list[str]:
                     os.mkdir(destination)
                     pending.append((entry.path, destination, f"{prefix}{entry.name}/"))
                 elif entry.is_file(follow_symlinks=False):
-                    copy_file(entry.path, destination)
+                    info = entry.stat(follow_symlinks=False)
+                    inode = (info.st_dev, info.st_ino)
+                    if info.st_nlink > 1 and inode in copied:
+                        os.link(copied[inode], destination)
+                    elif copy_file(entry.path, destination) and info.st_nlink > 1:
+                        copied[inode] = destination
             except OSError:
                 missed.append(prefix + entry.name)  # the graders will not see it: say so
     return missed
