@@ -59,3 +59,40 @@ def test_a_regrades_copy_keeps_a_files_names_linked_not_copied_each(tmp_path):
     assert len(copied) == 1  # one file, 41 names
     assert (tmp_path / "copy" / "link7").read_bytes() == first.read_bytes()
     assert os.lstat(tmp_path / "copy" / "big").st_ino != os.lstat(first).st_ino
+
+
+def test_past_a_hundred_repositories_the_rest_are_set_aside_without_running_git(
+        tmp_path, monkeypatch):
+    """3,000 empty repositories an agent made in seconds had evalctl run git in each on
+    the host, before and after grading: over a minute each time. Past MAX_REPOSITORIES
+    each is set aside whole, an empty one of evalctl's in its place, and git is not run;
+    done again, nothing is done."""
+    import subprocess
+
+    from evalctl._sources import git as git_sources
+
+    monkeypatch.setattr(git_sources, "MAX_REPOSITORIES", 5)
+    for tree, count in (("five", 5), ("w", 8)):
+        for number in range(count):
+            subprocess.run(["git", "init", "-q", str(tmp_path / tree / f"r{number}")],
+                           check=True)
+    launched: list[object] = []  # every git evalctl starts, by any of its calls
+    real_run, real_popen = subprocess.run, subprocess.Popen
+    monkeypatch.setattr(git_sources.subprocess, "run",
+                        lambda *a, **k: launched.append(a) or real_run(*a, **k))
+    monkeypatch.setattr(git_sources.subprocess, "Popen",
+                        lambda *a, **k: launched.append(a) or real_popen(*a, **k))
+    git_sources.neutralise_repository_config(tmp_path / "five")
+    for_five, launched[:] = len(launched), []
+    assert for_five > 0
+    done = git_sources.neutralise_repository_config(tmp_path / "w")
+    assert len(launched) == for_five  # the three past the bound ran no git
+    aside = sorted(key for key, what in done.items()
+                   if "the workspace holds more than 5 git repositories" in what)
+    assert len(aside) == 3, done
+    for key in aside:
+        replaced = tmp_path / "w" / key
+        assert (replaced / "HEAD").read_bytes() == b"ref: refs/heads/evalctl-head-moved-aside\n"
+    again = git_sources.neutralise_repository_config(tmp_path / "w")
+    assert not [key for key, what in again.items() if "more than 5" in what], again
+    assert not [what for what in again.values() if what.startswith("NOT")], again

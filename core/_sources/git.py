@@ -509,6 +509,7 @@ def neutralise_repository_config(workspace: Path, seed: Path | None = None, *,
     workspace = Path(os.path.abspath(workspace))
     # (path, workspace-relative path with a trailing "/", whether inside a .git)
     pending: list[tuple[str, str, bool]] = [(os.fspath(workspace), "", False)]
+    repositories = 0
     while pending:
         directory, relative, in_git = pending.pop()
         listing = _listing(directory)
@@ -517,6 +518,20 @@ def neutralise_repository_config(workspace: Path, seed: Path | None = None, *,
                 done[relative.rstrip("/") or "."] = "NOT looked in: it cannot be listed"
             continue
         repository = _looks_like_git_directory(directory, set(listing))
+        if repository and not (origin is not None and relative == ".git/") and \
+                not _our_empty_repository(directory, set(listing)):
+            repositories += 1
+            if repositories > MAX_REPOSITORIES and directory.endswith(".agent"):
+                continue  # set aside already (by a clean-up before this one), as it stays
+            if repositories > MAX_REPOSITORIES:
+                # Past the bound, each is set aside whole, with no git run in it: git
+                # runs several times for each, and 3,000 empty repositories an agent made
+                # in seconds held evalctl for over a minute, twice (found by an attacker
+                # round).
+                _remove_all_links(directory, relative, done)
+                _too_big_to_index(directory, relative, f"the workspace holds more than "
+                                  f"{MAX_REPOSITORIES} git repositories", done, seeded=False)
+                continue
         if repository:
             fixture = not in_git and relative != "" and \
                 _as_in_seed(seed, relative, directory, set(listing))
@@ -1284,7 +1299,8 @@ def _replace_index(directory: str, relative: str, names: set[str],
     except SourceError:  # no commit there (`git init` and `git add`), or a broken one
         problem, readable = None, False
     if problem is not None:
-        _too_big_to_index(directory, relative, problem, done, seeded=seeded)
+        _too_big_to_index(directory, relative, "HEAD's tree is too big to make an index "
+                          f"of: {problem}", done, seeded=seeded)
         return False
     with tempfile.TemporaryDirectory(prefix="evalctl-index-") as scratch:
         fresh = os.path.join(scratch, "index")
@@ -1338,6 +1354,23 @@ def _replace_index(directory: str, relative: str, names: set[str],
 _MAX_INDEX_PATH_BYTES = 64 * 1024 * 1024
 
 
+# Git directories made safe one by one (git runs in each) before the rest are set aside
+# whole: an honest workspace holds a few (its own, submodules, a test fixture).
+MAX_REPOSITORIES = 100
+
+
+def _our_empty_repository(directory: str, names: set[str]) -> bool:
+    """Whether `directory` is the empty repository _too_big_to_index put in a `.git`'s
+    place (done again, nothing is done)."""
+    if names - {"HEAD", "objects", "refs", "info"}:
+        return False
+    try:
+        with open(os.path.join(directory, "HEAD"), "rb") as handle:
+            return handle.read(100) == b"ref: refs/heads/evalctl-head-moved-aside\n"
+    except OSError:
+        return False
+
+
 def _too_big_to_index(directory: str, relative: str, problem: str, done: dict[str, str],
                       *, seeded: bool) -> None:
     """Set aside the git directory `directory`, whose HEAD's tree is too big to make an
@@ -1352,12 +1385,14 @@ def _too_big_to_index(directory: str, relative: str, problem: str, done: dict[st
     key = relative.rstrip("/")
     # Its index first, inside it: a later clean-up (a regrade's copy, a resume) finds
     # the directory set aside with no index to make again, and leaves it as it is.
-    _set_aside(os.path.join(directory, "index"), relative + "index", done, ours=True)
-    if done[relative + "index"].startswith("NOT"):
-        return
-    moved = done.pop(relative + "index").removeprefix("moved to ")  # said with the rest
-    _set_aside(directory, key, done, ours=True, why=f" (HEAD's tree is too big to make an "
-               f"index of: {problem}; its index is {moved} in it)")
+    index = ""
+    if os.path.lexists(os.path.join(directory, "index")):
+        _set_aside(os.path.join(directory, "index"), relative + "index", done, ours=True)
+        if done[relative + "index"].startswith("NOT"):
+            return
+        index = "; its index is " + \
+            done.pop(relative + "index").removeprefix("moved to ") + " in it"
+    _set_aside(directory, key, done, ours=True, why=f" ({problem}{index})")
     if done[key].startswith("NOT") or seeded or os.path.basename(directory) != ".git":
         return
     try:
