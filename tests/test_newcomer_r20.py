@@ -110,22 +110,30 @@ def test_ro_paths_that_cannot_work_stop_the_run_before_any_task(tmp_path, requir
     assert fine.exit_code == 0, fine.output
 
 
-@pytest.mark.parametrize(("command", "program"), [
-    ("nonexistent-linter-xyz a.txt", "nonexistent-linter-xyz"),
-    ("FOO=1 BAR=2 mytool --check", "mytool"),
-    ("grep -q done out.txt && test -s out.txt", "grep"),
-    ("./build/tool --version", None),  # the agent's, by its path
-    ("cd sub && make", None),  # a builtin first: not looked up
-    ("[ -f a.txt ]", None),
-    ("(cd sub; make)", None),
-    ("$TOOL run", None),
-    ("echo 'unclosed", None),
-    ("# a comment\nmake test", None),
+@pytest.mark.parametrize(("command", "programs"), [
+    ("nonexistent-linter-xyz a.txt", ["nonexistent-linter-xyz"]),
+    ("FOO=1 BAR=2 mytool --check", ["mytool"]),
+    ("grep -q done out.txt && test -s out.txt", ["grep"]),
+    ("./build/tool --version", []),  # the agent's, by its path
+    ("[ -f a.txt ]", []),
+    ("(cd sub; make)", []),
+    ("$TOOL run", []),
+    ("echo 'unclosed", []),
+    ("# a comment\nmake test", []),
+    # Found by a newcomer (round 21): only the very first word was looked at.
+    ("timeout 30 shellcheck a.sh", ["shellcheck"]),
+    ("env -i LANG=C shellcheck a.sh", ["shellcheck"]),
+    ("cd sub && shellcheck a.sh", ["shellcheck"]),
+    ("cat a.sh | shellcheck - | grep -q ok", ["cat", "shellcheck", "grep"]),
+    # What may be meant to be missing is not looked at.
+    ("command -v shellcheck || echo none", []),
+    ("true || shellcheck a.sh", []),
+    ("make test; shellcheck a.sh", ["make"]),
 ])
-def test_the_program_a_command_check_starts_with(command, program):
-    from evalctl.plugins.graders.commands import program_of
+def test_the_programs_a_command_check_surely_runs(command, programs):
+    from evalctl.plugins.graders.commands import programs_of
 
-    assert program_of(command) == program
+    assert programs_of(command) == programs
 
 
 def test_a_command_check_of_a_program_not_installed_stops_the_run(tmp_path):

@@ -42,8 +42,10 @@ async def grade_command(check: dict[str, Any], workspace: Path,
         return evalctl.CheckResult(False, f"timed out after {timeout:g}s\n{_tail(ran.stdout)}")
     if ran.exit_code == 0:
         return evalctl.CheckResult(True, f"exit 0\n{_tail(ran.stdout)}".strip())
-    program = program_of(check["command"]) if ran.exit_code == 127 else None
-    if program is not None and not await _found_in_sandbox(result, program):
+    programs = programs_of(check["command"]) if ran.exit_code == 127 else []
+    absent = [program for program in programs if not await _found_in_sandbox(result, program)]
+    if absent:
+        program = absent[0]
         # Found on the host's PATH by the preflight, but not where the check runs (bwrap
         # mounts the system's directories, not ~/.cargo/bin, say): the suite's or the
         # machine's doing, an error, not the agent's failure (found by an attacker round).
@@ -74,18 +76,59 @@ _SHELL_WORDS = frozenset(_SHELL_WORDS_TEXT.split())
 _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 
 
-def program_of(command: str) -> str | None:
-    """The program a check's command starts with, when it is a plain name bash looks up
-    on PATH (not a path, a builtin, a keyword or anything the shell expands); None
-    otherwise, or when the command cannot be split as a shell would."""
+# Commands that run the program after their own options: the program is looked up past
+# them (found by a newcomer: `timeout 30 shellcheck a.sh` was not).
+_WRAPPERS = {"timeout": 1, "env": 0, "nice": 0, "nohup": 0, "time": 0, "stdbuf": 0}
+
+
+def programs_of(command: str) -> list[str]:
+    """The programs a check's command surely runs that bash looks up on PATH: the first
+    of its first line (past `VAR=value`s, a `cd DIR &&`, and wrappers such as `timeout
+    30` or `env`), and those of the stages piped from it. Plain names only (not a path,
+    a builtin, a keyword or anything the shell expands); none when the line cannot be
+    split as a shell would. What runs after `||`, `;` or on later lines may be meant to
+    be missing (`command -v x || ...`), so it is not looked at."""
     import shlex
 
     try:
-        words = shlex.split(command.strip().split("\n", 1)[0], comments=True)
+        lexer = shlex.shlex(command.strip().split("\n", 1)[0], posix=True,
+                            punctuation_chars=True)
+        lexer.whitespace_split = True
+        lexer.commenters = "#"
+        words = list(lexer)
     except ValueError:
-        return None
-    while words and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
-        words = words[1:]  # VAR=value before the program
+        return []
+    stages: list[list[str]] = [[]]
+    for word in words:
+        if word == "&&" and stages[-1][:1] == ["cd"] and len(stages) == 1:
+            stages[-1] = []  # `cd DIR && program`: the program is what runs
+        elif word == "|":
+            stages.append([])
+        elif word and set(word) <= set("&|;()<>"):
+            break  # `&&` after a program, `||`, `;`, redirections: what follows may not run
+        else:
+            stages[-1].append(word)
+    found = []
+    for stage in stages:
+        program = _program(stage)
+        if program is not None and program not in found:
+            found.append(program)
+    return found
+
+
+def _program(words: list[str]) -> str | None:
+    """The program a simple command's words run, past assignments and wrappers."""
+    while words:
+        if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
+            words = words[1:]  # VAR=value before the program
+            continue
+        skip = _WRAPPERS.get(words[0])
+        if skip is None:
+            break
+        words = words[1:]
+        while words and words[0].startswith("-"):
+            words = words[1:]  # the wrapper's own options
+        words = words[skip:]  # and its operands (timeout's duration)
     if not words or words[0] in _SHELL_WORDS or not _PLAIN_NAME.match(words[0]):
         return None
     return words[0]
@@ -102,8 +145,8 @@ def preflight_command(checks: list[dict[str, Any]]) -> None:
     path = os.pathsep.join((os.path.dirname(sys.executable),
                             os.environ.get("PATH") or os.defpath))
     missing = sorted({program for check in checks
-                      if (program := program_of(str(check.get("command", ""))))
-                      and shutil.which(program, path=path) is None})
+                      for program in programs_of(str(check.get("command", "")))
+                      if shutil.which(program, path=path) is None})
     if missing:
         raise evalctl.UsageError(
             f"the command(s) {', '.join(map(repr, missing))} are not installed here (not "
