@@ -36,6 +36,11 @@ from typing import Any
 import pytest
 
 _STDOUT = os.dup(1)  # taken at import, before pytest's capture replaces fd 1
+# The frames that were running when this module was imported (evalctl's runner, pytest's
+# main), before any code of the workspace's: those of them still running when a
+# conftest.py is imported are trusted beneath it.
+_BASE_FRAMES: set[int] = set()
+_BASE_HELD: list[Any] = []  # kept, so that their ids stay theirs
 _write = os.write
 _ORIGINAL_OPEN = open
 _ORIGINAL_COMPILE = compile
@@ -569,21 +574,70 @@ def _registered_by_pytests_import() -> bool:
         if frame is None or frame.f_code not in allowed:
             return False
         if frame.f_code is _IMPORT_CODES["_importconftest"]:
-            return True
+            break
         frame = frame.f_back
-    return False
+    else:
+        return False
+    # And below it, pytest's own frames down to those that ran pytest: code of the
+    # agent's that calls `_importconftest` (or pytest's methods that call it) on a seeded
+    # file, whose import runs the agent's code again, is on the way (found by an attacker
+    # round).
+    frame = frame.f_back
+    while frame is not None:
+        if id(frame) not in _BASE_FRAMES and frame.f_code not in _GENUINE_CODES:
+            return False
+        frame = frame.f_back
+    return True
+
+
+def _running_frames() -> list[Any]:
+    """The frames running now, this function's caller first."""
+    frames, frame = [], sys._getframe(1)
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    return frames
+
+
+def _codes_of(functions: Any) -> frozenset[Any]:
+    """The code objects of `functions` (the installation's, and importlib's own, whose
+    frames an import passes through), nested ones included (a comprehension's frame
+    runs code of its own)."""
+    pending = [f.__code__ for f in functions if isinstance(f, types.FunctionType)]
+    for module in ("_frozen_importlib", "_frozen_importlib_external"):
+        for value in list(vars(sys.modules.get(module) or types.ModuleType("x")).values()):
+            members = list(vars(value).values()) if isinstance(value, type) else [value]
+            pending += [getattr(m, "__func__", m).__code__ for m in members
+                        if isinstance(getattr(m, "__func__", m), types.FunctionType)]
+    found: set[Any] = set()
+    while pending:
+        code = pending.pop()
+        if code not in found:
+            found.add(code)
+            pending += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return frozenset(found)
 
 
 def _record_imported(module: Any) -> None:
-    """The functions and classes `module` holds now, and its classes' functions."""
-    for value in list(vars(module).values()):
-        if isinstance(value, type):
+    """The functions and classes `module` holds now, and its classes' functions: those
+    the module's own file defined, with its own globals (found by an attacker round: the
+    agent's module, imported by a seeded conftest.py as pytest imported it, put a
+    function of the agent's globals in its namespace)."""
+    namespace = vars(module)
+    own = os.path.realpath(str(getattr(module, "__file__", "") or ""))
+
+    def its_own(function: Any) -> bool:
+        return function.__globals__ is namespace and \
+            os.path.realpath(function.__code__.co_filename) == own
+
+    for value in list(namespace.values()):
+        if isinstance(value, type) and value.__module__ == namespace.get("__name__"):
             _IMPORTED[id(value)] = value
             for member in list(vars(value).values()):
                 member = getattr(member, "__func__", member)
-                if isinstance(member, types.FunctionType):
+                if isinstance(member, types.FunctionType) and its_own(member):
                     _IMPORTED[id(member)] = member
-        elif isinstance(value, types.FunctionType):
+        elif isinstance(value, types.FunctionType) and its_own(value):
             _IMPORTED[id(value)] = value
 
 
@@ -1198,6 +1252,9 @@ def pytest_unconfigure(config: Any) -> None:
 # Last, when every function of this module exists: the installation's code as it is before
 # any of the workspace's runs.
 _GENUINE = _genuine_functions()
+_GENUINE_CODES = _codes_of(_GENUINE.values())
+_BASE_HELD.extend(_running_frames())
+_BASE_FRAMES.update(id(_frame) for _frame in _BASE_HELD)
 _PATH_AWARE = _path_aware_proxy()
 _GENUINE_PLUGINS: dict[int, Any] = {}  # the plugin objects pytest had before conftests
 # pytest's own selection by -m and -k, by the code of its functions as the witness found
