@@ -79,6 +79,10 @@ _PLAIN_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 # Commands that run the program after their own options: the program is looked up past
 # them (found by a newcomer: `timeout 30 shellcheck a.sh` was not).
 _WRAPPERS = {"timeout": 1, "env": 0, "nice": 0, "nohup": 0, "time": 0, "stdbuf": 0}
+# Their options that take a value as the next word (`timeout -k 5 60 x`, `nice -n 10 x`).
+_WRAPPER_VALUES = {"timeout": {"-k", "--kill-after", "-s", "--signal"},
+                   "nice": {"-n", "--adjustment"}, "env": {"-u", "--unset", "-C", "--chdir"},
+                   "stdbuf": {"-i", "-o", "-e"}}
 
 
 def programs_of(command: str) -> list[str]:
@@ -122,14 +126,17 @@ def _program(words: list[str]) -> str | None:
         if re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
             words = words[1:]  # VAR=value before the program
             continue
-        skip = _WRAPPERS.get(words[0])
+        wrapper = words[0]
+        skip = _WRAPPERS.get(wrapper)
         if skip is None:
             break
         words = words[1:]
         while words and words[0].startswith("-"):
-            words = words[1:]  # the wrapper's own options
+            takes_value = words[0] in _WRAPPER_VALUES.get(wrapper, ())
+            words = words[2 if takes_value else 1:]  # the wrapper's own options
         words = words[skip:]  # and its operands (timeout's duration)
-    if not words or words[0] in _SHELL_WORDS or not _PLAIN_NAME.match(words[0]):
+    if not words or words[0] in _SHELL_WORDS or not _PLAIN_NAME.match(words[0]) or \
+            words[0].isdigit():  # an operand of a wrapper's not known here, not a program
         return None
     return words[0]
 

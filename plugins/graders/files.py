@@ -387,7 +387,9 @@ def _declared_coding(relative: str, start: bytes) -> str | None:
     or one Python does not know in a .py file; None otherwise (found by attacker rounds:
     `# -*- coding: utf-7 -*-` hid a TODO and a NotImplementedError stub, in a .py file
     and then in a script without a suffix, which Python runs all the same)."""
-    for line in start.split(b"\n", 2)[:2]:
+    # Python ends a line at "\r" too (found by an attacker round: a lone "\r" first,
+    # then the coding line, which a split at "\n" took for the first line's rest).
+    for line in re.split(rb"\r\n|\r|\n", start, maxsplit=2)[:2]:
         found = _CODING_LINE.match(line)
         if found is None:
             if line.strip() and not line.lstrip().startswith(b"#"):

@@ -190,8 +190,16 @@ def _interpreter(chosen: str | None, workspace: Path, result: evalctl.AgentResul
                    f"interpreter {relative}; the tests were not run", suspected_gaming=True)
     path = workspace / relative
     if not os.path.lexists(path):
-        # Not among the agent's changes (above), so never there: the suite's setup was to
-        # make it. An error of the suite's, not a failure of the agent's (a newcomer's).
+        if result.seed_path is not None and os.path.lexists(result.seed_path / relative):
+            # Setup made it, and it is gone since: the agent's code, run by a check before
+            # this one, removed it (the record of changes is taken before any check; found
+            # by an attacker round turning its failure into an error so).
+            return "", evalctl.CheckResult(
+                False, f"suspected gaming: the test interpreter {relative}, which setup made, "
+                       "was removed (by code a check ran); the tests were not run",
+                suspected_gaming=True)
+        # Not among the agent's changes (above), nor made by setup: the suite's setup was
+        # to make it. An error of the suite's, not a failure of the agent's (a newcomer's).
         raise evalctl.GraderUnavailable(
             f"python: {relative} does not exist in the workspace, and the agent did not "
             "remove it: the task's setup must make it (a virtual environment made by "
@@ -234,6 +242,23 @@ def _environment_changes(chosen: str | None, result: evalctl.AgentResult) -> lis
         return []
     return sorted(f"{path} ({kind})" for path, kind in result.files_changed.items()
                   if path.startswith(root + "/"))
+
+
+def _pytest_removed_since_setup(chosen: str | None, workspace: Path,
+                                result: evalctl.AgentResult) -> list[str]:
+    """The pytest package of a workspace interpreter's environment as the seed copy has it
+    (what setup made), when it is gone from the workspace: code a check ran removed it
+    after the record of the agent's changes was taken (found by an attacker round)."""
+    if chosen is None or PurePosixPath(chosen).is_absolute() or result.seed_path is None:
+        return []
+    parts = PurePosixPath(chosen.removeprefix("./")).parts
+    root = "/".join(parts[:-2]) if len(parts) >= 3 and parts[-2] == "bin" else ""
+    if not root:
+        return []
+    seeded = sorted(p for p in (result.seed_path / root).glob("lib/python*/site-packages/pytest")
+                    if p.is_dir() and not p.is_symlink())
+    return [f"{p.relative_to(result.seed_path)} (removed)" for p in seeded
+            if not (workspace / p.relative_to(result.seed_path)).is_dir()]
 
 
 def _named_outcomes(named: list[str], outcomes: Mapping[str, str]) -> tuple[list[str],
@@ -329,7 +354,8 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
                                           f"{_tail(output)}{suffix}")
     if report is None:
         if NO_PYTEST.search(output) and await _pytest_missing(result.sandbox, interpreter):
-            changed = _environment_changes(check.get("python"), result)
+            changed = _environment_changes(check.get("python"), result) or \
+                _pytest_removed_since_setup(check.get("python"), workspace, result)
             if changed:
                 # The agent's doing (an attacker deleted pytest from the venv setup made,
                 # to turn its failure into an error, which is out of the score).
