@@ -301,7 +301,7 @@ def test_an_agent_that_exits_non_zero_failed_and_says_why():
     assert task.error == "the agent exited with code 3: cannot go on"
 
 
-@pytest.mark.parametrize("argv", ["no-such-agent-program {prompt}",
+@pytest.mark.parametrize("argv", ["bash -c 'exec no-such-agent-program'",
                                   f"{sys.executable} /nonexistent/agent.py {{prompt}}",
                                   "bash -c 'exec /etc/hostname' {prompt}"])
 def test_an_agent_that_cannot_start_is_an_error_not_a_failure(argv):
@@ -319,6 +319,41 @@ def test_an_agent_that_cannot_start_is_an_error_not_a_failure(argv):
         ("error", "agent_not_started", "agent"), task.error
     assert task.error.startswith("the agent's command could not start (exit ")
     assert "visible in the sandbox" in task.error and task.checks == []
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    ("evalctl-no-such-agent {prompt}",
+     "agent 'command': its program 'evalctl-no-such-agent' is not found on PATH here"),
+    ("/opt/nowhere/agent {prompt}",
+     "agent 'command': its program /opt/nowhere/agent is not an executable file here"),
+])
+def test_an_agent_whose_program_is_nowhere_stops_the_run_before_any_task(tmp_path, argv,
+                                                                         said):
+    """Found by a newcomer: `claude` not installed made every attempt an error, one by
+    one. A program found nowhere here stops the run (exit 2); one found here but out of
+    the sandbox's reach is still said per attempt (above)."""
+    suite = tmp_path / "s.yaml"
+    suite.write_text("- id: hello\n  prompt: Write hello.txt.\n  checks:\n"
+                     "    - type: file_exists\n      path: hello.txt\n")
+    refused = run_cli(tmp_path, str(suite), "--sandbox", "local", "--agent", "command",
+                      "--agent-option", f"argv={argv}", "--out", str(tmp_path / "out"))
+    assert refused.exit_code == 2, refused.output
+    assert said in refused.output
+    assert not list(tmp_path.glob("out/workspaces-*/hello"))
+
+
+def test_an_agents_program_is_looked_up_in_its_path_option_too(tmp_path):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "evalctl-own-agent").write_text("#!/bin/sh\necho hello > hello.txt\n")
+    (tools / "evalctl-own-agent").chmod(0o755)
+    suite = tmp_path / "s.yaml"
+    suite.write_text("- id: hello\n  prompt: Write hello.txt.\n  checks:\n"
+                     "    - type: file_exists\n      path: hello.txt\n")
+    ran = run_cli(tmp_path, str(suite), "--sandbox", "local", "--agent", "command",
+                  "--agent-option", "argv=evalctl-own-agent", "--agent-option",
+                  "model_proxy=false", "--agent-option", f"path={tools}")
+    assert ran.exit_code == 0, ran.output
 
 
 def test_an_agent_that_called_the_model_and_exited_127_is_graded():
@@ -683,7 +718,7 @@ def test_the_console_says_why_a_cli_agent_exited(tmp_path):
     suite.write_text("- id: hello\n  prompt: Write hello.txt.\n  checks:\n"
                      "    - type: file_exists\n      path: hello.txt\n")
     done = run_cli(tmp_path, str(suite), "--sandbox", "local", "--agent", "command",
-                   "--agent-option", "argv=evalctl-no-such-agent {prompt}", "--out",
+                   "--agent-option", "argv=bash -c 'exec evalctl-no-such-agent'", "--out",
                    str(tmp_path / "out"))
     assert done.exit_code == 1, done.output
     # ...and such an agent never started: an error, not the agent's failure (newcomer, r9)

@@ -243,7 +243,10 @@ class AgentSpec:
     line. `options_schema` is the JSON Schema (an object schema) of `run`'s options
     (`--agent-option KEY=VALUE`); a preset takes its base's. `version` names the
     agent's version for reports (`--agent-option version=` overrides it). Names may
-    hold hyphens (`claude-code`).
+    hold hyphens (`claude-code`). `preflight(options)`, when given, is called once
+    before any task with the run's options (presets merged) and returns None or why
+    the agent cannot run here (its program is not installed): the run then stops with
+    exit 2, instead of every attempt ending as an error.
     """
 
     name: str
@@ -254,8 +257,11 @@ class AgentSpec:
         default_factory=lambda: {"type": "object", "properties": {}})
     description: str = ""
     version: str | None = None
+    preflight: Callable[[Mapping[str, Any]], str | None] | None = None
 
     def __post_init__(self) -> None:
+        if self.preflight is not None and not callable(self.preflight):
+            raise TypeError(f"agent {self.name!r}: preflight must be callable")
         if not isinstance(self.name, str) or not AGENT_NAME_PATTERN.match(self.name):
             raise ValueError(f"agent name {self.name!r} must be lowercase letters, digits, "
                              "underscores and hyphens, starting with a letter")

@@ -302,6 +302,12 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
                          config_name=options.config_agent,
                          config_options=options.config_agent_options,
                          config_presets=options.config_agents)
+    if agent.spec.preflight is not None:
+        # An agent that cannot start here stops the run now, not each attempt as an
+        # error (found by a newcomer: `claude` not installed).
+        problem = agent.spec.preflight(agent.options)
+        if problem:
+            raise UsageError(f"agent '{agent.name}': {problem}")
     tool_validators()  # one-time setup belongs before the first task, not inside it
     concurrency = options.concurrency or min(
         spec.default_concurrency, sandbox.spec.default_concurrency or spec.default_concurrency)

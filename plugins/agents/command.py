@@ -10,7 +10,9 @@ to the ledger. `claude-code` is a preset of it: Claude Code headless.
 from __future__ import annotations
 
 import json
+import os
 import shlex
+from collections.abc import Mapping
 from typing import Any
 
 import evalctl
@@ -109,11 +111,40 @@ async def run(context: evalctl.AgentContext) -> evalctl.AgentOutcome:
                                 outcome.tool_calls)
 
 
+def preflight(options: Mapping[str, Any]) -> str | None:
+    """Why the agent's program cannot be found on this machine, or None: looked up as the
+    sandbox's PATH is made (the agent's `path` option, evalctl's interpreter's directory,
+    then yours). A program found here may still be out of bwrap's reach (then each
+    attempt says so, agent_not_started); one found nowhere fails every attempt."""
+    import shutil
+    import sys
+
+    try:
+        words = shlex.split(str(options.get("argv", "")))
+    except ValueError:
+        return None  # said when the command is made, with the argv
+    if not words:
+        return None
+    program = words[0]
+    if "/" in program:
+        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            return f"its program {program} is not an executable file here"
+        return None
+    search = os.pathsep.join([*options.get("path", ()), os.path.dirname(sys.executable),
+                              os.environ.get("PATH") or os.defpath])
+    if shutil.which(program, path=search) is None:
+        return (f"its program {program!r} is not found on PATH here: install it, or give "
+                "its directory with --agent-option path=DIR (and, under bwrap, "
+                "--sandbox-option ro_paths=DIR)")
+    return None
+
+
 @evalctl.hookimpl
 def evalctl_register_agents(register):
     register(evalctl.AgentSpec(
         name="command",
         run=run,
+        preflight=preflight,
         options_schema=OPTIONS,
         description="Any CLI agent, run in the sandbox with the model proxy: "
                     "--agent-option 'argv=my-agent --task {prompt}'.",
