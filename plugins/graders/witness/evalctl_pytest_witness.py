@@ -522,6 +522,7 @@ def pytest_pycollect_makemodule(module_path: Any, parent: Any) -> Any:
 # Every plugin registered in the run, and its hook functions, as it is registered.
 _REGISTERED: list[Any] = []
 _REGISTERED_HOOKS: list[Any] = []
+_REGISTERED_NAMED: list[tuple[str, Any]] = []  # (the attribute's name, its hook)
 
 
 # Functions (and classes) of the workspace's modules as pytest itself imported and
@@ -630,14 +631,19 @@ def _record_imported(module: Any) -> None:
         return function.__globals__ is namespace and \
             os.path.realpath(function.__code__.co_filename) == own
 
-    for value in list(namespace.values()):
+    # Each under the name its file's `def` gives it (found by an attacker round: the
+    # conftest's own module body, made a function of its own globals, was put in its
+    # namespace as pytest_runtest_makereport while it was being imported).
+    for name, value in list(namespace.items()):
         if isinstance(value, type) and value.__module__ == namespace.get("__name__"):
             _IMPORTED[id(value)] = value
-            for member in list(vars(value).values()):
+            for member_name, member in list(vars(value).items()):
                 member = getattr(member, "__func__", member)
-                if isinstance(member, types.FunctionType) and its_own(member):
+                if isinstance(member, types.FunctionType) and its_own(member) and \
+                        member.__code__.co_name == member_name:
                     _IMPORTED[id(member)] = member
-        elif isinstance(value, types.FunctionType) and its_own(value):
+        elif isinstance(value, types.FunctionType) and its_own(value) and \
+                value.__code__.co_name == name:
             _IMPORTED[id(value)] = value
 
 
@@ -661,8 +667,10 @@ def pytest_plugin_registered(plugin: Any, plugin_name: str, manager: Any) -> Non
         names = [name for name in dir(plugin) if name.startswith("pytest_")]
         # Only what can be called is a hook: a conftest.py's `pytest_plugins` list was
         # reported as a plugin of the agent's.
-        _REGISTERED_HOOKS.extend(value for name in names
-                                 if callable(value := getattr(plugin, name, None)))
+        values = [(name, value) for name in names
+                  if callable(value := getattr(plugin, name, None))]
+        _REGISTERED_HOOKS.extend(value for _, value in values)
+        _REGISTERED_NAMED.extend(values)
     except Exception:  # an object that cannot be listed: its own file still tells
         pass
 
@@ -1224,6 +1232,8 @@ def pytest_unconfigure(config: Any) -> None:
     # and unregistered itself at the end, found by an attacker round).
     hooks = [impl.function for caller in vars(manager.hook).values()
              for impl in (caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else ())]
+    named = [(name, impl.function) for name, caller in vars(manager.hook).items()
+             for impl in (caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else ())]
     plugins = _state["workspace_plugins"]
     for thing in manager.get_plugins():
         where = _untrusted_origin(thing, roots)
@@ -1235,6 +1245,17 @@ def pytest_unconfigure(config: Any) -> None:
         where = _untrusted_origin(thing, roots, hook=True)
         if where is not None and where not in plugins:
             plugins.append(where)
+    for name, thing in [*named, *_REGISTERED_NAMED]:
+        # A workspace file's hook runs the code its file defines under that hook's name
+        # (a fixture's code, or the module's body, run as pytest_runtest_makereport was
+        # the agent's doing; a hook registered under another name, `specname`, counts so
+        # too).
+        code = _code_of(thing)
+        where = _in_root(code.co_filename, roots) if code is not None else None
+        if where is not None and code.co_name != name:
+            found = f"<code named {where!r} run as {name}>"
+            if found not in plugins:
+                plugins.append(found)
     for item, code in _items:  # a test whose code was swapped for code from another file
         if _code(getattr(item, "obj", None)) is not code:
             _note([f"the test function of {item.nodeid}"])
