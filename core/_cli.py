@@ -17,7 +17,10 @@ DEFAULT_REPORTERS = ("markdown",)
 
 class _FiniteRange(click.FloatRange):
     """A FloatRange that refuses NaN and infinity: every comparison with NaN is false, so
-    `--max-cost nan` passed FloatRange(min=0) and switched the budget off."""
+    `--max-cost nan` passed FloatRange(min=0) and switched the budget off. Named as a
+    number: click's "'abc' is not a valid float range" named its type (a newcomer's)."""
+
+    name = "number"
 
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> Any:

@@ -338,3 +338,11 @@ def test_pytest_missing_from_the_setups_environment_says_to_fix_the_setup(tmp_pa
     assert (result.exit_code, task["status"]) == (1, "error"), result.output
     assert "install it in the task's setup (`.venv/bin/python -m pip install pytest`, with " \
            "`network: true` or a local wheel)" in json.dumps(task), json.dumps(task)
+
+
+def test_a_budget_that_is_not_a_number_says_number(tmp_path):
+    """Found by a newcomer: "'abc' is not a valid float range"."""
+    result = run_cli(tmp_path, "harness", "--max-cost", "abc")
+    assert result.exit_code == 2
+    assert "'abc' is not a valid number" in result.output
+    assert "float range" not in result.output
