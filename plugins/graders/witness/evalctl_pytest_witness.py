@@ -222,7 +222,11 @@ class _Bindings:
                 if name not in now:
                     continue  # taken away: no code of anyone's runs from it
                 origin = _origin(now[name])
-                if _in_root(origin, roots) is not None or _written_during_the_run(origin):
+                # Not a file of the installation: a virtual environment setup made in the
+                # workspace is one (pytest's own legacypath binds names as it configures:
+                # an honest suite with pytest in setup's .venv was called gaming).
+                if _in_root(origin, roots) is not None and not _installed_file(origin) \
+                        or _written_during_the_run(origin):
                     found.append(f"{key}.{name}")
             self._seen[key] = (owner, *_names_and_values(now))
         return found
@@ -1207,6 +1211,37 @@ def _note_tampering() -> None:
         _note(["sys.pycache_prefix"])
 
 
+def _chain(item: Any) -> list[Any]:
+    """A collected test and the collectors above it, up to the session."""
+    nodes, node = [], item
+    for _ in range(64):
+        if node is None:
+            break
+        nodes.append(node)
+        node = getattr(node, "parent", None)
+    return nodes
+
+
+def _shadowing(node: Any) -> list[str]:
+    """The names set on `node` itself that shadow a method (or another function) of its
+    class: pytest calls its nodes' methods through the objects."""
+    try:
+        own = vars(node)
+    except TypeError:
+        return []
+    found = []
+    for name, value in list(own.items()):
+        if not callable(value):
+            continue
+        for kind in type(node).__mro__:
+            defined = vars(kind).get(name)
+            if defined is not None:
+                if isinstance(defined, (types.FunctionType, staticmethod, classmethod)):
+                    found.append(name)
+                break
+    return found
+
+
 def _note(replaced: list[str]) -> None:
     tampered = _state["tampered"]
     tampered += [name for name in replaced if name not in tampered]
@@ -1252,13 +1287,25 @@ def pytest_unconfigure(config: Any) -> None:
         # too).
         code = _code_of(thing)
         where = _in_root(code.co_filename, roots) if code is not None else None
-        if where is not None and code.co_name != name:
+        # The installation's own may alias a hook (pytest's Session: pytest_collectreport
+        # = pytest_runtest_logreport), also when it lies in a workspace's .venv.
+        if where is not None and code.co_name != name and \
+                not _installed_file(code.co_filename):
             found = f"<code named {where!r} run as {name}>"
             if found not in plugins:
                 plugins.append(found)
+    shadowed: dict[int, list[str]] = {}
     for item, code in _items:  # a test whose code was swapped for code from another file
         if _code(getattr(item, "obj", None)) is not code:
             _note([f"the test function of {item.nodeid}"])
+        # A method of pytest's set on a test, or on a collector above it, for that object
+        # alone (found by an attacker round: the agent's module gave the test module's
+        # collector a _genfunctions that set each test's runtest to do nothing).
+        for node in _chain(item):
+            if id(node) not in shadowed:
+                shadowed[id(node)] = _shadowing(node)
+                _note([f"{type(node).__name__}.{name} (set on {getattr(node, 'nodeid', '?')})"
+                       for name in shadowed[id(node)]])
         test_file = _in_root(str(getattr(item, "path", "")), roots)
         # What runs when the test is called: a wrapper's own code, not what it names as
         # `__wrapped__` (found by an attacker round: a functools.wraps wrapper of the
