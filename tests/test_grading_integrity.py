@@ -1005,7 +1005,7 @@ def test_hooks_pytest_imports_rewritten_are_their_files_own(tmp_path, sandbox_na
 DATA = Path(__file__).parent / "data"
 # Attacker rounds against the witness, each against the fix of the one before (a suite
 # each; controls end in 0, attacks in 1):
-HOOKS_OF_THE_WORKSPACE = [
+WITNESS_ROUNDS = [
     # A seeded test's own code object made into a new function with the agent's globals
     # (its `add` turned failed reports into passes); a plugin compiled under a seeded
     # helpers.py that wrote its source there just before the witness compiled the file,
@@ -1030,12 +1030,16 @@ HOOKS_OF_THE_WORKSPACE = [
     # alone, a _genfunctions that set each test's runtest to do nothing. Fixed: a method
     # set on a test or a collector above it, shadowing its class's, is tampering.
     "witness_r28/runtest_set_on_each_test.yaml",
+    # The agent's module, run by pytest's look at the test module's objects, set each
+    # test's __code__ to an empty function's, named after the test and its file. Fixed: a
+    # test's code under a workspace file's name is what that file compiles to.
+    "witness_r29/test_code_swapped_in_place.yaml",
 ]
 
 
-@pytest.mark.parametrize("suite", HOOKS_OF_THE_WORKSPACE)
-def test_a_workspace_files_hook_is_the_def_pytest_imported_from_it(tmp_path, sandbox_name,
-                                                                    suite):
+@pytest.mark.parametrize("suite", WITNESS_ROUNDS)
+def test_the_witness_sees_each_attack_and_suspects_no_control(tmp_path, sandbox_name,
+                                                              suite):
     run = evalctl.testing.run_suite(DATA / suite, sandbox=sandbox_name,
                                     out_dir=tmp_path / "out")
     _attacks_seen_controls_not(run)

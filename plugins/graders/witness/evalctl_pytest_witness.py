@@ -1296,8 +1296,15 @@ def pytest_unconfigure(config: Any) -> None:
                 plugins.append(found)
     shadowed: dict[int, list[str]] = {}
     for item, code in _items:  # a test whose code was swapped for code from another file
-        if _code(getattr(item, "obj", None)) is not code:
+        now = _code(getattr(item, "obj", None))
+        if now is not code:
             _note([f"the test function of {item.nodeid}"])
+        # A test's code, under a workspace file's name, must be what that file compiles
+        # to (found by an attacker round: the agent's module set each test's __code__,
+        # during collection, to an empty function's named after the test and its file).
+        if now is not None and _in_root(now.co_filename, roots) is not None and \
+                not _what_its_file_holds(now, installed=False):
+            _note([f"the code of {item.nodeid} (not what its file compiles to)"])
         # A method of pytest's set on a test, or on a collector above it, for that object
         # alone (found by an attacker round: the agent's module gave the test module's
         # collector a _genfunctions that set each test's runtest to do nothing).
