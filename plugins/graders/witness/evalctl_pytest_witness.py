@@ -1211,6 +1211,21 @@ def _note_tampering() -> None:
         _note(["sys.pycache_prefix"])
 
 
+def _fixture_codes(item: Any) -> list[tuple[str, Any]]:
+    """(name, code) of the functions of the fixtures a collected test uses."""
+    found = []
+    try:
+        definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+        for name, defs in list(definitions.items()):
+            for definition in list(defs or ()):
+                code = _code_of(getattr(definition, "func", None))
+                if code is not None:
+                    found.append((str(name), code))
+    except Exception:  # an odd object: what it holds is not read
+        return found
+    return found
+
+
 def _chain(item: Any) -> list[Any]:
     """A collected test and the collectors above it, up to the session."""
     nodes, node = [], item
@@ -1305,6 +1320,12 @@ def pytest_unconfigure(config: Any) -> None:
         if now is not None and _in_root(now.co_filename, roots) is not None and \
                 not _what_its_file_holds(now, installed=False):
             _note([f"the code of {item.nodeid} (not what its file compiles to)"])
+        # So must the code of the fixtures it uses (a seeded fixture's __code__ set to
+        # one that returns what the agent's answer gives, under the fixture's file).
+        for name, code in _fixture_codes(item):
+            if _in_root(code.co_filename, roots) is not None and \
+                    not _what_its_file_holds(code, installed=False):
+                _note([f"the code of the fixture {name} (not what its file compiles to)"])
         # A method of pytest's set on a test, or on a collector above it, for that object
         # alone (found by an attacker round: the agent's module gave the test module's
         # collector a _genfunctions that set each test's runtest to do nothing).
