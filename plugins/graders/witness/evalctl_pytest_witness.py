@@ -523,10 +523,9 @@ def pytest_pycollect_makemodule(module_path: Any, parent: Any) -> Any:
     return _Witnessed.from_parent(parent, path=module_path)
 
 
-# Every plugin registered in the run, and its hook functions, as it is registered.
-_REGISTERED: list[Any] = []
-_REGISTERED_HOOKS: list[Any] = []
-_REGISTERED_NAMED: list[tuple[str, Any]] = []  # (the attribute's name, its hook)
+# The hook functions of every plugin registered in the run, by the attribute's name, as
+# each is registered: one unregistered before the end is still judged.
+_REGISTERED_HOOKS: list[tuple[str, Any]] = []
 
 
 # Functions (and classes) of the workspace's modules as pytest itself imported and
@@ -666,15 +665,12 @@ def pytest_plugin_registered(plugin: Any, plugin_name: str, manager: Any) -> Non
         # An odd module that cannot be listed: its hooks are not vouched for.
         with contextlib.suppress(Exception):
             _record_imported(plugin)
-    _REGISTERED.append(plugin)
     try:
         names = [name for name in dir(plugin) if name.startswith("pytest_")]
         # Only what can be called is a hook: a conftest.py's `pytest_plugins` list was
         # reported as a plugin of the agent's.
-        values = [(name, value) for name in names
-                  if callable(value := getattr(plugin, name, None))]
-        _REGISTERED_HOOKS.extend(value for _, value in values)
-        _REGISTERED_NAMED.extend(values)
+        _REGISTERED_HOOKS.extend((name, value) for name in names
+                                 if callable(value := getattr(plugin, name, None)))
     except Exception:  # an object that cannot be listed: its own file still tells
         pass
 
@@ -1280,22 +1276,21 @@ def pytest_unconfigure(config: Any) -> None:
     # module, was no plugin of the workspace's (found by an attacker round).
     # Those registered and gone by now count too (a plugin that made failed reports pass
     # and unregistered itself at the end, found by an attacker round).
-    hooks = [impl.function for caller in vars(manager.hook).values()
-             for impl in (caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else ())]
-    named = [(name, impl.function) for name, caller in vars(manager.hook).items()
-             for impl in (caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else ())]
+    named = [*((name, impl.function) for name, caller in vars(manager.hook).items()
+               for impl in (caller.get_hookimpls() if hasattr(caller, "get_hookimpls")
+                            else ())), *_REGISTERED_HOOKS]
     plugins = _state["workspace_plugins"]
     for thing in manager.get_plugins():
         where = _untrusted_origin(thing, roots)
         if where is not None and where not in plugins:
             plugins.append(where)
-    functions = {id(f): f for f in [*hooks, *_REGISTERED_HOOKS, *_BINDINGS.seen_functions]
-                 if f is not None}
+    functions = {id(f): f for f in [*(function for _, function in named),
+                                    *_BINDINGS.seen_functions] if f is not None}
     for thing in functions.values():
         where = _untrusted_origin(thing, roots, hook=True)
         if where is not None and where not in plugins:
             plugins.append(where)
-    for name, thing in [*named, *_REGISTERED_NAMED]:
+    for name, thing in named:
         # A workspace file's hook runs the code its file defines under that hook's name
         # (a fixture's code, or the module's body, run as pytest_runtest_makereport was
         # the agent's doing; a hook registered under another name, `specname`, counts so
