@@ -229,16 +229,23 @@ def preflight(checks: list[dict[str, Any]]) -> None:
         raise evalctl.UsageError("; ".join(problems))
 
 
+def _environment_root(chosen: str | None) -> str:
+    """The environment of a test interpreter in the workspace (`.venv` for
+    `.venv/bin/python`, the interpreter's directory otherwise); "" for evalctl's own
+    interpreter, an absolute one, or one at the workspace's top (its environment is
+    the workspace)."""
+    if chosen is None or PurePosixPath(chosen).is_absolute():
+        return ""
+    parts = PurePosixPath(chosen.removeprefix("./")).parts
+    return "/".join(parts[:-2]) if len(parts) >= 3 and parts[-2] == "bin" else \
+        "/".join(parts[:-1])
+
+
 def _environment_changes(chosen: str | None, result: evalctl.AgentResult) -> list[str]:
     """What the agent created, changed or deleted in the environment of a test
-    interpreter in the workspace (`.venv` for `.venv/bin/python`): none for evalctl's
-    own interpreter or an absolute one."""
-    if chosen is None or PurePosixPath(chosen).is_absolute():
-        return []
-    parts = PurePosixPath(chosen.removeprefix("./")).parts
-    root = "/".join(parts[:-2]) if len(parts) >= 3 and parts[-2] == "bin" else \
-        "/".join(parts[:-1])
-    if not root:  # an interpreter at the workspace's top: its environment is the workspace
+    interpreter in the workspace: none for one without an environment of its own."""
+    root = _environment_root(chosen)
+    if not root:
         return []
     return sorted(f"{path} ({kind})" for path, kind in result.files_changed.items()
                   if path.startswith(root + "/"))
@@ -249,11 +256,8 @@ def _pytest_removed_since_setup(chosen: str | None, workspace: Path,
     """The pytest package of a workspace interpreter's environment as the seed copy has it
     (what setup made), when it is gone from the workspace: code a check ran removed it
     after the record of the agent's changes was taken (found by an attacker round)."""
-    if chosen is None or PurePosixPath(chosen).is_absolute() or result.seed_path is None:
-        return []
-    parts = PurePosixPath(chosen.removeprefix("./")).parts
-    root = "/".join(parts[:-2]) if len(parts) >= 3 and parts[-2] == "bin" else ""
-    if not root:
+    root = _environment_root(chosen)
+    if not root or result.seed_path is None:
         return []
     seeded = sorted(p for p in (result.seed_path / root).glob("lib/python*/site-packages/pytest")
                     if p.is_dir() and not p.is_symlink())
