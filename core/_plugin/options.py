@@ -12,7 +12,8 @@ from evalctl._plugin.specs import ProviderSpec
 from evalctl._schema_check import SchemaCheck
 from evalctl._text import did_you_mean
 
-_TYPE_WORDS = {"integer": "a whole number", "number": "a number", "boolean": "true or false",
+# A JSON Schema type in words, for a message about a value of the wrong one.
+TYPE_WORDS = {"integer": "a whole number", "number": "a number", "boolean": "true or false",
                "string": "text", "array": "a list", "object": "a mapping"}
 _FLAGS = {"model": " (--model)"}  # an option with a flag of its own, named in the message
 
@@ -69,4 +70,4 @@ def _typed(owner: str, key: str, value: Any, schema: Mapping[str, Any]) -> Any:
     except ValueError:
         pass
     raise UsageError(f"{owner} option '{key}': expected "
-                     f"{_TYPE_WORDS.get(kind, kind)}, got {value!r}")
+                     f"{TYPE_WORDS.get(kind, kind)}, got {value!r}")

@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._errors import Problem, SuiteError
+from evalctl._plugin.options import TYPE_WORDS
 from evalctl._text import did_you_mean
 
 KEYS = {"reporters": list, "provider": str, "model": str, "concurrency": int, "out": str,
         "provider_options": dict, "sandbox": str, "sandbox_options": dict, "agent": str,
         "agent_options": dict, "agents": dict, "executor": str, "executor_options": dict}
 _TYPE_WORDS = {list: "a list", str: "text", int: "a whole number", dict: "a table"}
-_SCHEMA_TYPE_WORDS = {"array": "a list", "string": "text", "integer": "a whole number",
-                      "number": "a number", "boolean": "true or false", "object": "a table"}
+_SCHEMA_TYPE_WORDS = {**TYPE_WORDS, "object": "a table"}  # a mapping is a table in TOML
 # Where tomllib puts the position of a syntax error in its message.
 _TOML_POSITION = re.compile(r"at line (\d+), column \d+")
 
