@@ -64,7 +64,7 @@ from evalctl._plugin.types import (
     ToolResultsMessage,
     UserMessage,
 )
-from evalctl._process import CommandResult, run_process
+from evalctl._process import CommandResult, command_path, run_process
 from evalctl._report.compare import Comparison
 from evalctl._report.results import (
     CheckOutcome,
@@ -171,6 +171,7 @@ __all__ = [
     "UsageError",
     "UserMessage",
     "call_throttle",
+    "command_path",
     "create_provider",
     "format_money",
     "format_percent",

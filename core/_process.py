@@ -389,3 +389,13 @@ class _HeadTail:
         if elided > 0:
             return f"{head}\n[... {elided} bytes elided ...]\n{tail}"
         return head + tail
+
+
+def command_path() -> str:
+    """The PATH every sandboxed command gets: the directory of evalctl's own interpreter
+    first (so `python` and `pytest` mean the ones evalctl runs on), then the user's. A
+    plugin that looks a program up before any task (a preflight) looks where the
+    commands will."""
+    import sys
+
+    return f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH') or os.defpath}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import sys
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from evalctl._files import (
     walk,
     write_all,
 )
+from evalctl._process import command_path
 from evalctl._sources.model import Source
 from evalctl._text import json_line
 
@@ -370,9 +370,7 @@ def sandbox_environment(home: Path, tmp: Path) -> dict[str, str]:
     interpreter first on PATH (so `python` and `pytest` mean the ones evalctl runs on),
     the attempt's own HOME and TMPDIR, and a UTF-8 locale. No variable of the user's
     but PATH is passed on, so no credential can be."""
-    interpreter_dir = os.path.dirname(sys.executable)
-    path = os.environ.get("PATH") or os.defpath
-    return {"PATH": f"{interpreter_dir}{os.pathsep}{path}", "HOME": os.fspath(home),
+    return {"PATH": command_path(), "HOME": os.fspath(home),
             "TMPDIR": os.fspath(tmp), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 

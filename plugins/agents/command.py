@@ -117,7 +117,6 @@ def preflight(options: Mapping[str, Any]) -> str | None:
     then yours). A program found here may still be out of bwrap's reach (then each
     attempt says so, agent_not_started); one found nowhere fails every attempt."""
     import shutil
-    import sys
 
     try:
         words = shlex.split(str(options.get("argv", "")))
@@ -130,8 +129,7 @@ def preflight(options: Mapping[str, Any]) -> str | None:
         if not (os.path.isfile(program) and os.access(program, os.X_OK)):
             return f"its program {program} is not an executable file here"
         return None
-    search = os.pathsep.join([*options.get("path", ()), os.path.dirname(sys.executable),
-                              os.environ.get("PATH") or os.defpath])
+    search = os.pathsep.join([*options.get("path", ()), evalctl.command_path()])
     if shutil.which(program, path=search) is None:
         return (f"its program {program!r} is not found on PATH here: install it, or give "
                 "its directory with --agent-option path=DIR (and, under bwrap, "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import marshal
-import os
 import re
 import secrets
 import sys
@@ -149,8 +148,7 @@ def preflight_command(checks: list[dict[str, Any]]) -> None:
     agent builds is named by its path (`./build/tool`), and is not looked up."""
     import shutil
 
-    path = os.pathsep.join((os.path.dirname(sys.executable),
-                            os.environ.get("PATH") or os.defpath))
+    path = evalctl.command_path()
     missing = sorted({program for check in checks
                       for program in programs_of(str(check.get("command", "")))
                       if shutil.which(program, path=path) is None})
