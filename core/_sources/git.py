@@ -898,7 +898,7 @@ def _keep_a_repository(directory: str, relative: str, done: dict[str, str]) -> N
                                            "was none): it") + " names refs/heads/" \
                                           "evalctl-head-moved-aside"
             write_new_file(Path(directory), "HEAD",
-                           b"ref: refs/heads/evalctl-head-moved-aside\n")
+                           _MOVED_ASIDE_HEAD)
         for name in ("objects", "refs"):
             if not os.path.isdir(os.path.join(directory, name)):
                 os.mkdir(os.path.join(directory, name))
@@ -1354,6 +1354,9 @@ def _replace_index(directory: str, relative: str, names: set[str],
 _MAX_INDEX_PATH_BYTES = 64 * 1024 * 1024
 
 
+# The HEAD evalctl gives a git directory whose own git cannot read (or an empty one in
+# the place of one set aside): a branch whose name says so.
+_MOVED_ASIDE_HEAD = b"ref: refs/heads/evalctl-head-moved-aside\n"
 # Git directories made safe one by one (git runs in each) before the rest are set aside
 # whole: an honest workspace holds a few (its own, submodules, a test fixture).
 MAX_REPOSITORIES = 100
@@ -1366,7 +1369,7 @@ def _our_empty_repository(directory: str, names: set[str]) -> bool:
         return False
     try:
         with open(os.path.join(directory, "HEAD"), "rb") as handle:
-            return handle.read(100) == b"ref: refs/heads/evalctl-head-moved-aside\n"
+            return handle.read(100) == _MOVED_ASIDE_HEAD
     except OSError:
         return False
 
@@ -1399,7 +1402,7 @@ def _too_big_to_index(directory: str, relative: str, problem: str, done: dict[st
         os.mkdir(directory)
         for name in ("objects", "refs"):
             os.mkdir(os.path.join(directory, name))
-        write_new_file(Path(directory), "HEAD", b"ref: refs/heads/evalctl-head-moved-aside\n")
+        write_new_file(Path(directory), "HEAD", _MOVED_ASIDE_HEAD)
     except OSError as exc:  # git would go on up: said as what could not be made safe
         done[key] = f"NOT replaced by an empty repository: {exc.strerror or exc} (it " \
                     f"was {done[key]})"
