@@ -68,10 +68,14 @@ class _Group(click.Group):
         except EvalctlError as exc:
             click.echo(f"error: {exc}", err=True)
             ctx.exit(exc.exit_code)
-        except KeyboardInterrupt:  # a second Ctrl-C while the first is wound down
+        except KeyboardInterrupt:  # a third Ctrl-C while the first is wound down
             # Here, not in main(): click's own handler would say "Aborted!" and exit 1,
             # which means "a task failed".
-            click.echo("interrupted", err=True)
+            run_dir = (ctx.obj or {}).get("run_dir")
+            click.echo("interrupted" + (
+                f": the journal holds every attempt that finished; evalctl report {run_dir} "
+                f"writes their reports, evalctl run --resume {run_dir} continues the run"
+                if run_dir is not None else ""), err=True)
             ctx.exit(EXIT_INTERRUPTED)
 
 
@@ -97,17 +101,38 @@ def _show_usage_error(group: click.Command, exc: click.UsageError) -> None:
     click.echo(f"error: {message}", err=True)
 
 
-def _interruptible(coroutine: Any) -> Any:
+def _interruptible(coroutine: Any, run_dir: Path | None = None) -> Any:
     """asyncio.run(coroutine), with SIGTERM (what `timeout`, CI runners and `kill`
     send) taken as Ctrl-C's first press: the run's task is cancelled, so the finished
     attempts are reported, the rest marked not run, and children and scratch removed.
     Its default action killed evalctl outright. Set on the loop itself, so it holds
     where SIGINT is ignored (a job started in the background); a second SIGTERM, while
-    the run winds down, changes nothing."""
+    the run winds down, changes nothing.
+
+    A second Ctrl-C while the run winds down says what is happening and that a third
+    quits at once; asyncio's own handler quit on the second, and a newcomer who pressed
+    twice got no reports and no word of how to continue."""
     import asyncio
     import signal
 
     terminated = False
+    presses = 0
+
+    def pressed() -> int:
+        """Count a Ctrl-C; the second says what is going on, the third quits at once.
+        Returns how many came before this one."""
+        nonlocal presses
+        presses += 1
+        if presses == 2:
+            click.echo("\nstopping: the running attempts are being cleaned up and the "
+                       "reports written; press Ctrl-C again to quit at once, without "
+                       "them" + (f" (evalctl report {run_dir} writes them later)"
+                                 if run_dir is not None else ""), err=True)
+        elif presses > 2:
+            raise KeyboardInterrupt
+        return presses - 1
+    # asyncio.run puts its own handler in place of Python's: asked before it does.
+    own_sigint = signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
     async def main() -> Any:
         loop = asyncio.get_running_loop()
@@ -120,14 +145,22 @@ def _interruptible(coroutine: Any) -> Any:
                 terminated = True
                 task.cancel()
 
+        def interrupt() -> None:
+            if not pressed():
+                terminate()
+
         # Not the main thread, or no signals here: as before.
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(signal.SIGTERM, terminate)
+            if own_sigint:  # not where SIGINT is ignored (a job in the background)
+                loop.add_signal_handler(signal.SIGINT, interrupt)
         try:
             return await coroutine
         finally:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal.SIGTERM)
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signal.SIGINT)
 
     try:
         return asyncio.run(main())
@@ -138,6 +171,8 @@ def _interruptible(coroutine: Any) -> Any:
     finally:
         if terminated:  # the reports are being written: a later SIGTERM waits for them
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if own_sigint:  # and Ctrl-C goes on counting (the wind-down may be quick)
+                signal.signal(signal.SIGINT, lambda *_: pressed())
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -510,7 +545,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     from evalctl._errors import ProviderSetupError, UsageError
     from evalctl._report.compare import compare_reports, gate
     from evalctl._report.console import RunView
-    from evalctl._report.journal import attempts_to_run, read_journal
+    from evalctl._report.journal import attempts_to_run, journal_in_use, read_journal
     from evalctl._report.rundir import read_run
     from evalctl._report.writing import write_reports
     from evalctl._run.runner import (
@@ -568,6 +603,10 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         _a_directory(resume_dir, "--resume")
         # The journal holds the run's suite and options; flags may only repeat them.
         contents = read_journal(resume_dir)
+        if journal_in_use(resume_dir):
+            raise UsageError(f"{resume_dir} is being run by another evalctl now (its journal "
+                             "is locked): wait for that run to end, or stop it (Ctrl-C), "
+                             "then resume it")
         for problem in contents.problems:
             click.echo(f"warning: {problem}", err=True)
         given = {name: value for name, value in (
@@ -578,7 +617,9 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
             ("agent_options", parsed_agent_options), ("max_cost", max_cost),
             ("max_tokens", max_tokens), ("retry_errors", retry_errors))
             if _given(ctx, name, value)}
-        options = resumed_options(contents, given, concurrency or config.get("concurrency"),
+        # --concurrency given now, else the run's own (journaled), else the config's.
+        options = resumed_options(contents, given, concurrency or contents.concurrency
+                                  or config.get("concurrency"),
                                   out or resume_dir.resolve().parent, scheduling)
         recorded = contents.header.get("suite", {})
         suite_path = resolve_suite(suite) if suite else \
@@ -648,7 +689,8 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
 
     view = RunView(to_run, repeat=options.repeat)
     with view:
-        result = _interruptible(execute(prepared, progress=view.update))
+        ctx.obj["run_dir"] = prepared.run_dir  # for what a third Ctrl-C says
+        result = _interruptible(execute(prepared, progress=view.update), prepared.run_dir)
     view.print_summary(result)
     for task in result.tasks:
         for problem in task.record_problems:

@@ -341,3 +341,64 @@ def test_the_journal_keeps_the_agent_and_resume_refuses_another(tmp_path):
     assert newer.exit_code == 2
     assert "the agent differs from the journaled run's" in newer.output
     assert "'version': '6'" in newer.output and "'version': '7'" in newer.output
+
+
+def test_a_run_directory_is_run_by_one_evalctl_at_a_time(tmp_path):
+    """Found by a newcomer: `run --resume` of a run still going moved its live attempts'
+    workspaces aside, graded a correct agent's work as failed and ran every attempt
+    twice. The session running a run holds its journal locked; a resume is refused
+    (exit 2) before it touches anything, and one racing past that check stops at the
+    lock, as does one whose journal grew between its reading and the lock."""
+    import fcntl
+
+    from evalctl._errors import UsageError
+    from evalctl._report.journal import Journal
+
+    run_dir = _finished_run(tmp_path, "".join(QUICK.format(id=name) for name in ("one",)))
+    journal = run_dir / JOURNAL_NAME
+    lines = journal.read_text().splitlines(keepends=True)
+    journal.write_text("".join(lines[:1]))  # as if killed before its attempt finished
+    before = journal.read_bytes()
+    with open(journal, "rb") as held:  # another evalctl running it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        refused = run_cli(tmp_path, "--resume", str(run_dir))
+        assert refused.exit_code == 2, refused.output
+        assert "is being run by another evalctl now" in refused.output
+        assert journal.read_bytes() == before
+        assert not (run_dir / ".retired").exists()  # nothing moved aside
+        with pytest.raises(UsageError, match="is being run by another evalctl now"):
+            Journal.reopen(read_journal(run_dir), {})
+        assert journal.read_bytes() == before
+
+    contents = read_journal(run_dir)
+    with open(journal, "ab") as other:  # another session appended after the reading
+        other.write(b'{"kind": "end", "at": "x", "interrupted": true}\n')
+    grown = journal.read_bytes()
+    with pytest.raises(UsageError, match="changed while this resume was starting"):
+        Journal.reopen(contents, {})
+    assert journal.read_bytes() == grown  # not cut back to what was read
+
+    resumed = run_cli(tmp_path, "--resume", str(run_dir))  # unlocked: it goes on
+    assert resumed.exit_code == 0, resumed.output
+    assert attempt_ids(run_dir) == ["one"]
+
+
+def test_a_resume_keeps_the_runs_concurrency_unless_given_another(tmp_path):
+    """Found by a newcomer: a run at --concurrency 1 resumed at the default, running
+    every attempt at once (against a live provider's rate limit)."""
+    run_dir = _finished_run(tmp_path, SUITE, "--concurrency", "1")
+    assert journal_lines(run_dir)[0]["options"]["concurrency"] == 1
+    journal = run_dir / JOURNAL_NAME
+    journal.write_text(journal.read_text().splitlines(keepends=True)[0])
+    assert read_journal(run_dir).concurrency == 1
+    resumed = run_cli(tmp_path, "--resume", str(run_dir))
+    assert resumed.exit_code == 0, resumed.output
+    resumes = [line for line in journal_lines(run_dir) if line["kind"] == "resume"]
+    assert [line["concurrency"] for line in resumes] == [1]
+    journal.write_text("".join(line for line in journal.read_text().splitlines(keepends=True)
+                               if '"kind": "attempt"' not in line))  # killed again
+    again = run_cli(tmp_path, "--resume", str(run_dir), "--concurrency", "3")
+    assert again.exit_code == 0, again.output
+    resumes = [line for line in journal_lines(run_dir) if line["kind"] == "resume"]
+    assert [line["concurrency"] for line in resumes] == [1, 3]
+    assert read_journal(run_dir).concurrency == 3

@@ -394,7 +394,10 @@ INTERRUPTIBLE = """\
 @pytest.mark.parametrize("interruption, sigint_ignored, times", [
     (signal.SIGINT, False, 1), (signal.SIGTERM, False, 1),
     (signal.SIGTERM, True, 1),  # a job started in the background ignores SIGINT
-    (signal.SIGTERM, False, 3)])  # more while the run winds down change nothing
+    (signal.SIGTERM, False, 3),  # more while the run winds down change nothing
+    # Found by a newcomer: a second Ctrl-C 50 ms after the first quit with no reports
+    # and no word of how to continue. It now says the run is stopping.
+    (signal.SIGINT, False, 2)])
 def test_ctrl_c_writes_reports_for_finished_tasks_and_marks_the_rest(
         tmp_path, interruption, sigint_ignored, times):
     """Ctrl-C, and SIGTERM (what `timeout` and CI runners send) the same way: found by an
@@ -449,6 +452,9 @@ def _interrupt_and_check(tmp_path: Path, suite: Path,
     assert time.monotonic() - started < 15
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
+    assert ("press Ctrl-C again to quit at once" in stderr) == \
+        (interruption == signal.SIGINT and times == 2), stderr
+    assert "continue with evalctl run --resume" in stderr
     report = json.loads((tmp_path / "r.json").read_text())
     status = {t["id"]: (t["status"], t["exit_status"]) for t in report["tasks"]}
     assert status == {"quick-1": ("passed", "completed"), "slow-1": ("not_run", "aborted"),
@@ -461,6 +467,40 @@ def _interrupt_and_check(tmp_path: Path, suite: Path,
     assert list((tmp_path / "eval_reports").glob("report-*.xml"))
     survivors = [pid for pid in (int(p.read_text()) for p in sleepers) if _is_sleep(pid)]
     assert survivors == [], "a sleeping child outlived the interrupted run"
+
+
+def test_a_third_ctrl_c_quits_at_once_and_says_how_to_get_the_reports(tmp_path):
+    """The third press quits without waiting for the wind-down: exit 130, and the
+    message names `evalctl report` and `--resume` for the run, which then work."""
+    suite = tmp_path / "slow.yaml"
+    suite.write_text(INTERRUPTIBLE)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "evalctl", "run", str(suite), "--concurrency", "2",
+         "--sandbox", "local", "--reporter", "json"],
+        cwd=tmp_path, env={**environment_without_evalctl_settings(), "EVALCTL_NO_CACHE": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if len(list(tmp_path.glob("eval_reports/workspaces-*/slow-*/sleeper.pid"))) == 2:
+            break
+        time.sleep(0.05)
+    else:
+        process.kill()
+        pytest.fail("the run never reached the point to interrupt")
+    for _ in range(3):
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.01)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    run_dir = next(tmp_path.glob("eval_reports/workspaces-*"))
+    assert f"evalctl report {run_dir}" in stderr and f"--resume {run_dir}" in stderr, stderr
+    shown = subprocess.run([sys.executable, "-m", "evalctl", "report", str(run_dir),
+                            "--reporter", "json"], cwd=tmp_path, text=True,
+                           capture_output=True, env=environment_without_evalctl_settings())
+    assert shown.returncode == 0, shown.stderr
+    report = json.loads(next(tmp_path.glob("eval_reports/report-*.json")).read_text())
+    assert {t["id"]: t["status"] for t in report["tasks"]}["quick-1"] == "passed"
 
 
 def _is_sleep(pid: int) -> bool:

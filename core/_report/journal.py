@@ -76,13 +76,14 @@ _MAYBE_TEXTS = {"type": ["array", "null"], "items": TEXT}
 # regrade, `Journal`): checked as each line is read, so that nothing reading the journal
 # afterwards (a resume, every report) meets a field of another type. Fields that older
 # versions did not write may be absent; a resume's options are the run's identity.
+_CONCURRENCY = {"type": ["integer", "null"], "minimum": 1}
 _OPTIONS = {"type": "object", "properties": {
     "provider": TEXT, "model": MAYBE_TEXT, "provider_options": TABLE, "only": _MAYBE_TEXTS,
     "tags": _MAYBE_TEXTS, "repeat": _REPEAT, "sandbox": MAYBE_TEXT, "sandbox_options": TABLE,
     "config_sandbox": MAYBE_TEXT, "config_sandbox_options": TABLE, "agent": MAYBE_TEXT,
     "agent_options": TABLE, "config_agent": MAYBE_TEXT, "config_agent_options": TABLE,
     "config_agents": TABLE, "max_cost": {"type": ["number", "null"]},
-    "max_tokens": {"type": ["integer", "null"]}},
+    "max_tokens": {"type": ["integer", "null"]}, "concurrency": _CONCURRENCY},
     "required": ["provider", "model", "provider_options", "only", "tags", "repeat", "sandbox",
                  "sandbox_options", "config_sandbox", "config_sandbox_options"]}
 _HEADER = SchemaCheck({"type": "object", "properties": {
@@ -104,7 +105,8 @@ _RECORDS = {
         "at": TEXT, "name": TEXT, "into": TEXT, "usage": USAGE, "cost": COST}}),
     "resume": SchemaCheck({"type": "object", "properties": {
         "at": TEXT, "retry_errors": FLAG, "max_cost": COST,
-        "max_tokens": {"type": ["integer", "null"]}, "executor": EXECUTOR}}),
+        "max_tokens": {"type": ["integer", "null"]}, "executor": EXECUTOR,
+        "concurrency": _CONCURRENCY}}),
     "end": SchemaCheck({"type": "object", "properties": {
         "at": TEXT, "interrupted": FLAG, "reason": MAYBE_TEXT, "budget": BUDGET}}),
 }
@@ -138,6 +140,7 @@ class JournalContents:
     unreadable: dict[tuple[str, int], str] = field(default_factory=dict)
     unreadable_lines: list[str] = field(default_factory=list)
     good_bytes: int = 0  # the length of the journal up to its last whole line
+    read_bytes: int = 0  # its whole length when it was read (a torn last line included)
     # Everything the run spent so far, retried attempts and retired ones included:
     # priced USD, tokens, and whether any call was unpriced.
     spent_cost: float = 0.0
@@ -172,6 +175,16 @@ class JournalContents:
                 for task in self.header.get("tasks", [])
                 for attempt in range(1, self.repeat + 1)]
 
+    @property
+    def concurrency(self) -> int | None:
+        """The --concurrency (or the config's) the run's latest session was given, if any:
+        a resume keeps it unless given another (a live run's rate limit depends on it)."""
+        for session in reversed(self.sessions):
+            if session.get("kind") == "resume" and session.get("concurrency") is not None:
+                return int(session["concurrency"])
+        given = self.header.get("options", {}).get("concurrency")
+        return None if given is None else int(given)
+
     def last_end(self) -> dict[str, Any] | None:
         """The `end` line of the last session, if it ended normally."""
         if self.sessions and self.sessions[-1].get("kind") == "end":
@@ -201,7 +214,8 @@ def read_journal(run_dir: str | os.PathLike[str]) -> JournalContents:
                 "it); ignored"] if torn.strip() else []
     good_bytes = len(data) - len(torn)
     header: dict[str, Any] | None = None
-    contents = JournalContents(path, {}, problems=problems, good_bytes=good_bytes)
+    contents = JournalContents(path, {}, problems=problems, good_bytes=good_bytes,
+                               read_bytes=len(data))
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -346,6 +360,11 @@ class Journal:
         self.path = path
         self.contents = contents
         self._handle = open(path, "ab")  # noqa: SIM115 - closed in close()
+        try:
+            _lock(self._handle.fileno(), path.parent)
+        except BaseException:
+            self._handle.close()
+            raise
         self._written = 0
         self._synced = 0
         self._sync_lock = asyncio.Lock()
@@ -368,9 +387,15 @@ class Journal:
     def reopen(cls, contents: JournalContents, session: Mapping[str, Any]) -> Journal:
         """The journal of a run being resumed: a torn last line is cut off first, so
         the next line starts clean, then `session` (a resume line) is appended."""
-        with open(contents.path, "r+b") as handle:
-            handle.truncate(contents.good_bytes)
-        journal = cls(contents.path, contents)
+        journal = cls(contents.path, contents)  # locked before anything is changed
+        descriptor = journal._handle.fileno()
+        if os.fstat(descriptor).st_size != contents.read_bytes:
+            # Another session wrote to it between the reading and the lock (it ended
+            # meanwhile): resuming from what was read would cut its lines off.
+            journal.close()
+            raise UsageError(f"{contents.run_dir} changed while this resume was starting "
+                             "(another evalctl was running it); resume it again")
+        os.ftruncate(descriptor, contents.good_bytes)
         record = {"kind": "resume", "at": now(), **session}
         journal._append(record)
         journal._fsync()
@@ -437,6 +462,44 @@ class Journal:
                 self._handle.close()
             except OSError as exc:
                 self._failed(exc)
+
+
+def _lock(descriptor: int, run_dir: Path) -> None:
+    """Hold the run for this session: one evalctl at a time runs or resumes a run
+    directory. Found by a newcomer: a resume started while the run still went moved its
+    live attempts' workspaces aside, graded a correct agent's work as failed, and ran
+    every attempt twice. The lock is the kernel's (flock), so it goes with the process,
+    however it ends; a file system without locks runs unlocked, as before."""
+    import fcntl
+
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise UsageError(f"{run_dir} is being run by another evalctl now (its journal is "
+                         "locked): wait for that run to end, or stop it (Ctrl-C), then "
+                         f"evalctl run --resume {run_dir}") from None
+    except OSError:
+        pass
+
+
+def journal_in_use(run_dir: str | os.PathLike[str]) -> bool:
+    """Whether another evalctl holds the run now (asked before a resume prepares
+    anything; the resume's own lock is what decides)."""
+    import fcntl
+
+    try:
+        descriptor = os.open(journal_path(run_dir), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(descriptor)  # a lock it took goes with it
+    return False
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -40,20 +40,22 @@ REPORT_FORMAT = "evalctl-run/1"
 ERROR_KINDS = {
     "provider": "the model could not be used (unreachable, rate limited, misconfigured, a "
                 "script that ran out, or a replay the agent's requests no longer match: the "
-                "detail names the field); fix the provider or its options and resume with "
-                "--retry-errors",
+                "detail names the field); fix what is outside the run (the network, the key) and "
+                "resume with --retry-errors; another provider option or model is a new run",
     "sandbox": "the attempt's sandbox could not start; check that the sandbox works on "
-               "this machine or choose another with --sandbox, then resume with "
-               "--retry-errors",
+               "this machine and resume with --retry-errors, or start a new run with "
+               "another --sandbox",
     "setup": "the workspace could not be prepared (a source that cannot be fetched, a "
              "verify patch that does not apply, a setup command that failed: the ledger has "
-             "its output); fix the task and resume with --retry-errors",
+             "its output); fix the task and start a new run (--only ID runs just those "
+             "tasks; a resume refuses a changed suite), or, for a passing cause such as "
+             "the network, resume with --retry-errors",
     "grader": "a check could not run here (its detail says what to install or set), or "
               "its grader crashed; fix that and resume with --retry-errors",
     "agent": "the agent's command could not start (not found, not executable, or its "
-             "script is not there) before it called the model: install it, or make its "
-             "directory visible in the sandbox (docs/agents.md), then resume with "
-             "--retry-errors",
+             "script is not there) before it called the model: install it and resume with "
+             "--retry-errors, or, when it is out of the sandbox's reach, start a new run "
+             "that makes its directory visible (docs/agents.md)",
     "executor": "the executor could not run the attempt (a cluster that kept losing it, a "
                 "worker with other versions of evalctl or the plugins); fix that and resume "
                 "with --retry-errors",

@@ -128,8 +128,9 @@ def resumed_options(contents: JournalContents, given: Mapping[str, Any],
                     concurrency: int | None, out_dir: Path,
                     executor: Mapping[str, Any] | None = None) -> RunOptions:
     """The options of a run to resume: the journal's, with the budget and concurrency
-    given now. An option given now that differs from the journal's is refused, with
-    every difference named: a resumed run must mean what it meant."""
+    given now (unless given, the journaled ones). An option given now that differs from
+    the journal's is refused, with every difference named: a resumed run must mean what
+    it meant."""
     if "options" not in contents.header:
         raise UsageError(f"cannot resume {contents.run_dir}: its journal's header records no "
                          "options, so what the run meant is unknown; start a new run instead")
@@ -139,13 +140,15 @@ def resumed_options(contents: JournalContents, given: Mapping[str, Any],
     if changed:
         raise UsageError(f"cannot resume {contents.run_dir}: options differ from the journaled "
                          "run's (journal -> now):\n  " + "\n  ".join(changed)
-                         + "\nresume without them to continue the run as it was")
+                         + "\nresume without them to continue the run as it was, or start a "
+                         "new run with them (--only ID runs just some tasks)")
     budget = {"max_cost": recorded.get("max_cost"), "max_tokens": recorded.get("max_tokens")}
     budget.update({k: v for k, v in given.items() if k in budget and v is not None})
     return RunOptions(
         provider=merged["provider"], model=merged["model"],
         provider_options=dict(merged["provider_options"] or {}),
-        concurrency=concurrency, out_dir=out_dir, only=tuple(merged["only"] or ()),
+        concurrency=concurrency or contents.concurrency, out_dir=out_dir,
+        only=tuple(merged["only"] or ()),
         tags=tuple(merged["tags"] or ()), repeat=int(merged["repeat"]),
         sandbox=merged["sandbox"], sandbox_options=dict(merged["sandbox_options"] or {}),
         config_sandbox=merged["config_sandbox"],
@@ -605,7 +608,7 @@ def _header(prepared: PreparedRun) -> dict[str, Any]:
         "agent": prepared.agent.to_dict(),
         "executor": _executor_record(prepared),
         "options": {**identity_of(options), "max_cost": options.max_cost,
-                    "max_tokens": options.max_tokens},
+                    "max_tokens": options.max_tokens, "concurrency": options.concurrency},
         "tasks": [{"id": task.id, "tags": list(task.tags)} for task in prepared.tasks],
     }
 
@@ -618,7 +621,7 @@ def open_journal(prepared: PreparedRun) -> Journal:
     return Journal.reopen(options.resume, {
         "retry_errors": options.retry_errors, "max_cost": options.max_cost,
         "max_tokens": options.max_tokens, "evalctl_version": __version__,
-        "executor": _executor_record(prepared)})
+        "executor": _executor_record(prepared), "concurrency": options.concurrency})
 
 
 def _executor_record(prepared: PreparedRun) -> dict[str, Any]:
@@ -643,7 +646,11 @@ async def _execute(prepared: PreparedRun, progress: ProgressCallback | None) -> 
     else:
         attempts = [(by_id[task_id], attempt) for task_id, attempt in
                     attempts_to_run(contents, options.retry_errors)]
-    driven = await drive(state, new_plan(state, attempts))
+    try:
+        driven = await drive(state, new_plan(state, attempts))
+    except BaseException:
+        journal.close()  # and with it the run's lock: a resume in this process may follow
+        raise
 
     for closable in (prepared.provider, prepared.executor and prepared.executor.executor):
         close = getattr(closable, "aclose", None)
