@@ -402,3 +402,20 @@ def test_a_resume_keeps_the_runs_concurrency_unless_given_another(tmp_path):
     resumes = [line for line in journal_lines(run_dir) if line["kind"] == "resume"]
     assert [line["concurrency"] for line in resumes] == [1, 3]
     assert read_journal(run_dir).concurrency == 3
+
+
+def test_a_resume_retires_beside_what_an_earlier_session_of_the_same_number_left(tmp_path):
+    """A resume line torn by a crash numbers the next session the same as that one: its
+    retiring met `.retired/session-1/<attempt>` taken and stopped the whole run
+    ("Directory not empty")."""
+    run_dir = _finished_run(tmp_path, "".join(QUICK.format(id=name) for name in ("one",)))
+    journal = run_dir / JOURNAL_NAME
+    journal.write_text(journal.read_text().splitlines(keepends=True)[0])  # killed
+    taken = run_dir / ".retired" / "session-1" / "one"
+    (taken / "workspace").mkdir(parents=True)
+    (taken / "workspace" / "kept.txt").write_text("an earlier session's")
+    resumed = run_cli(tmp_path, "--resume", str(run_dir))
+    assert resumed.exit_code == 0, resumed.output
+    assert (taken / "workspace" / "kept.txt").read_text() == "an earlier session's"
+    assert (taken.with_name("one.2") / "workspace" / "one.txt").read_text() == "done"
+    assert attempt_ids(run_dir) == ["one"]

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from evalctl._agent.throttle import CallThrottle
@@ -76,7 +78,7 @@ class RunAttempt(Attempt):
         state.notify("start", self.task, None)
         if state.prepared.options.resume is not None:
             run_dir = state.prepared.run_dir
-            into = run_dir / ".retired" / f"session-{state.session}" / self.name
+            into = _unused(run_dir / ".retired" / f"session-{state.session}" / self.name)
             retired = await asyncio.to_thread(_retire, run_dir, self.name, into,
                                               self.task.source)
             if retired is not None:
@@ -216,3 +218,14 @@ def new_plan(state: RunState, attempts: list[tuple[Task, int]]) -> RunPlan:
     prepared = state.prepared
     return RunPlan([RunAttempt(state, task, number) for task, number in attempts],
                    prepared.options.concurrency, prepared.concurrency, prepared.concurrency)
+
+
+def _unused(into: Path) -> Path:
+    """`into`, or beside it a name nothing has taken (`<name>.2`, ...): a session number
+    counts the journal's resume lines, and a resume line torn by a crash numbered the
+    next session the same, whose retiring then stopped the run ("Directory not empty")."""
+    candidate, number = into, 1
+    while os.path.lexists(candidate):
+        number += 1
+        candidate = into.with_name(f"{into.name}.{number}")
+    return candidate
