@@ -2,8 +2,9 @@
 
 A run directory holds one workspace per task, and beside them (never inside) each
 task's ledger (.ledgers/), its cassette (.cassettes/: the model exchanges, for replays),
-its private state (HOME, TMPDIR in .state/) and a pristine copy of its seed (.seed/), so
-nothing leaks between tasks or runs. Workspaces are kept after the run for inspection.
+its private state (its HOME and TMPDIR, one directory in .state/; the graders' in
+.grading/) and a pristine copy of its seed (.seed/), so nothing leaks between tasks or
+runs. Workspaces are kept after the run for inspection.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ class Workspace:
     seed: dict[str, str] = field(default_factory=dict)
     # The attempt's model exchanges, for replays (evalctl._agent.cassette); None: not kept.
     cassette_path: Path | None = None
+    # The graders' HOME and TMPDIR (grading_state); None: beside the agent's, as
+    # `grading` in the directory that holds its HOME.
+    grading_path: Path | None = None
 
     def resolve(self, user_path: str) -> Path:
         return resolve_inside(self.root, user_path)
@@ -238,13 +242,14 @@ def create_workspace(run_dir: Path, task_id: str, files: Mapping[str, str], *,
     return workspace
 
 
-# Parents every attempt of a run shares (.state, .ledgers, .cassettes, .seed), made once
-# per run directory and process: an attempt then makes only its own five directories.
+# Parents every attempt of a run shares (.state, .grading, .ledgers, .cassettes, .seed),
+# made once per run directory and process: an attempt then makes only its own four
+# directories.
 _SHARED_PARENTS: set[str] = set()
 
 
 def _make_shared_parents(base: str) -> None:
-    for shared in (".state", ".ledgers", ".cassettes", ".seed"):
+    for shared in (".state", ".grading", ".ledgers", ".cassettes", ".seed"):
         os.makedirs(f"{base}/{shared}", exist_ok=True)
     # Remembered, so that a seed copy's directory below it resolves in three calls
     # instead of an lstat for every component of its path.
@@ -253,18 +258,21 @@ def _make_shared_parents(base: str) -> None:
 
 
 def new_workspace(run_dir: Path, task_id: str) -> Workspace:
-    """The attempt's directories, empty: workspace, seed copy, HOME, TMPDIR, ledger's.
+    """The attempt's directories, empty: workspace, seed copy, and its HOME and TMPDIR,
+    one directory (`.state/<id>`). The graders' (`.grading/<id>`) is grading_state's.
 
-    Blocking (each directory costs a few hundred microseconds of kernel time on some
-    disks): call it off the event loop. Paths are put together as text: pathlib's
-    parsing was a fifth of an attempt's start."""
+    Blocking (a directory costs from 40 to a few hundred microseconds of kernel time on
+    some disks, beside which a task's Python is small): call it off the event loop. HOME
+    and TMPDIR are one directory, as the graders' are, and none holds them: each
+    directory of an attempt's is one made per task. Paths are put together as text:
+    pathlib's parsing was a fifth of an attempt's start."""
     base = real_directory(os.fspath(run_dir))  # the attempt's paths are plain names
     root = f"{base}/{task_id}"
     state = f"{base}/.state/{task_id}"
     seed = f"{base}/.seed/{task_id}"
     if base not in _SHARED_PARENTS:
         _make_shared_parents(base)
-    for directory in (root, state, f"{state}/home", f"{state}/tmp", seed):
+    for directory in (root, state, seed):
         try:
             os.mkdir(directory)
         except FileExistsError:
@@ -276,9 +284,10 @@ def new_workspace(run_dir: Path, task_id: str) -> Workspace:
             _make_shared_parents(base)
             os.makedirs(directory, exist_ok=True)
     run_path = Path(base)
-    return Workspace(task_id, Path(root), Path(f"{state}/home"), Path(f"{state}/tmp"),
-                     ledger_path(run_path, task_id), Path(seed),
-                     cassette_path=cassette_path(run_path, task_id))
+    home = Path(state)
+    return Workspace(task_id, Path(root), home, home, ledger_path(run_path, task_id),
+                     Path(seed), cassette_path=cassette_path(run_path, task_id),
+                     grading_path=Path(f"{base}/.grading/{task_id}"))
 
 
 def seed_workspace(workspace: Workspace, files: Mapping[str, str],
@@ -345,10 +354,10 @@ def _write_seeded(path: str, content: str) -> None:
 
 def attempt_paths(run_dir: Path, name: str) -> dict[str, Path]:
     """Everything an attempt leaves in a run directory: its workspace, seed copy, state
-    (HOME, TMPDIR), ledger and cassette."""
+    (its HOME and TMPDIR), the graders' state, ledger and cassette."""
     return {"workspace": run_dir / name, "seed": run_dir / ".seed" / name,
-            "state": run_dir / ".state" / name, "ledger": ledger_path(run_dir, name),
-            "cassette": cassette_path(run_dir, name)}
+            "state": run_dir / ".state" / name, "grading": run_dir / ".grading" / name,
+            "ledger": ledger_path(run_dir, name), "cassette": cassette_path(run_dir, name)}
 
 
 def retire_attempt(run_dir: Path, name: str, into: Path) -> bool:
@@ -375,11 +384,16 @@ def sandbox_environment(home: Path, tmp: Path) -> dict[str, str]:
 
 
 def grading_state(workspace: Workspace) -> tuple[Path, Path]:
-    """A fresh HOME and TMPDIR for the graders of an attempt, beside the agent's: one
-    directory, `.state/<id>/grading`, serving as both. Nothing but the graders' own
-    commands writes there, so nothing is gained by two, and a directory costs an inode
-    (a few hundred microseconds of kernel time on a disk whose allocator passes over
-    recently freed inodes). Blocking: call it off the event loop."""
-    grading = workspace.home.parent / "grading"
+    """A fresh HOME and TMPDIR for the graders of an attempt, apart from the agent's: one
+    directory, `.grading/<id>`, serving as both. Nothing but the graders' own commands
+    writes there, so nothing is gained by two, and a directory costs an inode (a few
+    hundred microseconds of kernel time on a disk whose allocator passes over recently
+    freed inodes). Blocking: call it off the event loop."""
+    grading = grading_state_path(workspace)
     grading.mkdir(exist_ok=True)
     return grading, grading
+
+
+def grading_state_path(workspace: Workspace) -> Path:
+    """Where grading_state puts the graders' HOME and TMPDIR (made or not)."""
+    return workspace.grading_path or workspace.home.parent / "grading"

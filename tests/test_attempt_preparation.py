@@ -157,8 +157,13 @@ def test_an_attempt_made_by_the_run_is_the_one_made_synchronously(tmp_path, writ
     assert tree(run_dir / ".seed" / "seeded") == tree(reference.seed_path)
     assert Path(attempt.ledger) == run_dir / ".ledgers" / "seeded.jsonl"
     assert Path(attempt.ledger).read_text().count('"event"') >= 3
-    state = sorted(p.name for p in (run_dir / ".state" / "seeded").iterdir())
-    assert state == ["grading", "home", "tmp"]
+    # Four directories an attempt, each made per task (a directory costs 40 to a few
+    # hundred microseconds of kernel time on some disks): its workspace, its seed copy,
+    # its HOME and TMPDIR in one, and the graders' HOME and TMPDIR in one.
+    made = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*")
+                  if p.is_dir() and p.name == "seeded")
+    assert made == [".grading/seeded", ".seed/seeded", ".state/seeded", "seeded"]
+    assert not [p for p in (run_dir / ".state" / "seeded").rglob("*") if p.is_dir()]
 
 
 def test_a_seed_of_inline_files_is_hashed_from_its_text_as_a_walk_would_hash_it(tmp_path):
@@ -183,7 +188,7 @@ def test_a_seed_of_inline_files_is_hashed_from_its_text_as_a_walk_would_hash_it(
 
 def test_a_run_into_a_directory_removed_since_the_last_run_keeps_its_ledgers(tmp_path,
                                                                              write_suite):
-    """The shared parents (.state, .ledgers, .cassettes, .seed) are made once per run
+    """The shared parents (.state, .grading, .ledgers, .cassettes, .seed) are made once a run
     directory and process; when a later run of the same process finds the directory
     removed and made again, they are made again, the ledgers' and cassettes' too."""
     import shutil

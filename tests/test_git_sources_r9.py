@@ -262,7 +262,7 @@ def test_a_git_file_pointing_elsewhere_is_moved_aside(workspace, tmp_path):
     root, seed = workspace
     # The agent's TMPDIR is outside the workspace but its to write: a repository there
     # with a hostile config, and the workspace's .git made a pointer to it.
-    elsewhere = tmp_path / "run" / ".state" / "task" / "tmp" / "repo"
+    elsewhere = tmp_path / "run" / ".state" / "task" / "repo"
     elsewhere.mkdir(parents=True)
     git(elsewhere, "init", "-q")
     git(elsewhere, "config", "core.fsmonitor", "touch MARKER; false #")
@@ -498,7 +498,7 @@ def test_the_regrade_and_the_attempts_state_are_cleaned_too(tmp_path):
     events = [json.loads(line) for line in Path(task.ledger).read_text().splitlines()]
     cleaned = {path for e in events if e["event"] == "repository_neutralised"
                for path in e["paths"]}
-    assert ".state/plant/tmp/evil/.git/config" in cleaned and "again/.git/config" in cleaned
+    assert ".state/plant/evil/.git/config" in cleaned and "again/.git/config" in cleaned
     result = CliRunner().invoke(cli, ["regrade", run.run_directory, "--out",
                                       str(tmp_path / "regraded")])
     assert result.exit_code in (0, 1), result.output

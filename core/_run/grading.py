@@ -37,7 +37,7 @@ from evalctl._sources.git import SeedOrigin, neutralise_repository_config, seed_
 from evalctl._sources.model import Source
 from evalctl._suite.model import Task
 from evalctl._text import escape_text
-from evalctl._workspace import Workspace, attempt_paths, grading_state
+from evalctl._workspace import Workspace, attempt_paths, grading_state, grading_state_path
 
 T = TypeVar("T")
 
@@ -237,8 +237,9 @@ _NO_REPOSITORY = frozenset({".git", "HEAD"})
 
 async def make_repositories_safe(workspace: Workspace, source: Source | None
                                  ) -> tuple[str, ...]:
-    """Take out of the git directories the agent could write (its workspace, and its
-    HOME and TMPDIR, kept under .state/<attempt> on the host) what git would run for a
+    """Take out of the git directories the agent could write (its workspace, its HOME
+    and TMPDIR, kept as .state/<attempt> on the host, and the graders', .grading/<attempt>,
+    where a check ran the agent's code) what git would run for a
     user who runs it there later: an agent's `core.fsmonitor`, hooks, a staged .git
     path (`neutralise_repository_config`), recorded in the ledger. What could not be made
     safe, for the result to say. Called when the attempt is over, grading included (a
@@ -246,7 +247,8 @@ async def make_repositories_safe(workspace: Workspace, source: Source | None
     against its seed commit too (and given one back, if the agent removed it). A small
     tree with no git directory is told so on the loop, without a trip."""
     origin = seed_origin(source)
-    roots = [root for root in (workspace.root, workspace.home.parent)
+    roots = [root for root in dict.fromkeys((workspace.root, workspace.home, workspace.tmp,
+                                             grading_state_path(workspace)))
              if (origin is not None and root == workspace.root)
              or not small_tree(root, without=_NO_REPOSITORY)]
     if not roots:
@@ -261,7 +263,7 @@ def _neutralise_and_record(workspace: Workspace, roots: list[Path],
     done: dict[str, str] = {}
     for root in roots:
         ours = root == workspace.root
-        label = "" if ours else f".state/{root.name}/"
+        label = "" if ours else f"{root.parent.name}/{root.name}/"
         done.update({label + path: what for path, what in neutralise_repository_config(
             root, workspace.seed_path if ours else None,
             origin=origin if ours else None).items()})
@@ -277,7 +279,8 @@ def make_repositories_safe_now(run_dir: Path, name: str, source: Source | None) 
     was interrupted or killed (the run is stopping, or a resume retires what it left).
     A problem is passed over: nothing else can be done for it then."""
     paths = attempt_paths(run_dir, name)
-    for root, origin in ((paths["workspace"], seed_origin(source)), (paths["state"], None)):
+    for root, origin in ((paths["workspace"], seed_origin(source)), (paths["state"], None),
+                         (paths["grading"], None)):
         if os.path.isdir(root) and not os.path.islink(root):
             with contextlib.suppress(Exception):
                 neutralise_repository_config(root, origin=origin)
