@@ -111,15 +111,68 @@ async def run(context: evalctl.AgentContext) -> evalctl.AgentOutcome:
                                 outcome.tool_calls)
 
 
+# What a shell would do in a command line and argv does not: its words run as they are.
+_OPERATORS = {"||": "a command list", "&&": "a command list", ">>": "a redirection",
+              "|": "a pipe", ";": "a command list", "&": "a background job",
+              "<": "a redirection", ">": "a redirection", "(": "a subshell", ")": "a subshell"}
+
+
+def shell_syntax(argv: str) -> str | None:
+    """The first piece of shell syntax in `argv` outside quotes (a pipe, a redirection,
+    `&&`, `;`, a `$VAR`, `${...}`, `$(...)` or backticks, a leading `~`), in words, or
+    None. argv is split into words and run as they are, so these reached the agent as
+    literal arguments (found by a newcomer: `{prompt} | tee out.log` gave the agent
+    '|', 'tee' and 'out.log', and exited 0). Quoted ('|', '$x') they are the agent's text."""
+    quote = ""
+    start_of_word = True
+    index = 0
+    while index < len(argv):
+        char = argv[index]
+        if quote == "'":
+            quote = "" if char == "'" else quote
+        elif char == "\\":
+            index += 1  # the next character is escaped
+        elif char == "$" and index + 1 < len(argv) and (
+                argv[index + 1] in "{(" or argv[index + 1].isalpha() or argv[index + 1] == "_"):
+            end = index + 2
+            while end < len(argv) and (argv[end].isalnum() or argv[end] == "_"):
+                end += 1
+            shown = {"{": "${...}", "(": "$(...)"}.get(argv[index + 1], argv[index:end])
+            return f"a variable or substitution '{shown}'"
+        elif char == "`":
+            return "a command substitution '`...`'"
+        elif quote == '"':
+            quote = "" if char == '"' else quote
+        elif char in "'\"":
+            quote = char
+        elif char in _OPERATORS:
+            token = argv[index:index + 2] if argv[index:index + 2] in _OPERATORS else char
+            return f"{_OPERATORS[token]} '{token}'"
+        elif char == "~" and start_of_word:
+            return "a home directory (~), which only a shell expands"
+        start_of_word = char.isspace()
+        index += 1
+    return None
+
+
 def preflight(options: Mapping[str, Any]) -> str | None:
-    """Why the agent's program cannot be found on this machine, or None: looked up as the
-    sandbox's PATH is made (the agent's `path` option, evalctl's interpreter's directory,
-    then yours). A program found here may still be out of bwrap's reach (then each
-    attempt says so, agent_not_started); one found nowhere fails every attempt."""
+    """Why the agent cannot run as given, or None: shell syntax in its argv (which no
+    shell reads), or a program not found on this machine, looked up as the sandbox's PATH
+    is made (the agent's `path` option, evalctl's interpreter's directory, then yours).
+    A program found here may still be out of bwrap's reach (then each attempt says so,
+    agent_not_started); one found nowhere fails every attempt."""
     import shutil
 
+    argv = str(options.get("argv", ""))
+    syntax = shell_syntax(argv)
+    if syntax:
+        return (f"its argv {argv!r} holds {syntax}: argv is not run by a shell but split "
+                "into words, each given to the program as it is. Put the command line in a "
+                "script and run that (argv='bash /path/to/run-agent.sh {prompt}', the script "
+                "doing `python agent.py \"$1\" | tee out.log`), and write paths out in full "
+                "({prompt} and {prompt_file} are replaced, nothing else is)")
     try:
-        words = shlex.split(str(options.get("argv", "")))
+        words = shlex.split(argv)
     except ValueError:
         return None  # said when the command is made, with the argv
     if not words:
