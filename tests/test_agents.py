@@ -133,7 +133,7 @@ def test_bad_agent_options_are_refused_before_any_task(registry):
         choose_agent(registry, flag="command", flag_options={})
     with pytest.raises(evalctl.UsageError, match=r"known options: argv, env, path"):
         choose_agent(registry, flag="command", flag_options={"argv": "x", "arg": "y"})
-    with pytest.raises(evalctl.UsageError, match="wants boolean"):
+    with pytest.raises(evalctl.UsageError, match="wants true or false for model_proxy"):
         choose_agent(registry, flag="command", flag_options={"argv": "x",
                                                              "model_proxy": "maybe"})
     with pytest.raises(evalctl.UsageError, match="unknown agent 'claude_code'"):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalctl._errors import UsageError
+from evalctl._plugin.options import TYPE_WORDS, option_problem
 from evalctl._plugin.registry import Registry
 from evalctl._plugin.specs import AgentSpec
 from evalctl._schema_check import SchemaCheck
@@ -91,7 +92,7 @@ def choose_agent(registry: Registry, *, flag: str | None, flag_options: Mapping[
         chain.append(base)
         spec = lookup(base)
         version = version or spec.version
-    if chosen_by == "config":
+    if name == config_name:  # the config's options go with its agent, however chosen
         merged.update(config_options or {})
     merged.update(coerce_agent_options(spec, flag_options))
     given_version = merged.pop(VERSION_OPTION, None)
@@ -125,8 +126,8 @@ def coerce_agent_options(spec: AgentSpec, pairs: Mapping[str, Any]) -> dict[str,
             else:
                 out[key] = text
         except ValueError:
-            raise UsageError(f"--agent-option {key}={text}: agent '{spec.name}' wants {kind} "
-                             f"for {key}") from None
+            raise UsageError(f"--agent-option {key}={text}: agent '{spec.name}' wants "
+                             f"{TYPE_WORDS.get(kind, kind)} for {key}") from None
     return out
 
 
@@ -156,8 +157,14 @@ def validate_agent_options(spec: AgentSpec, name: str, options: Mapping[str, Any
             + " ".join(f"{key}=..." for key in missing)
             + ", under [agent_options] in evalctl.toml, or in a preset of your own "
             "([agents.NAME], docs/agents.md)")
+    # One line per option, in plain words with the values it takes (found by a newcomer:
+    # "'stdot' does not match '^(model|stdout|json:.+)(?![\\s\\S])'").
+    said = [problem for key, value in options.items() if key in properties
+            for problem in [option_problem(key, value, properties[key])] if problem]
+    if said:
+        raise UsageError("\n".join(f"agent '{name}'{via} option {problem}" for problem in said))
     problems = SchemaCheck(schema).errors(dict(options))
-    if problems:
+    if problems:  # a rule of the whole schema, not of one option
         raise UsageError(f"agent '{name}'{via} options: "
                          + "; ".join(f"'{p.path[0]}': {p.message}" if p.path else p.message
                                      for p in problems)

@@ -12,14 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._errors import Problem, SuiteError
-from evalctl._plugin.options import TYPE_WORDS
+from evalctl._plugin.options import option_problem
 from evalctl._text import did_you_mean
 
 KEYS = {"reporters": list, "provider": str, "model": str, "concurrency": int, "out": str,
         "provider_options": dict, "sandbox": str, "sandbox_options": dict, "agent": str,
         "agent_options": dict, "agents": dict, "executor": str, "executor_options": dict}
 _TYPE_WORDS = {list: "a list", str: "text", int: "a whole number", dict: "a table"}
-_SCHEMA_TYPE_WORDS = {**TYPE_WORDS, "object": "a table"}  # a mapping is a table in TOML
 # Where tomllib puts the position of a syntax error in its message.
 _TOML_POSITION = re.compile(r"at line (\d+), column \d+")
 
@@ -94,6 +93,7 @@ def plugin_problems(config: Config, registry: Any, unused: Iterable[str] = ()
                                                f"{registry.explain_missing('reporter', name)}"))
     problems += _preset_problems(config, registry, used=config.get("agent")
                                  if "agent" not in skip else None)
+    problems += _agent_option_problems(config, registry)
     for key, kind in _OPTIONS.items():
         name, options = config.get(kind), config.get(key)
         if kind in skip or not isinstance(options, dict):
@@ -131,17 +131,7 @@ def plugin_problems(config: Config, registry: Any, unused: Iterable[str] = ()
 
 def _type_problem(key: str, value: Any, schema: Mapping[str, Any]) -> str | None:
     """What is wrong with an option's value, in words, or None."""
-    from evalctl._schema_check import SchemaCheck
-
-    for error in SchemaCheck({"type": "object", "properties": {key: schema}}
-                             ).errors({key: value}):
-        wanted = schema.get("type")
-        if error.validator == "type" and wanted in _SCHEMA_TYPE_WORDS:
-            return f"{key}: must be {_SCHEMA_TYPE_WORDS[wanted]}, got {value!r}" + (
-                f" (a list in TOML: {key} = [{value!r}])" if wanted == "array"
-                and isinstance(value, str) else "")
-        return f"{key}: {error.message}"
-    return None
+    return option_problem(key, value, schema, toml=True)
 
 
 _PRESET_KEYS = ("base", "version")  # a preset's own keys; the rest are its agent's options
@@ -173,13 +163,7 @@ def _preset_problems(config: Config, registry: Any, used: Any) -> list[Problem]:
                                                "needs base = \"AGENT\": the agent it presets"))
                 break
             if base in agents:
-                root = agents[base]
-                # An installed preset (claude-code is one of command's): its options are
-                # its base agent's (found by a newcomer: "its options: none").
-                for _ in range(len(agents)):
-                    if root.run is not None or root.base not in agents:
-                        break
-                    root = agents[root.base]
+                root = _installed_root(agents, base)
             elif base in chain:
                 problems.append(config.problem(("agents", name, "base"), "agent presets form "
                                                f"a loop: {' -> '.join([*chain, base])}"))
@@ -217,6 +201,72 @@ def _preset_problems(config: Config, registry: Any, used: Any) -> list[Problem]:
                 problems.append(config.problem(("agents", name, key),
                                                f"[agents.{name}] {said}"))
     return list(dict.fromkeys(problems))
+
+
+def _installed_root(agents: Mapping[str, Any], name: str) -> Any:
+    """The installed agent that runs for installed agent `name`: an installed preset's
+    (claude-code is one of command's) options are its base agent's (found by a newcomer:
+    "its options: none")."""
+    root = agents[name]
+    for _ in range(len(agents)):
+        if root.run is not None or root.base not in agents:
+            break
+        root = agents[root.base]
+    return root
+
+
+def _agent_of(config: Config, registry: Any, name: str) -> Any:
+    """The installed agent that runs for `name` (an agent, or a preset in the config),
+    or None when that is not known (a missing base, a loop: said on their own)."""
+    presets = config.get("agents")
+    presets = presets if isinstance(presets, dict) else {}
+    agents = registry.specs["agent"]
+    seen = set()
+    while name not in agents:
+        preset = presets.get(name)
+        if name in seen or not isinstance(preset, dict) or not isinstance(preset.get("base"), str):
+            return None
+        seen.add(name)
+        name = preset["base"]
+    return _installed_root(agents, name)
+
+
+def _agent_option_problems(config: Config, registry: Any) -> list[Problem]:
+    """`[agent_options]`'s mistakes, each at its line, as a preset's are (found by a
+    newcomer: one line of JSON Schema's words, without a line): an option the config's
+    agent does not take (with a did-you-mean), or a value of the wrong type or form.
+    They go with the config's `agent`; with none named they are not used (said by a
+    warning, as is a run whose --agent is another)."""
+    options, name = config.get("agent_options"), config.get("agent")
+    if not isinstance(options, dict) or not options:
+        return []
+    if not isinstance(name, str):
+        config.warnings.append(
+            f"{config.where('agent_options')}: [agent_options] go with the config's `agent`, "
+            "and it names none: they are not used. Name the agent (agent = \"NAME\") or "
+            "give them in a preset ([agents.NAME], docs/agents.md)")
+        return []
+    spec = _agent_of(config, registry, name)
+    if spec is None:
+        return []  # the agent's name or its preset's base is the problem, said on its own
+    properties = dict(spec.options_schema.get("properties", {}))
+    known = [*properties, *_PRESET_KEYS[1:]]
+    problems = []
+    for option, value in options.items():
+        if option == "version":
+            continue  # any agent takes it, for the report
+        via = f" (a preset of '{spec.name}')" if name != spec.name else ""
+        if option not in properties:
+            problems.append(config.problem(
+                ("agent_options", option), f"[agent_options]: agent '{name}'{via} has no "
+                f"option '{option}'{did_you_mean(option, known)}; its options: "
+                f"{', '.join(known)}"))
+            continue
+        said = _type_problem(option, value, properties[option])
+        if said:
+            problems.append(config.problem(("agent_options", option),
+                                           f"[agent_options] {said}"))
+    return problems
 
 
 def _reaches(presets: dict[str, Any], start: str, wanted: str) -> bool:
