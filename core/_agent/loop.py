@@ -82,7 +82,8 @@ async def _converse(task: Task, calls: ModelCalls, toolbox: Toolbox, ledger: Led
                     progress: _Progress) -> tuple[str, str | None]:
     for turn_index in range(task.limits.turns):
         request = ModelRequest(system_prompt, list(messages), list(TOOL_DEFINITIONS),
-                               task=task.as_request_data(), turn_index=turn_index)
+                               task=task.as_request_data(), turn_index=turn_index,
+                               locate=task.locate)
         try:
             turn: ModelTurn = await calls.complete(request)
         except ProviderError as exc:

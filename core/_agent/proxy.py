@@ -27,7 +27,7 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -584,8 +584,10 @@ class ModelProxy:
 
     def __init__(self, provider: Any, ledger: Ledger, limits: AgentLimits,
                  task: Mapping[str, Any], socket_path: Path, *,
-                 calls: ModelCalls | None = None):
+                 calls: ModelCalls | None = None,
+                 locate: Callable[[Sequence[str | int]], str] | None = None):
         self.provider = provider
+        self.locate = locate  # where a node of `task` is written in the suite
         # The attempt's model calls (throttle, budget, in-memory totals); its own if None.
         self.model_calls = calls or ModelCalls(provider, ledger)
         self.ledger = ledger
@@ -776,6 +778,7 @@ class ModelProxy:
         if refusal is not None:
             return _error(403, "permission_error", f"evalctl model proxy: {refusal}")
         request = to_model_request(body, self.task)
+        request.locate = self.locate
         self.calls += 1
         number = self.calls
         try:

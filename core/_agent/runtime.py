@@ -206,7 +206,7 @@ async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, le
         # followed (a write of evalctl's anywhere on the host).
         write_new_file(workspace.tmp, FORWARDER_NAME, forwarder_source().encode("utf-8"))
         proxy = ModelProxy(provider, ledger, limits, task.as_request_data(),
-                           workspace.tmp / SOCKET_NAME, calls=calls)
+                           workspace.tmp / SOCKET_NAME, calls=calls, locate=task.locate)
         await proxy.start()
         full_env["ANTHROPIC_API_KEY"] = proxy.token
         full_env.pop("ANTHROPIC_AUTH_TOKEN", None)

@@ -6,7 +6,7 @@ All of it is plain dataclasses so plugins need nothing but `import evalctl`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -171,6 +171,10 @@ class ModelRequest:
     # system prompt).
     api_request: Mapping[str, Any] | None = None
     attempt: int = 1
+    # Where a node of `task` is written in the suite, "FILE:LINE" ("" when unknown), by
+    # its path in `task` (("agent_script", 0, "tool_calls", 0, "tool")): for a provider
+    # that finds a mistake in the task's data only at run time, to say where it is.
+    locate: Callable[[Sequence[str | int]], str] | None = None
 
 
 @runtime_checkable

@@ -61,7 +61,8 @@ def load_suite(path: str | Path, registry: Registry | None = None,
                 source_lines = cached["source_lines"]
                 suite = _build(path, cached["data"], cached["task_lines"], source_lines, sha,
                                warnings, registry, sandbox_line=int(cached["sandbox_line"]),
-                               check_lines=cached["check_lines"])
+                               check_lines=cached["check_lines"],
+                               extra_lines=cached["extra_lines"])
             except (KeyError, TypeError, ValueError, AttributeError):
                 suite = None  # an entry of the wrong shape is a miss: validate the file again
             if suite is not None:
@@ -82,6 +83,7 @@ def load_suite(path: str | Path, registry: Registry | None = None,
                     for j in range(len(task.get("checks") or []))]
                    for i, task in enumerate(tasks_of(located.data))]
     source_lines = _source_lines(located)
+    extra_lines = _extra_lines(located, plugin_task_keys(registry.providers))
     sandbox_line = located.line_of(("defaults", "sandbox")) \
         if isinstance(located.data, dict) and "sandbox" in located.data.get("defaults", {}) else 0
     if use_cache:
@@ -91,11 +93,13 @@ def load_suite(path: str | Path, registry: Registry | None = None,
             "source_lines": source_lines,
             "sandbox_line": sandbox_line,
             "check_lines": check_lines,
+            "extra_lines": extra_lines,
             "warnings": [{"line": p.line, "message": p.message, "severity": p.severity}
                          for p in problems],
         })
     suite = _build(path, located.data, task_lines, source_lines, sha, problems, registry,
-                   sandbox_line=sandbox_line, check_lines=check_lines)
+                   sandbox_line=sandbox_line, check_lines=check_lines,
+                   extra_lines=extra_lines)
     _check_sources(suite, source_lines, label)
     return suite
 
@@ -143,6 +147,23 @@ def _read_suite(path: Path, label: str) -> bytes:
             return stream.read()
         except OSError as exc:
             raise refused(f"{exc.strerror or exc}{link}") from None
+
+
+def _extra_lines(located: Located, keys: Iterable[str]) -> list[dict[str, int]]:
+    """Per task, the line of each node under its plugin task keys (a provider's
+    `agent_script:`), by its path from the task joined with "/": one pass over the
+    lines, for a provider to say where a mistake it finds at run time is written."""
+    wanted = set(keys)
+    where = tasks_path(located.data)
+    found: list[dict[str, int]] = [{} for _ in tasks_of(located.data)]
+    if not wanted:
+        return found
+    depth = len(where)
+    for node, line in located.lines.items():
+        if len(node) > depth + 1 and node[:depth] == where and node[depth + 1] in wanted \
+                and isinstance(node[depth], int) and node[depth] < len(found):
+            found[node[depth]]["/".join(map(str, node[depth + 1:]))] = line
+    return found
 
 
 def _source_lines(located: Located) -> list[int]:
@@ -241,15 +262,18 @@ def validate_suite(path: str | Path, registry: Registry | None = None) -> list[P
 
 def _build(path: Path, data: Any, task_lines: list[int], source_lines: list[int], sha: str,
            warnings: list[Problem], registry: Registry, sandbox_line: int = 0,
-           check_lines: list[list[int]] | None = None) -> Suite:
+           check_lines: list[list[int]] | None = None,
+           extra_lines: list[dict[str, int]] | None = None) -> Suite:
     defaults = {} if isinstance(data, list) else data.get("defaults", {})
     extra_keys = plugin_task_keys(registry.providers)
     base = path.parent
     tasks = []
     unusable: list[tuple[str, int]] = []
     all_check_lines = check_lines or [[] for _ in task_lines]
-    for raw_task, line, source_line, lines_of_checks in zip(
-            tasks_of(data), task_lines, source_lines, all_check_lines, strict=True):
+    all_extra_lines = extra_lines or [{} for _ in task_lines]
+    for raw_task, line, source_line, lines_of_checks, lines_of_extra in zip(
+            tasks_of(data), task_lines, source_lines, all_check_lines, all_extra_lines,
+            strict=True):
         source = _resolved_source(raw_task.get("source", defaults.get("source")), base)
         if isinstance(source, str):
             unusable.append((source, source_line))
@@ -280,6 +304,8 @@ def _build(path: Path, data: Any, task_lines: list[int], source_lines: list[int]
             extra={key: raw_task[key] for key in extra_keys if key in raw_task},
             line=line,
             check_lines=tuple(int(n) for n in lines_of_checks),
+            file=str(path),
+            extra_lines={str(k): int(n) for k, n in lines_of_extra.items()},
         ))
     if unusable:
         raise SuiteError([*_source_problems(((why, line) for why, line in unusable),

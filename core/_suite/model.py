@@ -6,7 +6,7 @@ the runner read it without depending on each other.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,24 @@ class Task:
     extra: Mapping[str, Any] = field(default_factory=dict)
     line: int = 1
     check_lines: tuple[int, ...] = ()  # the line of each check, in order (when known)
+    # Where the suite is, and the line of each node under the `extra` keys, by its path
+    # from the task joined with "/" ("agent_script/0/tool_calls/0/tool"): so a provider
+    # can say where a mistake it finds only at run time is written.
+    file: str = ""
+    extra_lines: Mapping[str, int] = field(default_factory=dict)
+
+    def locate(self, path: Sequence[str | int]) -> str:
+        """"FILE:LINE" of the node at `path` in the task's data (or of its nearest
+        ancestor that has a line), "" when the task has no file."""
+        if not self.file:
+            return ""
+        steps = [str(step) for step in path]
+        while steps:
+            line = self.extra_lines.get("/".join(steps))
+            if line:
+                return f"{self.file}:{line}"
+            steps.pop()
+        return f"{self.file}:{self.line}"
 
     def small_seed(self) -> bool:
         """Whether the attempt's workspace starts small: inline files only, within the

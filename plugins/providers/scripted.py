@@ -8,8 +8,9 @@ success and does nothing: only the graders can tell.
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import evalctl
@@ -146,6 +147,18 @@ def input_problem(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> st
     return None
 
 
+def _located(request: evalctl.ModelRequest, path: tuple[str | int, ...]) -> str:
+    """"FILE:LINE: " where `path` of the task is written, or "" when that is unknown."""
+    where = request.locate(path) if request.locate is not None else ""
+    return f"{where}: " if where else ""
+
+
+def _near(name: str, names: Iterable[str]) -> str:
+    """" (did you mean 'x'?)" for the name closest in spelling to `name`, or ""."""
+    close = difflib.get_close_matches(name, list(names), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
 def count_tokens(text: str) -> int:
     return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
@@ -195,19 +208,26 @@ class ScriptedProvider:
         known = {t.name: t for t in request.tools}
         calls = []
         for index, call in enumerate(turn.get("tool_calls", []), start=1):
+            # A CLI agent's tools are known only once it asks: a mistake is said at its
+            # line in the suite, as `evalctl validate` says a `script:` one (found by a
+            # newcomer: 'write_txt' for the agent's 'write_text', with neither).
+            at = (key, request.turn_index, "tool_calls", index - 1)
             where = f"the {key} of task '{task_id}' calls {call['tool']!r} in turn " \
                 f"{request.turn_index + 1}"
             if call["tool"] not in known:
                 raise evalctl.ProviderError(
-                    f"{where}: the agent has no such tool; its tools: "
-                    f"{', '.join(sorted(known))}", status=SCRIPT_ERROR)
+                    f"{_located(request, (*at, 'tool'))}{where}: the agent has no such tool"
+                    f"{_near(call['tool'], known)}; its tools: "
+                    f"{', '.join(sorted(known)) or 'none'}", status=SCRIPT_ERROR)
             if request.api_request is not None:
                 # `script:` inputs were checked against the built-in tools' schemas when
                 # the suite was validated; a CLI agent's tools are known only now.
                 problem = input_problem(known[call["tool"]].input_schema,
                                         call.get("input", {}))
                 if problem:
-                    raise evalctl.ProviderError(f"{where}: {problem}", status=SCRIPT_ERROR)
+                    raise evalctl.ProviderError(
+                        f"{_located(request, (*at, 'input'))}{where}: {problem}",
+                        status=SCRIPT_ERROR)
             calls.append(evalctl.ToolCall(f"call_{request.turn_index + 1}_{index}",
                                           call["tool"], dict(call.get("input", {}))))
         text = turn.get("text", "")
