@@ -83,7 +83,7 @@ USAGE: dict[str, Any] = {"type": ["object", "null"], "properties": {
 CHECK_SCHEMA: dict[str, Any] = {"type": "object", "required": ["type"], "properties": {
     "type": TEXT, "kind": TEXT, "passed": FLAG, "detail": TEXT, "error": FLAG,
     "usage": USAGE, "cost": COST, "rate": MAYBE_TEXT, "suspected_gaming": FLAG,
-    "rated": FLAG}}
+    "rated": FLAG, "talk_only": FLAG}}
 TASK_RESULT_SCHEMA: dict[str, Any] = {"type": "object", "required": ["id", "status"],
                                       "properties": {
     "id": TEXT, "attempt": {"type": "integer", "minimum": 1},
@@ -157,6 +157,9 @@ class CheckOutcome:
     # False for a pass with nothing to rate (CheckResult.rated): left out of its named
     # rate, so a vacuous pass cannot make it 100%. A failure is always rated.
     rated: bool = True
+    # Its grader could be satisfied by an agent that only talks (grounding, outcome):
+    # another matter than `kind`, which says how it grades (mechanical, or a judge).
+    talk_only: bool = False
 
     def __post_init__(self) -> None:
         if not self.passed or self.error:
@@ -171,6 +174,8 @@ class CheckOutcome:
             data["rate"] = self.rate
         if not self.rated:
             data["rated"] = False
+        if self.talk_only:
+            data["talk_only"] = True
         if self.usage is not None:
             data["usage"] = self.usage.to_dict()
             data["cost"] = self.cost
@@ -187,7 +192,8 @@ class CheckOutcome:
                    TokenUsage.from_dict(usage) if usage is not None else None,
                    data.get("cost"), data.get("rate"),
                    bool(data.get("suspected_gaming", False)),
-                   data.get("rated", True) is not False)
+                   data.get("rated", True) is not False,
+                   data.get("talk_only") is True)
 
 
 @dataclass

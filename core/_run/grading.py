@@ -68,21 +68,22 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
                             "evalctl.CheckResult")
     except GraderUnavailable as exc:  # not the agent's doing: an error that says the fix
         return CheckOutcome(spec.name, spec.kind, False,
-                            escape_text(f"cannot run here: {exc}"), error=True, rate=spec.rate)
+                            escape_text(f"cannot run here: {exc}"), error=True, rate=spec.rate,
+                            talk_only=spec.talk_only)
     except UsageError as exc:  # configuration, not a bug: say so, without alarm
         return CheckOutcome(spec.name, spec.kind, False,
                             escape_text(f"the {spec.name} check cannot run: {exc}"),
-                            error=True, rate=spec.rate)
+                            error=True, rate=spec.rate, talk_only=spec.talk_only)
     except Exception as exc:
         return CheckOutcome(spec.name, spec.kind, False,
                             escape_text(f"grader crashed: {type(exc).__name__}: {exc}"),
-                            error=True, rate=spec.rate)
+                            error=True, rate=spec.rate, talk_only=spec.talk_only)
     # Whatever text a grader returns (a file name that is not UTF-8, a control
     # character from a test's output) is kept, escaped, so every reporter can show it.
     return CheckOutcome(spec.name, spec.kind, bool(answer.passed), escape_text(str(answer.detail)),
                         usage=answer.usage, cost=answer.cost, rate=spec.rate,
                         suspected_gaming=bool(answer.suspected_gaming),
-                        rated=answer.rated is not False)
+                        rated=answer.rated is not False, talk_only=spec.talk_only)
 
 
 async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
