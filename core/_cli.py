@@ -624,9 +624,20 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         recorded = contents.header.get("suite", {})
         suite_path = resolve_suite(suite) if suite else \
             Path(recorded.get("absolute_path") or recorded.get("path", ""))
+        if not suite and not suite_path.is_file() and not suite_path.is_symlink():
+            # Found by a newcomer: a suite moved since read only "No such file or
+            # directory", and said nothing of how to give it at its new place.
+            from evalctl._errors import Problem, SuiteError
+
+            raise SuiteError([Problem(str(suite_path), 0, (
+                "cannot read suite: No such file or directory" if not suite_path.exists()
+                else "cannot read suite: it is not a file") + ": the run's suite is no longer "
+                f"there. If it moved, give its new path: evalctl run NEW_PATH --resume "
+                f"{resume_dir} (the suite must be unchanged)")])
     elif suite is None:
         raise UsageError("give a SUITE to run, or --resume RUN_DIR to continue a run")
     else:
+        _note_unused_agent_options(config, agent)
         suite_path = resolve_suite(suite)
         configured = config.get("provider", "scripted")
         chosen = "scripted" if scripted else provider or configured
@@ -670,7 +681,8 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         offline = "" if not registry.get("provider", options.provider).live else \
             "; to run offline without a model, use --scripted"
         raise UsageError(f"{exc}{offline}") from None
-    _warn_tasks_without_turns(registry, options.provider, prepared.tasks)
+    _warn_tasks_without_turns(registry, options.provider, prepared.tasks,
+                              prepared.agent)
     if not prepared.sandbox.spec.isolated:
         click.echo(f"warning: sandbox '{prepared.sandbox.spec.name}' does not isolate the agent: "
                    f"{prepared.sandbox.spec.isolation}", err=True)
@@ -733,24 +745,51 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     ctx.exit(EXIT_OK if result.all_passed and not failures else EXIT_FAILED)
 
 
-def _warn_tasks_without_turns(registry: Any, provider: str, tasks: list[Any]) -> None:
+def _note_unused_agent_options(config: Any, agent: str | None) -> None:
+    """The config's `[agent_options]` go with its `agent`: a run whose --agent is
+    another runs without them, and says so (found by a newcomer: dropped in silence)."""
+    configured = config.get("agent")
+    if not agent or not configured or agent == configured or not config.get("agent_options"):
+        return
+    click.echo(f"note: {config.where('agent_options')}: [agent_options] are for the config's "
+               f"agent '{configured}'; this run's --agent {agent} runs without them",
+               err=True)
+
+
+def _warn_tasks_without_turns(registry: Any, provider: str, tasks: list[Any],
+                              agent: Any = None) -> None:
     """A provider whose turns come from the suite (live = False: scripted) fails every
-    task that has none of its task keys: `evalctl run live` without --provider ran the
-    default and reported 0/3 with no word why. Said before the run; not refused, since a
-    suite may mean some tasks for a real model and run the others offline."""
+    task of the built-in loop that has none of its task keys: `evalctl run live` without
+    --provider ran the default and reported 0/3 with no word why. Said before the run;
+    not refused, since a suite may mean some tasks for a real model and run the others
+    offline. A CLI agent (`agent`, not the built-in loop) may do its work without the
+    model: for it this is a note of what its model calls get, not "cannot pass" (found by
+    a newcomer: said of a task that then passed), and nothing without the model proxy."""
+    from evalctl._run.agents import DEFAULT_AGENT
+
     spec = registry.get("provider", provider)
     keys = set(spec.task_schema)
     if spec.live or not keys:
+        return
+    cli_agent = agent is not None and agent.spec.name != DEFAULT_AGENT
+    if cli_agent and agent.options.get("model_proxy", True) is False:
         return
     missing = [task.id for task in tasks if not keys & set(task.extra)]
     if not missing:
         return
     shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5
                                       else "")
-    click.echo(f"warning: {len(missing)} of {len(tasks)} task(s) have nothing for the "
-               f"{provider} provider to serve (no {' or '.join(sorted(keys))}), so they "
-               f"cannot pass: {shown}. To run them against a model, use --provider NAME "
-               "(evalctl list-plugins names the providers)", err=True)
+    nothing = f"{len(missing)} of {len(tasks)} task(s) have nothing for the {provider} " \
+        f"provider to serve (no {' or '.join(sorted(keys))})"
+    if cli_agent:
+        click.echo(f"note: {nothing}: a model call of agent '{agent.name}' gets a canned "
+                   "reply, so they pass only on what the agent does without a model: "
+                   f"{shown}. To serve it a model, use --provider NAME, or write its turns "
+                   "under agent_script: (docs/agents.md)", err=True)
+        return
+    click.echo(f"warning: {nothing}, so they cannot pass: {shown}. To run them against a "
+               "model, use --provider NAME (evalctl list-plugins names the providers)",
+               err=True)
 
 
 def _rerender_earlier_reports(result: Any, registry: Any, written_now: tuple[str, ...],
