@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -339,4 +340,57 @@ def test_bidi_controls_in_a_transcript_or_diff_are_shown_escaped(page, tmp_path)
     assert "thinking \\u202eevil" in text  # the model's text
     assert "x\\u2066z\\u2069 done \\U000e0041" in text  # the diff, and the tool's input
     assert not any(raw in text for raw in "\u202e\u2066\u2069\U000e0041")
+    assert page.problems == []
+
+
+GIT_SOURCE_SUITE = """\
+- id: git-task
+  prompt: sub() in calc.py adds instead of subtracting. Fix it.
+  source:
+    git: proj
+    rev: {rev}
+  verify_files:
+    tests/test_sub.py: |
+      from calc import sub
+
+      def test_sub():
+          assert sub(3, 2) == 1
+  checks:
+    - type: tests_pass
+      tests:
+        - tests/test_sub.py
+  script:
+    - tool_calls:
+        - tool: edit_file
+          input:
+            path: calc.py
+            old_text: a + b
+            new_text: a - b
+    - text: Fixed sub.
+"""
+
+
+def test_a_git_source_tasks_page_lists_its_verify_file_and_no_git_internals(page, tmp_path):
+    """The workspace of a `source: git:` task holds a .git the seed copy has not: the
+    page listed every object, ref and index file under "Written after the agent
+    finished", compressed objects as text diffs, and the verify file last (found by a
+    newcomer on the realrepo suite). It lists the agent's change and the verify file."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "calc.py").write_text("def sub(a, b):\n    return a + b\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(project)]
+    for step in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "init"]):
+        subprocess.run([*git, *step], check=True, capture_output=True)
+    rev = subprocess.run([*git, "rev-parse", "HEAD"], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    (tmp_path / "git.yaml").write_text(GIT_SOURCE_SUITE.format(rev=rev), encoding="utf-8")
+    done = run_evalctl(tmp_path, "run", "git.yaml", "--reporter", "html", "--sandbox", "local")
+    assert done.returncode == 0, done.stdout + done.stderr
+    page.open(next((tmp_path / "eval_reports").glob("report-*.html")), "#task=git-task")
+    page.tab.wait_for_selector("#task h2")
+    changes = page.tab.locator("#task .changes")
+    assert changes.locator("details.file summary").all_inner_texts() == [
+        "modified calc.py", "created tests/test_sub.py"]
+    assert changes.locator("h4.changes-after").count() == 1
+    assert ".git/" not in changes.inner_text()
     assert page.problems == []

@@ -240,6 +240,42 @@ def test_changes_are_unified_diffs_against_the_seed(tmp_path):
     assert by_path["new.txt"]["diff"].endswith("+hi")
 
 
+def test_a_repositorys_git_directory_is_never_listed_as_written_after_the_agent(tmp_path):
+    """A git source's workspace holds a .git its seed copy has not (the seed is made
+    without one): its objects, refs and index were listed as created after the agent,
+    compressed objects shown as text diffs of garbage, and the task's one verify file
+    buried among them (found by a newcomer on the realrepo suite). Only the agent's
+    change and the verify file are listed."""
+    compressed = bytes(range(128, 256)) * 4  # no NUL byte, and not UTF-8
+    workspace = attempt(tmp_path, {"calc.py": b"def sub(a, b):\n    return a + b\n"}, {
+        "calc.py": b"def sub(a, b):\n    return a - b\n",
+        "tests/test_sub.py": b"from calc import sub\n",
+        ".git/HEAD": b"c86481b6f07f053d8903e232d23673d1a902eede\n",
+        ".git/config": b"[core]\n\tbare = false\n", ".git/index": b"DIRC\0\0\0\2",
+        ".git/shallow": b"c86481b6f07f053d8903e232d23673d1a902eede\n",
+        ".git/refs/evalctl/seed": b"c86481b6f07f053d8903e232d23673d1a902eede\n",
+        ".git/objects/c8/6481b6f07f053d8903e232d23673d1a902ee": compressed,
+        "vendored/lib/.git/HEAD": b"ref: refs/heads/main\n"})
+    found = workspace_changes(workspace, {"calc.py": "modified"})
+    assert [(f["path"], f["change"], f.get("after", False)) for f in found.files] == [
+        ("calc.py", "modified", False), ("tests/test_sub.py", "created", True)]
+    assert found.problem is None and found.unattributed is None
+    # What evalctl's own change tracking ignores, the page ignores too.
+    from evalctl._files import IGNORED_DIRS
+    assert IGNORED_DIRS <= changes_module.IGNORED_DIRS
+
+
+def test_a_file_that_is_not_utf8_is_described_never_shown_as_text(tmp_path):
+    """Bytes with no NUL that are not UTF-8 (compressed data) passed `looks_binary` and
+    were rendered as a diff of U+FFFD."""
+    workspace = attempt(tmp_path, {}, {"data.z": bytes(range(128, 256)) * 4,
+                                       "latin.txt": "café\n".encode("latin-1")})
+    by_path = {f["path"]: f for f in workspace_changes(workspace).files}
+    for name in ("data.z", "latin.txt"):
+        assert "diff" not in by_path[name]
+        assert by_path[name]["note"].startswith("binary, not UTF-8, or larger than")
+
+
 def test_binary_big_special_and_linked_files_are_described_not_read(tmp_path, monkeypatch):
     monkeypatch.setattr(changes_module, "MAX_DIFF_BYTES", 1_000)
     workspace = attempt(tmp_path, {"big.txt": b"a\n" * 600},
@@ -250,7 +286,7 @@ def test_binary_big_special_and_linked_files_are_described_not_read(tmp_path, mo
     found = workspace_changes(workspace)
     by_path = {f["path"]: f for f in found.files}
     assert "1,200 bytes before, 1,200 bytes now" in by_path["big.txt"]["note"]
-    assert by_path["blob.bin"]["note"].startswith("binary or larger than 1,000 bytes")
+    assert by_path["blob.bin"]["note"].startswith("binary, not UTF-8, or larger than 1,000 bytes")
     assert "special file" in by_path["pipe"]["note"]
     assert by_path["secret"]["note"] == "nothing before, a link to /etc/passwd now"
     assert by_path["bad-\ufffd-name.txt"]["change"] == "created"

@@ -26,8 +26,12 @@ from typing import Any
 
 import evalctl
 
-# The caches tools write as a side effect, which evalctl's own change tracking ignores.
-IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
+# What evalctl's own change tracking ignores (evalctl._files.IGNORED_DIRS): the caches
+# tools write as a side effect, and a repository's metadata. A git source's workspace
+# holds a .git the seed copy has not (it is seeded without one), so every object, ref
+# and index file in it read as created after the agent, compressed objects shown as
+# text diffs of garbage (found by a newcomer on the built-in realrepo suite).
+IGNORED_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git"})
 MAX_ENTRIES = 20_000  # entries walked per tree
 MAX_FILES_SHOWN = 200  # changed files listed per attempt
 MAX_DIFF_BYTES = 256_000  # files larger than this are compared, not shown
@@ -111,7 +115,9 @@ def _walk(root: Path) -> tuple[dict[str, _Entry], bool]:
 
 
 def _read_text(path: Path, size: int) -> str | None:
-    """A file's text for a diff, or None when it is binary or too large to show."""
+    """A file's text for a diff, or None when it is binary, not UTF-8 or too large to
+    show: bytes that are not UTF-8 are never shown as text (compressed data holds no
+    NUL byte often enough to pass `looks_binary`, and read as a diff of U+FFFD)."""
     if size > MAX_DIFF_BYTES:
         return None
     try:  # at most the limit, whatever the file holds by now: never the whole of it
@@ -123,7 +129,10 @@ def _read_text(path: Path, size: int) -> str | None:
         return None
     if evalctl.looks_binary(data):
         return None
-    return data.decode("utf-8", "replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _diff(name: str, before: str, after: str) -> str:
@@ -164,7 +173,7 @@ def _changed(seed: Path, workspace: Path, relative: str, before: _Entry | None,
         if old is not None and new is not None:
             return {"path": name, "change": change, "diff": _diff(name, old, new)}
         return {"path": name, "change": change,
-                "note": f"binary or larger than {MAX_DIFF_BYTES:,} bytes: "
+                "note": f"binary, not UTF-8, or larger than {MAX_DIFF_BYTES:,} bytes: "
                         f"{_describe(before)} before, {_describe(after)} now"}
     return {"path": name, "change": change,
             "note": f"{_describe(before)} before, {_describe(after)} now"}
