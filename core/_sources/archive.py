@@ -204,6 +204,17 @@ def _members(path: Path) -> Iterator[tuple[str, str, str | None]]:
             yield member.name, kind, member.linkname or None
 
 
+def member_paths(path: Path, strip: int = 0) -> list[str] | None:
+    """The paths of an archive's members other than directories, as unpacked (after
+    `strip`), read without unpacking; None when it cannot be read."""
+    try:
+        return [inside for name, kind, _ in _members(path)
+                if kind != "dir" and not _escapes(name)
+                and (inside := _stripped(name, strip)) is not None]
+    except (OSError, tarfile.TarError, zipfile.BadZipFile, EOFError):
+        return None
+
+
 def archive_problems(path: Path, strip: int = 0) -> list[str]:
     """Why `path` cannot be unpacked into a workspace; [] when it can."""
     if not path.is_file():

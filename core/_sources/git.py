@@ -278,6 +278,19 @@ class SourceCache:
             raise SourceError(verdict)
         return repository
 
+    def tree_paths(self, source: Source) -> list[str] | None:
+        """The paths of the files (and links) of commit `source.rev` as the cache holds
+        it, without fetching anything: None when the cache does not hold that commit (a
+        remote repository no run has fetched yet) or its tree cannot be listed."""
+        repository = self.repository(source.location)
+        if source.rev is None or not self._has(repository, source.rev):
+            return None
+        done = git(["ls-tree", "-r", "-z", "--name-only", f"{source.rev}^{{tree}}"],
+                   cwd=repository, env=_neutral_environment(repository))
+        if done.returncode != 0:
+            return None
+        return [name for name in done.stdout.split("\0") if name]
+
     def _has(self, repository: Path, rev: str) -> bool:
         if not (repository / "HEAD").is_file():
             return False
