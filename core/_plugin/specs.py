@@ -78,6 +78,14 @@ class GraderSpec:
     before the task's hidden verify files are written and before the graders' sandbox
     opens, so `result.sandbox` is None for it (found by an attacker round: `grounding`
     counted a hidden test the summary named as the agent's file).
+    `named_paths(check)`, when given, returns the workspace paths the check names that
+    the task must provide or the prompt ask the agent to write (the test files
+    `tests_pass` runs), each as (where in the check, path): `(("tests", 0),
+    "tests/test_api.py")`. A path the task gives nowhere (source, files, verify_files,
+    verify_patch) and that is not the agent's job (named by the prompt, or in a task that
+    hides no tests) stops the run before any task, at its `file:line` (a warning with
+    `setup:`, which may make it), and one still missing while grading makes the check an
+    error, not a failure (evalctl._suite.provided).
     """
 
     name: str
@@ -92,6 +100,8 @@ class GraderSpec:
     preflight: Callable[[list[Mapping[str, Any]]], Any] | None = None
     as_left_by_agent: bool = False
     validate_with_preflight: bool = False
+    named_paths: Callable[[Mapping[str, Any]], list[tuple[tuple[str | int, ...], str]]] | None \
+        = None
 
     def __post_init__(self) -> None:
         _check_name("grader", self.name)
@@ -99,6 +109,8 @@ class GraderSpec:
             raise TypeError(f"grader {self.name!r}: grade must be callable")
         if self.preflight is not None and not callable(self.preflight):
             raise TypeError(f"grader {self.name!r}: preflight must be callable")
+        if self.named_paths is not None and not callable(self.named_paths):
+            raise TypeError(f"grader {self.name!r}: named_paths must be callable")
         if self.kind not in GRADER_KINDS:
             raise ValueError(f"grader {self.name!r}: kind must be one of {GRADER_KINDS}")
         schema = self.params_schema

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import itertools
 import os
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 from evalctl._agent.ledger import Ledger
 from evalctl._blocking import off_loop
 from evalctl._errors import GraderUnavailable, UsageError
-from evalctl._files import small_tree
+from evalctl._files import small_tree, walk_files
 from evalctl._plugin.registry import Registry
 from evalctl._plugin.specs import CheckResult, GraderSpec
 from evalctl._plugin.types import AgentResult, Sandbox
@@ -35,6 +36,7 @@ from evalctl._run.integrity import (
 )
 from evalctl._sources.git import SeedOrigin, neutralise_repository_config, seed_origin
 from evalctl._sources.model import Source
+from evalctl._suite import provided
 from evalctl._suite.model import Task
 from evalctl._text import escape_text
 from evalctl._workspace import Workspace, attempt_paths, grading_state, grading_state_path
@@ -155,6 +157,11 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
                 not inspect.iscoroutinefunction(spec.grade) else None
             # A small workspace with no cache to remove needs no sweep (nor a trip).
             swept = cleaned or (small and small_tree(workspace.root, without=CACHE_NAMES))
+            unprovided = await off_loop(_unprovided, task, check, spec, workspace, agent) \
+                if spec.named_paths is not None and task.named_paths else None
+            if unprovided is not None:  # nothing ran: the workspace is as it was
+                outcomes[index] = unprovided
+                continue
             outcomes[index] = await grade(check, spec, workspace.root, agent,
                                           before=None if swept else clean, after=then)
             cleaned = then is not None
@@ -169,6 +176,41 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     if late is not None:
         checks.append(late)
     return checks
+
+
+# Workspace files read at most for a did-you-mean when a named path is missing.
+NEAREST_FROM = 20_000
+
+
+def _unprovided(task: Task, check: Mapping[str, Any], spec: GraderSpec,
+                workspace: Workspace, agent: AgentResult) -> CheckOutcome | None:
+    """An error in place of the check when a path it names (`GraderSpec.named_paths`)
+    was provided by nothing: not in the workspace nor the seed (setup's work included),
+    not created or deleted by the agent, and not asked of it by the prompt (found by a
+    newcomer: a typo in `tests:` failed the attempt of an agent that had fixed the bug).
+    A path that is the agent's to write (`provided.agents_job`: the prompt names it, or
+    the task hides no tests) is left to its grader, whose failure says so."""
+    if spec.named_paths is None or not task.named_paths:
+        return None
+    index = next((i for i, written in enumerate(task.checks) if written is check), None)
+    missing = [(path, key) for at, path, _, key in task.named_paths
+               if at == index and not provided.agents_job(task, path)
+               and provided.missing_in_workspace(path, workspace.root, workspace.seed_path,
+                                                 agent.files_changed)]
+    if not missing or agent.files_changed_omitted:
+        return None
+    present = list(itertools.islice(walk_files(workspace.root), NEAREST_FROM))
+    said = []
+    for path, key in missing:
+        near = provided.nearest(path, present)
+        said.append(f"{f'`{key}:` names ' if key else ''}'{path}'"
+                    f"{f' (did you mean {near!r}?)' if near else ''}")
+    return CheckOutcome(spec.name, spec.kind, False, escape_text(
+        f"cannot run here: {'; '.join(said)}, which nothing gave the workspace: not the "
+        "task (source, files, verify_files, verify_patch), not its setup, and the agent, "
+        "whose prompt does not ask for it, did not write it. A mistake of the suite's, not "
+        "the agent's failure: fix the name, or name the file in the prompt if the agent is "
+        "to write it"), error=True, rate=spec.rate)
 
 
 def _write_hidden_files(task: Task, workspace: Workspace, verify: Mapping[str, str | None]

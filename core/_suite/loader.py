@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._errors import Problem, SuiteError
-from evalctl._plugin.registry import Registry, get_registry
+from evalctl._plugin.registry import Registry, get_registry, use_registry
 from evalctl._schema_check import SchemaCheck
 from evalctl._sources.model import COMMIT, Source, source_from_data
 from evalctl._sources.model import problems as source_problems
 from evalctl._suite import cache as suite_cache
+from evalctl._suite import provided
 from evalctl._suite.model import (
     DEFAULT_SECONDS,
     DEFAULT_SETUP_SECONDS,
@@ -62,12 +63,15 @@ def load_suite(path: str | Path, registry: Registry | None = None,
                 suite = _build(path, cached["data"], cached["task_lines"], source_lines, sha,
                                warnings, registry, sandbox_line=int(cached["sandbox_line"]),
                                check_lines=cached["check_lines"],
-                               extra_lines=cached["extra_lines"])
+                               extra_lines=cached["extra_lines"],
+                               named=cached["named_paths"])
             except (KeyError, TypeError, ValueError, AttributeError):
                 suite = None  # an entry of the wrong shape is a miss: validate the file again
             if suite is not None:
-                # A source is outside the file: whether it is still there is checked anew.
+                # A source is outside the file: whether it is still there is checked anew,
+                # and so is what it provides.
                 _check_sources(suite, source_lines, label)
+                _check_named_paths(suite, label)
                 return suite
 
     located, problems = _parse_and_validate(raw, label, schema, registry)
@@ -84,6 +88,7 @@ def load_suite(path: str | Path, registry: Registry | None = None,
                    for i, task in enumerate(tasks_of(located.data))]
     source_lines = _source_lines(located)
     extra_lines = _extra_lines(located, plugin_task_keys(registry.providers))
+    named = _named_paths(located, registry)
     sandbox_line = located.line_of(("defaults", "sandbox")) \
         if isinstance(located.data, dict) and "sandbox" in located.data.get("defaults", {}) else 0
     if use_cache:
@@ -94,14 +99,85 @@ def load_suite(path: str | Path, registry: Registry | None = None,
             "sandbox_line": sandbox_line,
             "check_lines": check_lines,
             "extra_lines": extra_lines,
+            "named_paths": named,
             "warnings": [{"line": p.line, "message": p.message, "severity": p.severity}
                          for p in problems],
         })
     suite = _build(path, located.data, task_lines, source_lines, sha, problems, registry,
                    sandbox_line=sandbox_line, check_lines=check_lines,
-                   extra_lines=extra_lines)
+                   extra_lines=extra_lines, named=named)
     _check_sources(suite, source_lines, label)
+    _check_named_paths(suite, label)
     return suite
+
+
+def _named_paths(located: Located, registry: Registry) -> list[list[list[Any]]]:
+    """Per task, [check index, path, line of the entry, its key] of each workspace path its
+    checks name (`GraderSpec.named_paths`): what the task must provide."""
+    where = tasks_path(located.data)
+    found: list[list[list[Any]]] = []
+    for i, task in enumerate(tasks_of(located.data)):
+        named: list[list[Any]] = []
+        for j, check in enumerate(task.get("checks") or []):
+            spec = registry.graders.get(check.get("type")) if isinstance(check, dict) else None
+            if spec is None or spec.named_paths is None:
+                continue
+            try:
+                with use_registry(registry):
+                    entries = list(spec.named_paths(dict(check)))
+            except Exception:  # noqa: S112 - a plugin's bug must not stop loading; its grade runs
+                continue
+            for key, written in entries:
+                path = provided.named_path(str(written))
+                if path is not None:
+                    line = located.line_of((*where, i, "checks", j, *key))
+                    named.append([j, path, line, str(key[0]) if key else ""])
+        found.append(named)
+    return found
+
+
+def _check_named_paths(suite: Suite, label: str) -> None:
+    """Each path a check names that the task provides nowhere (evalctl._suite.provided):
+    an error at its entry's line, a warning when `setup:` may make it or (near a test
+    path the task gives) when it is the agent's to write; SuiteError if any is an error.
+    A task whose source's files cannot be known now is passed over (its grading says
+    so, if the path is still missing then)."""
+    listed: dict[Source, list[str] | None] = {}
+    found: list[Problem] = []
+    for task in suite.tasks:
+        if not task.named_paths:
+            continue
+        files = provided.task_files(task, listed)
+        if files is None:
+            continue
+        for index, path, line, key in task.named_paths:
+            if provided.is_provided(path, files) or provided.asks_for(task.prompt, path):
+                continue
+            near = provided.nearest(path, files)
+            hint = f"; did you mean '{near}'?" if near else ""
+            ours = provided.agents_job(task, path)
+            if ours and not near:
+                continue  # the agent's to write: its check fails if it does not
+            gives = f"the source {task.source.describe()}, " if task.source else ""
+            what = f"task '{task.id}', checks[{index}] ({task.checks[index]['type']}): " \
+                f"{f'`{key}:` names ' if key else ''}'{path}', which the task does not give " \
+                f"(it is not in {gives}files, verify_files or verify_patch)"
+            if ours:
+                found.append(Problem(label, line, (
+                    f"{what}{hint} The agent must write it (the task hides no tests), "
+                    "else the check fails as the agent's"), severity="warning"))
+            elif task.setup is not None:
+                found.append(Problem(label, line, (
+                    f"{what}{hint or '.'} `setup:` must make it: if it does not, the check is "
+                    "an error, not the agent's failure"), severity="warning"))
+            else:
+                found.append(Problem(label, line, (
+                    f"{what}; no `setup:` makes it, and the prompt does not ask the agent "
+                    f"to write it{hint} (a file the agent is to write must be named in the "
+                    "prompt)")))
+    if any(p.severity == "error" for p in found):
+        raise SuiteError([*found, *suite.warnings])
+    suite.warnings.extend(found)
 
 
 # What a path that is not a regular file is, for the message.
@@ -263,7 +339,8 @@ def validate_suite(path: str | Path, registry: Registry | None = None) -> list[P
 def _build(path: Path, data: Any, task_lines: list[int], source_lines: list[int], sha: str,
            warnings: list[Problem], registry: Registry, sandbox_line: int = 0,
            check_lines: list[list[int]] | None = None,
-           extra_lines: list[dict[str, int]] | None = None) -> Suite:
+           extra_lines: list[dict[str, int]] | None = None,
+           named: list[list[list[Any]]] | None = None) -> Suite:
     defaults = {} if isinstance(data, list) else data.get("defaults", {})
     extra_keys = plugin_task_keys(registry.providers)
     base = path.parent
@@ -271,9 +348,10 @@ def _build(path: Path, data: Any, task_lines: list[int], source_lines: list[int]
     unusable: list[tuple[str, int]] = []
     all_check_lines = check_lines or [[] for _ in task_lines]
     all_extra_lines = extra_lines or [{} for _ in task_lines]
-    for raw_task, line, source_line, lines_of_checks, lines_of_extra in zip(
+    all_named = named or [[] for _ in task_lines]
+    for raw_task, line, source_line, lines_of_checks, lines_of_extra, named_here in zip(
             tasks_of(data), task_lines, source_lines, all_check_lines, all_extra_lines,
-            strict=True):
+            all_named, strict=True):
         source = _resolved_source(raw_task.get("source", defaults.get("source")), base)
         if isinstance(source, str):
             unusable.append((source, source_line))
@@ -306,6 +384,7 @@ def _build(path: Path, data: Any, task_lines: list[int], source_lines: list[int]
             check_lines=tuple(int(n) for n in lines_of_checks),
             file=str(path),
             extra_lines={str(k): int(n) for k, n in lines_of_extra.items()},
+            named_paths=tuple((int(j), str(p), int(n), str(k)) for j, p, n, k in named_here),
         ))
     if unusable:
         raise SuiteError([*_source_problems(((why, line) for why, line in unusable),

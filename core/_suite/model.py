@@ -74,6 +74,9 @@ class Task:
     # can say where a mistake it finds only at run time is written.
     file: str = ""
     extra_lines: Mapping[str, int] = field(default_factory=dict)
+    # (check index, workspace path, line of its entry, its key in the check) of each path
+    # a check names that the task must provide (GraderSpec.named_paths; _suite.provided).
+    named_paths: tuple[tuple[int, str, int, str], ...] = ()
 
     def locate(self, path: Sequence[str | int]) -> str:
         """"FILE:LINE" of the node at `path` in the task's data (or of its nearest

@@ -346,6 +346,7 @@ def evalctl_register_graders(register):
         name="tests_pass",
         grade=tests_pass.grade_tests_pass,
         preflight=tests_pass.preflight,
+        named_paths=tests_pass.named_paths,
         params_schema=tests_pass.PARAMS,
         description="Do the workspace's tests pass, as evalctl's own pytest plugin saw them "
                     "run? Configured by evalctl, not the workspace: an agent-written conftest.py "

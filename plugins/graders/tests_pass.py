@@ -19,6 +19,19 @@ evaluation wrote the workspace:
   errored, and every test the check names (`tests:`) ran and passed. pytest's exit
   status is not trusted: a hook can rewrite it.
 
+- A file `tests:` names must come from somewhere: the task (its source at its commit,
+  `files`, `verify_files`, `verify_patch`), its `setup:`, or the agent, when writing it
+  is the agent's job: the prompt names it (its path, file name or module name), or the
+  task hides no tests (no verify_files, no verify_patch: the tests it runs can only be
+  the seed's or the agent's). In a task that hides tests, a name none of these gives (a
+  typo) stops the run before any task, exit 2, at the entry's `file:line` with the
+  nearest test path the task gives (`evalctl validate` says the same; with `setup:`,
+  which may make it, validate warns). One still missing when the check runs — not in
+  the workspace, not made by setup, neither written nor deleted by the agent — makes
+  the check an error, not the agent's failure, unless writing it was the agent's job:
+  then the agent did not, and the check fails. (evalctl checks this from `named_paths`,
+  below; a git source no run has fetched yet is checked while grading only.)
+
 - With `python:`, pytest runs under that interpreter (a virtual environment the task's
   setup made, say) instead of evalctl's own; one the agent created, changed or deleted
   fails the check as suspected gaming.
@@ -227,6 +240,23 @@ def preflight(checks: list[dict[str, Any]]) -> None:
                        and (problem := absolute_interpreter_problem(check["python"]))})
     if problems:
         raise evalctl.UsageError("; ".join(problems))
+
+
+def named_paths(check: Mapping[str, Any]) -> list[tuple[tuple[str | int, ...], str]]:
+    """The test files and directories `tests:` names (a node id names its file), for
+    evalctl to check that the task provides them (GraderSpec.named_paths); none with
+    `command:`, which runs tests of its own choosing. An entry that is an option or
+    leads out of the workspace names none."""
+    if "command" in check:
+        return []
+    named = []
+    for index, test in enumerate(check.get("tests", [])):
+        path = str(test).strip().split("::", 1)[0].removeprefix("./").rstrip("/")
+        pure = PurePosixPath(path)
+        if path and path != "." and not path.startswith("-") and not pure.is_absolute() \
+                and ".." not in pure.parts:
+            named.append((("tests", index), pure.as_posix()))
+    return named
 
 
 def _environment_root(chosen: str | None) -> str:
@@ -718,8 +748,16 @@ PARAMS = {
                                  "tests/test_api.py::test_create, a benchmark's FAIL_TO_PASS "
                                  "and PASS_TO_PASS): only these run, and each must run and "
                                  "pass; a node id also names its parametrized cases. The "
-                                 "detail lists each that did not pass or did not run. "
-                                 "Default: the whole suite pytest finds."},
+                                 "detail lists each that did not pass or did not run. A "
+                                 "file named here that a task with hidden tests (verify_files, "
+                                 "verify_patch) gives nowhere (source, files, verify_files, "
+                                 "verify_patch), and that the prompt does not ask the agent to "
+                                 "write, stops the run before any task, exit 2, at its line, "
+                                 "with the nearest test path (a warning with `setup:`, which "
+                                 "may make it; if it does not, the check is an error, not the "
+                                 "agent's failure). In a task that hides no tests, a file the "
+                                 "task does not give is the agent's to write. Default: the "
+                                 "whole suite pytest finds."},
         "trust_agent_conftest": {"type": "boolean",
                                  "description": "Run even when the agent created or changed a "
                                                 "conftest.py (default false: that fails the "

@@ -1,0 +1,140 @@
+"""Workspace paths a check names that the task must provide (`GraderSpec.named_paths`:
+the test files `tests_pass` runs), checked against what the task gives.
+
+A named path is provided when it is one of the task's files, or a directory holding one:
+its source at its commit (a git source's tree as the cache holds it, a directory's
+files, an archive's members), `files`, `verify_files`, and the files `verify_patch`
+touches. One that is none of these may still come from `setup:`, or from the agent
+when writing it is the agent's job (`agents_job`): the prompt names it (its path, its
+file name or, for a .py file, its module name), or the task hides no tests of its own
+(no verify_files, no verify_patch), so the tests it runs can only be the seed's or the
+agent's. In a task that hides tests, a name that is none of these is a typo of the
+suite's (found by a newcomer: `tests/test_addd.py` passed validate and failed, as the
+agent's failure, an attempt whose agent had fixed the bug):
+
+- Before any task (`evalctl validate` and `evalctl run` alike) it is an error at the
+  entry's `file:line`, with the nearest test path the task does give; with `setup:` it
+  is a warning (setup may make it). A name that is the agent's job is a warning only
+  when a test path the task gives is near it (a did-you-mean).
+- While grading, a named path that is not in the workspace, was not in the seed (what
+  setup made is in it), and that the agent neither created nor deleted, is an error of
+  the check (not counted as the agent's failure), unless writing it was the agent's
+  job: then the agent did not, and the grader's failure says so.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from evalctl._files import walk_files
+from evalctl._sources.git import SourceError, default_cache
+from evalctl._sources.model import ARCHIVE, DIR, GIT, Source
+from evalctl._sources.patch import patch_paths
+
+# pytest's default test file names: preferred when a nearest path is suggested.
+_TEST_FILE = re.compile(r"^(test_.*|.*_test)\.py$")
+# Files of a directory source read at most when the task's files are listed.
+MAX_LISTED = 200_000
+
+
+def named_path(written: str) -> str | None:
+    """The workspace path a written name stands for (`tests/a.py::test_b` names
+    `tests/a.py`), or None for one that names no path of the workspace (an option, an
+    absolute path, one leading out of the workspace, the workspace itself)."""
+    path = written.strip().split("::", 1)[0].removeprefix("./").rstrip("/")
+    pure = PurePosixPath(path)
+    if not path or path.startswith("-") or pure.is_absolute() or ".." in pure.parts \
+            or path == ".":
+        return None
+    return pure.as_posix()
+
+
+def is_provided(path: str, files: Iterable[str]) -> bool:
+    """Whether `path` is one of `files`, or a directory holding one."""
+    prefix = path + "/"
+    return any(name == path or name.startswith(prefix) for name in files)
+
+
+def asks_for(prompt: str, path: str) -> bool:
+    """Whether the prompt names `path` for the agent to write: the path, its file name,
+    or (a .py file) its module name, as a word of its own."""
+    pure = PurePosixPath(path)
+    names = {path, pure.name} | ({pure.stem} if pure.suffix == ".py" else set())
+    return any(re.search(rf"(?<![\w./-]){re.escape(name)}(?![\w-])", prompt)
+               for name in names if name)
+
+
+def agents_job(task: Any, path: str) -> bool:
+    """Whether writing `path` is the agent's job: the prompt asks for it, or the task
+    hides no tests of its own (then the tests it runs are the seed's or the agent's)."""
+    return asks_for(task.prompt, path) or not (task.verify_files or task.verify_patch)
+
+
+def nearest(path: str, files: Iterable[str]) -> str | None:
+    """The test path among `files` (pytest's default test file names, and for a name
+    without a suffix their directories) nearest to `path`, for a did-you-mean; None
+    when none is near."""
+    tests = sorted({name for name in files if _TEST_FILE.match(PurePosixPath(name).name)})
+    if not PurePosixPath(path).suffix:  # a directory, probably
+        tests += sorted({str(parent) for name in tests
+                         for parent in PurePosixPath(name).parents if str(parent) != "."})
+    found = difflib.get_close_matches(path, tests, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def source_files(source: Source | None) -> list[str] | None:
+    """The files a source puts in the workspace, when that can be known without the
+    network: None for a git source the cache does not hold yet, or a source that cannot
+    be read (its own check reports why)."""
+    if source is None:
+        return []
+    try:
+        if source.kind == GIT:
+            return default_cache().tree_paths(source)
+        if source.kind == DIR:
+            root = Path(source.location)
+            if not root.is_dir():
+                return None
+            found = []
+            for relative in walk_files(root):
+                found.append(relative)
+                if len(found) > MAX_LISTED:
+                    return None
+            return found
+        if source.kind == ARCHIVE:
+            from evalctl._sources.archive import member_paths
+
+            return member_paths(Path(source.location), source.strip)
+    except (SourceError, OSError, ValueError):
+        return None
+    return None
+
+
+def task_files(task: Any, listed: dict[Source, list[str] | None]) -> set[str] | None:
+    """Every file the task gives before the agent and after it (source, files,
+    verify_files, verify_patch); None when its source's files cannot be known now.
+    `listed` holds each source's files, listed once per load."""
+    if task.source is not None and task.source not in listed:
+        listed[task.source] = source_files(task.source)
+    given = [] if task.source is None else listed[task.source]
+    if given is None:
+        return None
+    return {*given, *task.files, *task.verify_files,
+            *(patch_paths(task.verify_patch) if task.verify_patch else ())}
+
+
+def missing_in_workspace(path: str, workspace: Path, seed: Path | None,
+                         changed: Mapping[str, str]) -> bool:
+    """Whether nothing provided `path` by grading time: not in the workspace (whatever
+    the checks before did), not in the seed (setup's work included), and neither created
+    nor deleted by the agent (a deletion of the agent's is its own doing). Unknown (no
+    seed copy): False."""
+    if seed is None or not seed.is_dir() or os.path.lexists(workspace / path) or \
+            os.path.lexists(seed / path):
+        return False
+    return not is_provided(path, changed)
