@@ -351,9 +351,14 @@ def _function(impl: Any) -> Any:
 
 _BINDINGS = _Bindings()
 _BINDINGS.take()  # as they are before any conftest.py is imported; settled at collection
-# Where bytecode caches are looked for (None: beside each source, where the graders'
-# sandbox keeps none beside a protected or hidden test): moved, a cache forged in a
-# writable place could stand in for a test not yet imported.
+# No bytecode cache is read or written from here on, by Python's import or by pytest's
+# assertion rewriter: both look for caches under sys.pycache_prefix, and no directory can
+# be made below the null device. A cache beside a test file is read by its source's hash
+# or time, not checked against what the file compiles to: one the agent's code wrote
+# there (where the sandbox lets it: `local`) for a test file not yet imported ran another
+# module body with the test's own functions (found by an attacker round). Changed back,
+# the next check says so.
+sys.pycache_prefix = os.path.join(os.devnull, "evalctl-witness-no-bytecode")
 _PYCACHE_PREFIX = sys.pycache_prefix
 # The run's own fresh HOME and TMPDIR: nothing there defines a plugin or a test but code
 # the run itself wrote there. The Python installation and this module's directory may lie
