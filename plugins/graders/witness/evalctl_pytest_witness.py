@@ -182,6 +182,21 @@ class _Bindings:
         # still attributed (pytest_unconfigure).
         self._seen_impls: dict[int, Any] = {}  # id -> the implementation, kept alive
         self.seen_functions: list[Any] = []
+        self._seen_pairs: set[tuple[int, int]] = set()  # (implementation, function) ids
+
+    @property
+    def manager(self) -> Any:
+        return self._manager
+
+    def see(self, impls: tuple[Any, ...]) -> None:
+        """Hook implementations seen in the hooks' lists: each, and each function one of
+        them is given, kept to be judged at the end."""
+        for impl in impls:
+            function = _function(impl)
+            if (id(impl), id(function)) not in self._seen_pairs:
+                self._seen_pairs.add((id(impl), id(function)))
+                self._seen_impls.setdefault(id(impl), impl)
+                self.seen_functions.append(function)
 
     def take(self, manager: Any = None) -> None:
         """Take what is not taken yet: modules imported since, and the plugin manager."""
@@ -513,6 +528,9 @@ class _Witnessed(pytest.Module):
                 sys.modules.pop(name, None)
                 raise
             sys.modules[name] = module  # whatever the code it imported put there
+            # What its body defined, as it ran it: before pytest looks at any of it (a
+            # look that ran the agent's code, found by an attacker round).
+            _record_defined(module, origin)
             return importtestmodule(self.path, self.config)
         finally:
             _PINNED.pop(name, None)
@@ -670,6 +688,13 @@ def pytest_plugin_registered(plugin: Any, plugin_name: str, manager: Any) -> Non
         # An odd module that cannot be listed: its hooks are not vouched for.
         with contextlib.suppress(Exception):
             _record_imported(plugin)
+    # The code of its functions, its fixtures' among them (a plugin object's: its class's).
+    if type(plugin) is types.ModuleType:
+        _record_defined(plugin)
+    else:
+        _record_defined(types.SimpleNamespace(kind=type(plugin)))
+    if _SESSION:  # its fixtures, which pytest's fixture manager has just read
+        _take_fixtures(_SESSION[0])
     try:
         names = [name for name in dir(plugin) if name.startswith("pytest_")]
         # Only what can be called is a hook: a conftest.py's `pytest_plugins` list was
@@ -716,6 +741,12 @@ def pytest_collection(session: Any) -> None:
     _PLUGIN_STATE.take([session, *session.config.pluginmanager.get_plugins()])
     _PLUGIN_STATE.take_config(session.config)
     _REWRITER.extend(f for f in sys.meta_path if type(f).__name__ == "AssertionRewritingHook")
+    _SESSION.append(session)
+    _take_fixtures(session)
+    _sweep_hooks()
+
+
+_SESSION: list[Any] = []
 
 
 def _outcome(report: Any) -> str:
@@ -815,6 +846,13 @@ def pytest_collection_finish(session: Any) -> None:
     # With the code each test's function had then: one replaced later (an item's `obj`
     # set by code in the process) is seen at the end.
     _items.extend((item, _code(getattr(item, "obj", None))) for item in items)
+    _take_fixtures(session)
+    for item in items:
+        for definitions in list(getattr(getattr(item, "_fixtureinfo", None),
+                                        "name2fixturedefs", {}).values()):
+            for definition in list(definitions or ()):
+                _take_fixture(definition)
+    _sweep_hooks()
 
 
 def _code(function: Any) -> Any:
@@ -977,8 +1015,23 @@ def _compiled(path: str) -> list[Any]:
     return _COMPILED[path]
 
 
-_CODE_FIELDS = ("co_code", "co_consts", "co_names", "co_varnames", "co_name",
-                "co_firstlineno")
+# What code equality leaves out: the file and the qualified name it names, and its stack.
+_CODE_FIELDS = ("co_filename", "co_qualname", "co_stacksize")
+# For a file of the installation, whose cache another interpreter of the same bytecode may
+# have compiled (lines told otherwise): what it runs, and where its exceptions go.
+_INSTALLED_FIELDS = ("co_code", "co_consts", "co_names", "co_varnames", "co_name",
+                     "co_qualname", "co_firstlineno", "co_flags", "co_argcount",
+                     "co_kwonlyargcount", "co_posonlyargcount", "co_exceptiontable")
+
+
+def _same_code(one: Any, other: Any) -> bool:
+    """Whether two code objects are the same code: Python's equality (bytecode, constants
+    (nested code included, compared the same way), names, locals, flags, argument
+    counts, first line, line and exception tables: found by an attacker round, a test's
+    own code with only its exception table changed to swallow any exception), and what
+    that equality leaves out."""
+    return one == other and all(getattr(one, f, None) == getattr(other, f, None)
+                                for f in _CODE_FIELDS)
 
 
 def _what_its_file_holds(code: Any, installed: bool = True) -> bool:
@@ -989,8 +1042,11 @@ def _what_its_file_holds(code: Any, installed: bool = True) -> bool:
     path = code.co_filename
     if not os.path.isabs(path) or installed and not _installed_file(path):
         return False
-    mine = tuple(getattr(code, f) for f in _CODE_FIELDS)
-    return any(tuple(getattr(c, f) for f in _CODE_FIELDS) == mine for c in _compiled(path))
+    if not installed:
+        return any(_same_code(c, code) for c in _compiled(path))
+    mine = tuple(getattr(code, f, None) for f in _INSTALLED_FIELDS)
+    return any(tuple(getattr(c, f, None) for f in _INSTALLED_FIELDS) == mine
+               for c in _compiled(path))
 
 
 def _untrusted_origin(thing: Any, roots: tuple[str, ...], hook: bool = False) -> str | None:
@@ -1227,6 +1283,296 @@ def _fixture_codes(item: Any) -> list[tuple[str, Any]]:
     return found
 
 
+# The functions each test module's body defined (and its classes', and the fixtures'
+# functions they hold), by identity, with the code each had as its import ended, before
+# pytest looked at anything in it: a test's function, or a fixture's, must be one of
+# these (or wrap one, or come from another file), and still run that code. Found by
+# attacker rounds: the agent's module, run by pytest's look at the module's objects, set
+# each test's __code__ to a no-op of the standard library's, or to the test's own code
+# with its exception table changed to swallow the failure.
+_DEFINED: dict[int, tuple[Any, Any]] = {}  # id -> (function, its code then)
+_TEST_NAMESPACES: dict[int, Any] = {}  # id -> a test module's namespace, as imported
+_TYPE_DICT = type.__dict__["__dict__"].__get__  # a class's own namespace, no code of its
+_TYPE_MRO = type.__dict__["__mro__"].__get__
+
+
+def _record_defined(module: Any, origin: str | None = None) -> None:
+    """What `module` binds now: its functions and their code, its classes' (and their
+    bases') functions, and the functions of the fixtures among them. Read without calling
+    anything of theirs (no attribute of an object of the agent's is looked up)."""
+    try:
+        namespace = vars(module)
+    except TypeError:
+        return
+    if origin is not None:
+        _TEST_NAMESPACES[id(namespace)] = namespace
+    for value in list(namespace.values()):
+        if issubclass(type(value), type):
+            try:
+                bases = _TYPE_MRO(value)
+            except TypeError:
+                continue
+            for kind in bases:
+                for member in list(_TYPE_DICT(kind).values()):
+                    if type(member) in (staticmethod, classmethod):
+                        member = member.__func__
+                    _record_function(member)
+        else:
+            _record_function(value)
+
+
+def _record_function(value: Any) -> None:
+    for _ in range(2):  # a fixture's definition, and the function it holds
+        if type(value) is types.FunctionType:
+            _DEFINED.setdefault(id(value), (value, value.__code__))
+            held = vars(value).get("__pytest_wrapped__")  # pytest before 8.4
+            value = getattr(held, "obj", None) if held is not None and \
+                _GENUINE.get(id(type(held))) is type(held) else None
+        elif _GENUINE.get(id(type(value))) is type(value) and \
+                type(value).__name__ == "FixtureFunctionDefinition":  # pytest 8.4 on
+            value = vars(value).get("_fixture_function")
+            value = getattr(value, "__func__", value) if type(value) is types.MethodType \
+                else value
+        else:
+            return
+
+
+def _defined_code_changed(function: Any) -> bool:
+    """Whether `function` is one a module's body defined, whose code is not what it was
+    as that module's import ended."""
+    held = _DEFINED.get(id(function))
+    return held is not None and held[0] is function and function.__code__ is not held[1]
+
+
+def _runs_what_its_module_defined(function: Any) -> bool:
+    """Whether `function`, a test's, is one a test module's body defined, or wraps one
+    (through `__wrapped__`, as functools.wraps and decorators made after import name it)."""
+    for _ in range(16):
+        if type(function) is not types.FunctionType:
+            return False
+        held = _DEFINED.get(id(function))
+        if held is not None and held[0] is function:
+            return True
+        function = vars(function).get("__wrapped__")
+    return False
+
+
+def _test_function(item: Any) -> Any:
+    """The function a collected test's `obj` runs (a method's function), or None."""
+    function = getattr(item, "obj", None)
+    if type(function) is types.MethodType:
+        function = function.__func__
+    return function if type(function) is types.FunctionType else None
+
+
+def _replaced_test_code(item: Any) -> list[str]:
+    """What of a collected test of a test module the witness imported runs other code than
+    that module's body defined: its function, or its code, replaced since."""
+    module = item.getparent(pytest.Module) if hasattr(item, "getparent") else None
+    if not isinstance(module, _Witnessed):
+        return []
+    function = _test_function(item)
+    if function is None:
+        return []
+    if _defined_code_changed(function):
+        return [f"the code of {item.nodeid} (not what its module's body defined)"]
+    if not _runs_what_its_module_defined(function):
+        return [f"the test function of {item.nodeid} (not one its module's body defined)"]
+    return []
+
+
+# Fixtures: each definition's function as first seen (pytest never sets another), and the
+# value each setup of it produced, until it is torn down. A test's arguments must be
+# those values: found by attacker rounds, a seeded fixture's definition, reached through
+# the garbage collector, given the agent's function, or a value in its cache before it
+# ever ran (pytest then gives the test that value without running the fixture).
+_FIXTURE_FUNCS: dict[int, tuple[Any, Any]] = {}  # id -> (definition, its function)
+_PRODUCED: dict[int, tuple[Any, tuple[Any, ...]]] = {}  # id -> (definition, values)
+
+
+def _take_fixtures(session: Any) -> None:
+    """Every fixture definition pytest holds now, with its function, if not taken yet."""
+    kind = getattr(sys.modules.get("_pytest.fixtures"), "FixtureDef", None)
+    try:
+        # Where this pytest keeps them: by name (and, in pytest 9, by node or node id).
+        pending = [value for name, value in vars(session._fixturemanager).items()
+                   if "fixturedefs" in name]
+    except Exception:  # another pytest's: what the setups produced is still checked
+        return
+    for _ in range(100_000):
+        if not pending:
+            break
+        value = pending.pop()
+        if type(value) is kind:
+            _take_fixture(value)
+        elif type(value) is dict:
+            pending += list(value.values())
+        elif type(value) in (list, tuple):
+            pending += list(value)
+
+
+def _take_fixture(definition: Any) -> None:
+    if id(definition) not in _FIXTURE_FUNCS:
+        _FIXTURE_FUNCS[id(definition)] = (definition, getattr(definition, "func", None))
+
+
+def _fixture_function_replaced(definition: Any) -> bool:
+    """Whether a fixture definition's function is not the one it had when first seen
+    (unless the installation's code wraps that one: an installed plugin's wrapper, made
+    with functools.wraps), or not vouched for, or runs other code than it did."""
+    held = _FIXTURE_FUNCS.get(id(definition))
+    function = getattr(definition, "func", None)
+    if held is None or held[0] is not definition:
+        return False
+    if function is not held[1] and not _wraps(function, held[1]):
+        return True
+    function = getattr(function, "__func__", function)
+    return _defined_code_changed(function) or not _vouched_fixture_function(function)
+
+
+def _wraps(function: Any, wrapped: Any) -> bool:
+    """Whether `function` is the installation's code that names `wrapped` as wrapped."""
+    for _ in range(16):
+        function = getattr(function, "__func__", function)
+        if function is wrapped or getattr(wrapped, "__func__", _MISSING) is function:
+            return True
+        if type(function) is not types.FunctionType or not _installed_code(function.__code__):
+            return False
+        function = vars(function).get("__wrapped__")
+    return False
+
+
+def _installed_code(code: Any) -> bool:
+    return _installed_file(code.co_filename) and \
+        not _written_during_the_run(code.co_filename) and _what_its_file_holds(code)
+
+
+def _vouched_fixture_function(function: Any) -> bool:
+    """Whether a fixture's function is one a module's body (a test file, a conftest.py, a
+    plugin) or a plugin's class defined, as recorded when pytest imported or registered
+    it, or the installation's code (pytest's own fixtures, and those it makes for
+    xunit-style setups and direct parametrization): not a function of another module of
+    the workspace's, nor a builtin (found by an attacker round: a seeded fixture's
+    definition given a function of the agent's calc.py)."""
+    if type(function) is not types.FunctionType:
+        return False
+    held = _DEFINED.get(id(function))
+    return held is not None and held[0] is function or _installed_code(function.__code__)
+
+
+def _arguments_not_produced(item: Any) -> list[str]:
+    """The arguments pytest is about to call a test with that are not the value a setup
+    of the fixture of that name produced (and its definition still caches)."""
+    arguments = getattr(item, "funcargs", None)
+    if type(arguments) is not dict:
+        return []
+    request = getattr(item, "_request", _MISSING)
+    found = []
+    for name, value in list(arguments.items()):
+        if name == "request" and value is request:
+            continue
+        if not any(getattr(definition, "argname", None) == name and
+                   any(value is produced for produced in values) and
+                   _cached_value(definition) is value
+                   for definition, values in list(_PRODUCED.values())):
+            found.append(f"the value of the fixture {name} given to {item.nodeid} (not what "
+                         "its function returned)")
+    return found
+
+
+def _cached_value(definition: Any) -> Any:
+    cached = getattr(definition, "cached_result", None)
+    return cached[0] if type(cached) is tuple and cached else _MISSING
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_fixture_setup(fixturedef: Any, request: Any) -> Any:
+    _take_fixture(fixturedef)
+    if _fixture_function_replaced(fixturedef):
+        _note([f"the function of the fixture {getattr(fixturedef, 'argname', '?')}"])
+    _sweep_hooks()
+    result = yield
+    _PRODUCED[id(fixturedef)] = (fixturedef, (result, _cached_value(fixturedef)))
+    return result
+
+
+def pytest_fixture_post_finalizer(fixturedef: Any, request: Any) -> None:
+    _PRODUCED.pop(id(fixturedef), None)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_call(item: Any) -> Any:
+    _sweep_hooks()
+    if item not in _CANARIES:
+        _note(_arguments_not_produced(item))
+        _note(_replaced_test_code(item))
+    try:
+        return (yield)
+    finally:
+        _sweep_hooks()
+
+
+_COLLECTORS_SEEN: set[int] = set()
+_COLLECTORS_HELD: list[Any] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: Any, name: str, obj: Any) -> None:
+    # A module's (or class's) fixtures are defined by now, and pytest is about to look at
+    # its objects, the agent's among them: taken first.
+    if id(collector) not in _COLLECTORS_SEEN:
+        _COLLECTORS_SEEN.add(id(collector))
+        _COLLECTORS_HELD.append(collector)
+        _take_fixtures(collector.session)
+        _sweep_hooks()
+
+
+_HOOKS_SEEN: dict[str, tuple[Any, ...]] = {}
+
+
+def _sweep_hooks() -> None:
+    """Every hook's implementations as they are now, each new one (or one given another
+    function) kept to be judged at the end: one put straight into pluggy's lists, not
+    registered, that took itself out whenever it ran, was never seen by the checks of
+    what is registered (found by an attacker round)."""
+    manager = _BINDINGS.manager
+    if manager is None:
+        return
+    seen = _HOOKS_SEEN
+    for name, caller in list(vars(manager.hook).items()):
+        impls = getattr(caller, "_hookimpls", None)
+        now = tuple(impls) if type(impls) is list else ()
+        if seen.get(name) != now:
+            seen[name] = now
+            _BINDINGS.see(now)
+
+
+def pytest_runtest_logstart(nodeid: str, location: Any) -> None:
+    _sweep_hooks()
+
+
+def pytest_runtest_logfinish(nodeid: str, location: Any) -> None:
+    _sweep_hooks()
+
+
+def pytest_runtest_setup(item: Any) -> None:
+    _sweep_hooks()
+
+
+def pytest_runtest_teardown(item: Any, nextitem: Any) -> None:
+    _sweep_hooks()
+
+
+def pytest_warning_recorded(warning_message: Any, when: str, nodeid: str,
+                            location: Any) -> None:
+    _sweep_hooks()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
+    _sweep_hooks()
+
+
 def _chain(item: Any) -> list[Any]:
     """A collected test and the collectors above it, up to the session."""
     nodes, node = [], item
@@ -1274,6 +1620,7 @@ def pytest_unconfigure(config: Any) -> None:
     if not nonce:
         return
     _note_tampering()
+    _sweep_hooks()
     roots = _roots(config)
     manager = config.pluginmanager
     # A plugin by the file of its object, and each hook function by the file of its code:
@@ -1309,11 +1656,15 @@ def pytest_unconfigure(config: Any) -> None:
             found = f"<code named {where!r} run as {name}>"
             if found not in plugins:
                 plugins.append(found)
+    _note([f"the function of the fixture {getattr(definition, 'argname', '?')}"
+           for definition, _ in list(_FIXTURE_FUNCS.values())
+           if _fixture_function_replaced(definition)])
     shadowed: dict[int, list[str]] = {}
     for item, code in _items:  # a test whose code was swapped for code from another file
         now = _code(getattr(item, "obj", None))
         if now is not code:
             _note([f"the test function of {item.nodeid}"])
+        _note(_replaced_test_code(item))
         # A test's code, under a workspace file's name, must be what that file compiles
         # to (found by an attacker round: the agent's module set each test's __code__,
         # during collection, to an empty function's named after the test and its file).
