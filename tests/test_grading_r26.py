@@ -4,6 +4,8 @@ a coding line after a lone "\\r"; and wrapper options taken for programs."""
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
 from pathlib import Path
 
@@ -90,20 +92,38 @@ def test_a_wrappers_option_values_are_not_taken_for_programs(command, programs):
     assert programs_of(command) == programs
 
 
-def test_pytest_removed_from_setups_environment_after_the_agent_is_seen(tmp_path):
-    """The same, for pytest taken out of the environment setup made: missing, it would
-    have been an error saying to install it."""
-    from evalctl.plugins.graders.tests_pass import _pytest_removed_since_setup
+def test_setups_environment_changed_by_code_a_check_ran_is_seen(tmp_path):
+    """The same, for the environment setup made: pytest taken out of it (a round-26
+    attacker), its interpreter unlinked, a .pth added that hides pytest, a file rewritten
+    with its size and time put back (round 32): missing, pytest would have been an error
+    saying to install it. Nothing is reported for an environment as setup left it."""
+    import shutil
+
+    from evalctl.plugins.graders.tests_pass import _environment_changed_since_setup
 
     seed, workspace = tmp_path / "seed", tmp_path / "workspace"
-    for top in (seed, workspace):
-        (top / ".venv/lib/python3.11/site-packages/pytest").mkdir(parents=True)
+    site = workspace / ".venv/lib/python3.11/site-packages"
+    (site / "pytest").mkdir(parents=True)
+    (site / "pytest/__init__.py").write_text("version = 1\n")
+    (site / "pluggy.py").write_text("x = 1\n")
+    (workspace / ".venv/bin").mkdir()
+    (workspace / ".venv/bin/python").symlink_to("/usr/bin/python3")
+    shutil.copytree(workspace, seed, symlinks=True)  # the seed copy, made after setup
     result = agent_result_for(seed)
-    assert _pytest_removed_since_setup(".venv/bin/python", workspace, result) == []
-    (workspace / ".venv/lib/python3.11/site-packages/pytest").rmdir()
-    assert _pytest_removed_since_setup(".venv/bin/python", workspace, result) == \
-        [".venv/lib/python3.11/site-packages/pytest (removed)"]
-    assert _pytest_removed_since_setup("/usr/bin/python3", workspace, result) == []
+    changed = functools.partial(_environment_changed_since_setup, ".venv/bin/python",
+                                workspace, result)
+    assert changed() == []
+    assert _environment_changed_since_setup("/usr/bin/python3", workspace, result) == []
+    (site / "pytest/__init__.py").unlink()
+    (workspace / ".venv/bin/python").unlink()
+    (site / "zz.pth").write_text("import sys; sys.modules['pytest'] = None\n")
+    then = os.stat(site / "pluggy.py")
+    (site / "pluggy.py").write_text("y = 2\n")  # the same size, and its times put back
+    os.utime(site / "pluggy.py", ns=(then.st_atime_ns, then.st_mtime_ns))
+    assert changed() == [".venv/bin/python (removed)",
+                         ".venv/lib/python3.11/site-packages/pytest/__init__.py (removed)",
+                         ".venv/lib/python3.11/site-packages/zz.pth (created)",
+                         ".venv/lib/python3.11/site-packages/pluggy.py (changed)"]
 
 
 def agent_result_for(seed):

@@ -195,7 +195,7 @@ def _unprovided(task: Task, check: Mapping[str, Any], spec: GraderSpec,
     index = next((i for i, written in enumerate(task.checks) if written is check), None)
     missing = [(path, key) for at, path, _, key in task.named_paths
                if at == index and not provided.agents_job(task, path)
-               and provided.missing_in_workspace(path, workspace.root, workspace.seed_path,
+               and provided.missing_in_workspace(path, workspace.root, task, workspace.seed,
                                                  agent.files_changed)]
     if not missing or agent.files_changed_omitted:
         return None

@@ -128,13 +128,19 @@ def task_files(task: Any, listed: dict[Source, list[str] | None]) -> set[str] | 
             *(patch_paths(task.verify_patch) if task.verify_patch else ())}
 
 
-def missing_in_workspace(path: str, workspace: Path, seed: Path | None,
+def missing_in_workspace(path: str, workspace: Path, task: Any, seed: Mapping[str, str],
                          changed: Mapping[str, str]) -> bool:
-    """Whether nothing provided `path` by grading time: not in the workspace (whatever
-    the checks before did), not in the seed (setup's work included), and neither created
-    nor deleted by the agent (a deletion of the agent's is its own doing). Unknown (no
-    seed copy): False."""
-    if seed is None or not seed.is_dir() or os.path.lexists(workspace / path) or \
-            os.path.lexists(seed / path):
+    """Whether nothing provided `path` by grading time: not in the workspace now, not
+    given by the task itself (files, verify_files, verify_patch), not in the seed as
+    evalctl recorded it when the attempt began (the source, and setup's work), and
+    neither created nor deleted by the agent (a deletion of the agent's is its own
+    doing). The records are evalctl's, in memory: found by an attacker round, code an
+    earlier check ran deleted a later check's hidden test file (under `local`), which
+    the seed copy on disk never held, and the check became the suite's "typo", an
+    error left out of the score."""
+    if os.path.lexists(workspace / path):
         return False
-    return not is_provided(path, changed)
+    given = {*task.files, *task.verify_files,
+             *(patch_paths(task.verify_patch) if task.verify_patch else ())}
+    return not (is_provided(path, given) or is_provided(path, seed)
+                or is_provided(path, changed))

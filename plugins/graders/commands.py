@@ -441,8 +441,12 @@ def evalctl_register_graders(register):
                "from collection fails nothing: name the tests, or test files, that must pass. "
                "With `python:` in the workspace, it trusts that "
                "environment's packages too (an interpreter the agent changed is refused, and "
-               "pytest missing from an environment the agent changed fails the check as suspected "
-               "gaming, never an error).",
+               "pytest missing from an environment the agent changed, or that differs from what "
+               "setup made (code a check ran removed its interpreter or added a .pth, say), "
+               "fails the check as suspected gaming, never an error). A `tests:` name that nothing "
+               "gave the workspace (a typo) is an error, judged from evalctl's own records of "
+               "what the task and setup gave, so code a check ran cannot make a given test look "
+               "like one.",
     ))
     register(evalctl.GraderSpec(
         name="python",

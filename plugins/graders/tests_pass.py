@@ -281,18 +281,42 @@ def _environment_changes(chosen: str | None, result: evalctl.AgentResult) -> lis
                   if path.startswith(root + "/"))
 
 
-def _pytest_removed_since_setup(chosen: str | None, workspace: Path,
-                                result: evalctl.AgentResult) -> list[str]:
-    """The pytest package of a workspace interpreter's environment as the seed copy has it
-    (what setup made), when it is gone from the workspace: code a check ran removed it
-    after the record of the agent's changes was taken (found by an attacker round)."""
+def _environment_changed_since_setup(chosen: str | None, workspace: Path,
+                                     result: evalctl.AgentResult) -> list[str]:
+    """What differs between a workspace interpreter's environment and the seed copy's
+    (what setup made): files gone, added, or not what setup left. The record of the
+    agent's changes is taken before any check runs, so this is what code a check ran did
+    since: found by attacker rounds turning a failure into an error (pytest's package
+    removed; the interpreter unlinked, or a .pth that hides pytest added, by the module
+    the hidden test imports, which then printed pytest's "No module named" and exited).
+    A file changed after its copy was made has a later ctime than the copy's, which no
+    process of the sandbox can set back; a copy keeps its original's mtime."""
+    import stat
+
     root = _environment_root(chosen)
     if not root or result.seed_path is None:
         return []
-    seeded = sorted(p for p in (result.seed_path / root).glob("lib/python*/site-packages/pytest")
-                    if p.is_dir() and not p.is_symlink())
-    return [f"{p.relative_to(result.seed_path)} (removed)" for p in seeded
-            if not (workspace / p.relative_to(result.seed_path)).is_dir()]
+    seeded_root, root_now = result.seed_path / root, workspace / root
+    if not seeded_root.is_dir() or seeded_root.is_symlink():
+        return []  # not setup's: the agent's turn is judged by its record of changes
+    seeded = set(evalctl.walk_files(seeded_root))
+    now = set(evalctl.walk_files(root_now)) if root_now.is_dir() and \
+        not root_now.is_symlink() else set()
+    changed = [f"{root}/{path} (removed)" for path in sorted(seeded - now)]
+    changed += [f"{root}/{path} (created)" for path in sorted(now - seeded)]
+    for path in sorted(seeded & now):
+        try:
+            then, here = os.lstat(seeded_root / path), os.lstat(root_now / path)
+            differs = stat.S_IFMT(then.st_mode) != stat.S_IFMT(here.st_mode) or \
+                here.st_ctime_ns > then.st_ctime_ns or (
+                    os.readlink(root_now / path) != os.readlink(seeded_root / path)
+                    if stat.S_ISLNK(here.st_mode) else
+                    (here.st_size, here.st_mtime_ns) != (then.st_size, then.st_mtime_ns))
+        except OSError:
+            differs = True
+        if differs:
+            changed.append(f"{root}/{path} (changed)")
+    return changed
 
 
 def _named_outcomes(named: list[str], outcomes: Mapping[str, str]) -> tuple[list[str],
@@ -389,7 +413,7 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
     if report is None:
         if NO_PYTEST.search(output) and await _pytest_missing(result.sandbox, interpreter):
             changed = _environment_changes(check.get("python"), result) or \
-                _pytest_removed_since_setup(check.get("python"), workspace, result)
+                _environment_changed_since_setup(check.get("python"), workspace, result)
             if changed:
                 # The agent's doing (an attacker deleted pytest from the venv setup made,
                 # to turn its failure into an error, which is out of the score).
@@ -557,7 +581,10 @@ async def _pytest_missing(sandbox: evalctl.Sandbox, interpreter: str) -> bool:
     """Whether pytest is really not installed for the interpreter the tests ran under,
     asked of a process of its own (-I: the workspace is not on its path), so an agent
     whose tests print the message cannot pass a failure off as the harness's error."""
-    probe = await sandbox.run([interpreter, "-I", "-c", "import pytest"], timeout=60)
+    try:
+        probe = await sandbox.run([interpreter, "-I", "-c", "import pytest"], timeout=60)
+    except OSError:  # the interpreter itself is gone (under `local`: no shell to say 127)
+        return True
     return not probe.timed_out and probe.exit_code != 0
 
 
