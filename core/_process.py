@@ -8,6 +8,7 @@ through it directly, `bwrap` runs bubblewrap through it.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import os
@@ -366,7 +367,11 @@ class _HeadTail:
     def __init__(self, limit: int):
         self.half = limit // 2
         self.head = bytearray()
-        self.tail = bytearray()
+        # The tail as the chunks it came in, whole ones dropped from the left as more
+        # come: cutting one buffer from the front for every chunk moved the whole tail
+        # each time, which a limit of megabytes (tests_pass's) made quadratic.
+        self.tail: collections.deque[bytes] = collections.deque()
+        self.tail_bytes = 0
         self.total = 0
 
     def feed(self, chunk: bytes) -> None:
@@ -376,16 +381,19 @@ class _HeadTail:
             self.head += chunk[:room]
             chunk = chunk[room:]
         if chunk:
-            self.tail += chunk
-            if len(self.tail) > self.half:
-                del self.tail[: len(self.tail) - self.half]
+            self.tail.append(bytes(chunk))
+            self.tail_bytes += len(chunk)
+            while self.tail and self.tail_bytes - len(self.tail[0]) >= self.half:
+                self.tail_bytes -= len(self.tail.popleft())
 
     def text(self) -> str:
         """What was kept, as text that is always UTF-8: a byte that is not UTF-8 is kept
         as a `\\xNN` escape (as a file name that is not UTF-8 is), never lost to U+FFFD."""
+        kept = b"".join(self.tail)
+        kept = kept[max(0, len(kept) - self.half):]
         head = escape_surrogates(self.head.decode("utf-8", errors="surrogateescape"))
-        tail = escape_surrogates(self.tail.decode("utf-8", errors="surrogateescape"))
-        elided = self.total - len(self.head) - len(self.tail)
+        tail = escape_surrogates(kept.decode("utf-8", errors="surrogateescape"))
+        elided = self.total - len(self.head) - len(kept)
         if elided > 0:
             return f"{head}\n[... {elided} bytes elided ...]\n{tail}"
         return head + tail

@@ -159,6 +159,13 @@ def _seeded_config(result: evalctl.AgentResult) -> tuple[str, str]:
     return "pytest.ini", "[pytest]\n"
 
 
+# The test run's output kept, head and tail: the witness's report is its last line, one
+# outcome a test (about 70 bytes each), and it must fit whole in the tail. At the
+# default (30,000 bytes) an honest suite of 3,000 tests lost its report's start and was
+# called gaming ("the witness never reported").
+WITNESS_OUTPUT_LIMIT = 16 * 1024 * 1024
+
+
 def _witness(output: str, nonce: str) -> tuple[dict[str, Any] | None, str, int]:
     """The witness's report with this nonce, the output without witness lines, and how
     many lines carried the nonce: the witness writes one, so a second is a forgery."""
@@ -396,7 +403,8 @@ async def grade_tests_pass(check: dict[str, Any], workspace: Path,
             f"--confcutdir={workspace}", "-q"]
     plan = {"witness_dir": str(WITNESS_DIR), "args": args, "config": config}
     ran = await result.sandbox.run([interpreter, "-I", "-c", RUNNER], timeout=timeout,
-                                   stdin=json.dumps(plan) + "\n", merge_stderr=True)
+                                   stdin=json.dumps(plan) + "\n", merge_stderr=True,
+                                   output_limit=WITNESS_OUTPUT_LIMIT)
     report, output, reports = _witness(ran.stdout, nonce)
     if reports > 1:
         return evalctl.CheckResult(

@@ -1567,6 +1567,43 @@ def _namespace_changed(namespace: Any) -> list[str]:
     return found
 
 
+# Per test module: the names a test's call looks for in its namespace (those its code
+# refers to or that are builtins, that its file never binds) and the namespace's size at
+# its last whole scan. Looking for those names alone keeps a test's check from growing
+# with its module (a module of 1,500 tests scanned whole before each of them took most
+# of a run's time); a namespace that grew or shrank is scanned whole again.
+_QUICK: dict[int, tuple[tuple[str, ...], int]] = {}
+
+
+def _namespace_changed_quick(namespace: Any) -> list[str]:
+    """_namespace_changed, in time that does not grow with the module: its builtins, a
+    `__tracebackhide__` and the names it must not hold, then the whole scan only when
+    its size changed since the last."""
+    origin = _TEST_ORIGINS.get(id(namespace))
+    if origin is None or _TEST_NAMESPACES.get(id(namespace)) is not namespace:
+        return []
+    binds, refers, star = _file_names(origin)
+    known = _QUICK.get(id(namespace))
+    if known is None or known[1] != len(namespace):
+        found = _namespace_changed(namespace)
+        wanted = () if star else tuple(sorted(
+            name for name in (refers | frozenset(_BUILTINS_SEEN)) - binds
+            if not (name.startswith("__") and name.endswith("__"))))
+        _QUICK[id(namespace)] = (wanted, len(namespace))
+        return found
+    label = os.path.basename(origin)
+    found = []
+    held = namespace.get("__builtins__", _MISSING)
+    if held is not builtins and held is not _BUILTINS:
+        found.append(f"the builtins of the test module {label} (__builtins__ replaced)")
+    if "__tracebackhide__" in namespace and "__tracebackhide__" not in binds:
+        found.append(f"__tracebackhide__ (bound in the test module {label} by code not "
+                     "its own)")
+    found += [f"{name} (bound in the test module {label} by code not its own)"
+              for name in known[0] if name in namespace]
+    return found
+
+
 def _builtins_changed() -> list[str]:
     """The builtins rebound (or removed) since the witness was loaded, but for those
     tests commonly monkeypatch."""
@@ -1585,7 +1622,7 @@ def _namespaces_changed(item: Any = None) -> list[str]:
     else:
         function = _test_function(item)
         if function is not None:
-            found += _namespace_changed(function.__globals__)
+            found += _namespace_changed_quick(function.__globals__)
     return found
 
 
@@ -1711,6 +1748,27 @@ def _marks_changed() -> list[str]:
     return found
 
 
+_ROW_KEYS: dict[int, tuple[frozenset[tuple[int, ...]], list[Any]]] = {}
+_TUPLE, _ID = tuple, id
+
+
+def _row_keys(mark: int, rows: tuple[Any, ...], count: int
+              ) -> tuple[frozenset[tuple[int, ...]], list[Any]]:
+    """A parametrize mark's rows as the identities of their values (the recorded walk
+    holds the values, so an identity stays theirs), and the rows of which a value cannot
+    be read, compared one by one."""
+    if mark not in _ROW_KEYS:
+        keys, partial = set(), []
+        for row in rows:
+            values = [_row_value(row, position, count) for position in range(count)]
+            if any(value is _MISSING for value in values):
+                partial.append(row)
+            else:
+                keys.add(_TUPLE(_ID(value) for value in values))
+        _ROW_KEYS[mark] = (frozenset(keys), partial)
+    return _ROW_KEYS[mark]
+
+
 def _parameters_changed(item: Any) -> list[str]:
     """The parameters of a collected case that are not the values its parametrize marks
     (or its parametrized fixtures' params) held at its indices when recorded."""
@@ -1732,11 +1790,15 @@ def _parameters_changed(item: Any) -> list[str]:
         if not rows or not names or any(name not in params for name in names):
             continue  # no rows (pytest's empty parameter set), or not this test's
         # The case's values of the mark's names are one row's, all of them (pytest
-        # renumbers the indices of direct parameters as it orders the cases).
+        # renumbers the indices of direct parameters as it orders the cases): looked up
+        # by the identities of its values, not compared with every row (a mark of 1,500
+        # rows made that a run's largest cost).
         given = [params[name] for name in names]
-        if not any(all(value is _row_value(row, position, len(names)) or
-                       _row_value(row, position, len(names)) is _MISSING
-                       for position, value in enumerate(given)) for row in rows):
+        keys, partial = _row_keys(id(mark), rows, len(names))
+        if _TUPLE(_ID(value) for value in given) not in keys and \
+                not any(all(value is _row_value(row, position, len(names)) or
+                            _row_value(row, position, len(names)) is _MISSING
+                            for position, value in enumerate(given)) for row in partial):
             found.append(f"the parameters {', '.join(names)} of {item.nodeid} (not a row "
                          "its parametrize mark held)")
     definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
