@@ -1440,6 +1440,36 @@ _TYPE_DICT = type.__dict__["__dict__"].__get__  # a class's own namespace, no co
 _TYPE_MRO = type.__dict__["__mro__"].__get__
 
 
+# What each test module's names were bound to as its import ended (its classes' members
+# through their bases, by name, then too): a collected test must run the object its
+# module bound to the test's name then, or a wrapper of it. Found by an attacker round:
+# the agent's module gave the test module a `__getattr__`, which pytest's look for
+# `pytest_plugins` ran after the import; it bound `test_add` to a function of pytest's
+# own that does nothing, which, pytest's and no other file's, was none of the checks'.
+_BOUND: dict[int, dict[str, Any]] = {}  # id of a test module's namespace -> name -> object
+_CLASS_MEMBERS: dict[int, tuple[Any, dict[str, Any]]] = {}  # id -> (class, name -> member)
+
+
+def _bound_now(namespace: Any) -> dict[str, Any]:
+    """A test module's names and what they are bound to, and (recorded apart) its
+    classes' members through their bases, read without running anything of theirs."""
+    bound = {name: value for name, value in list(namespace.items()) if _TYPE(name) is str}
+    for value in bound.values():
+        if issubclass(type(value), type) and id(value) not in _CLASS_MEMBERS:
+            try:
+                bases = _TYPE_MRO(value)
+            except TypeError:
+                continue
+            members: dict[str, Any] = {}
+            for kind in reversed(bases):
+                for name, member in list(_TYPE_DICT(kind).items()):
+                    if _TYPE(name) is str:
+                        members[name] = member.__func__ \
+                            if type(member) in (staticmethod, classmethod) else member
+            _CLASS_MEMBERS[id(value)] = (value, members)
+    return bound
+
+
 def _record_defined(module: Any, origin: str | None = None) -> None:
     """What `module` binds now: its functions and their code, its classes' (and their
     bases') functions, and the functions of the fixtures among them. Read without calling
@@ -1452,6 +1482,7 @@ def _record_defined(module: Any, origin: str | None = None) -> None:
     if origin is not None:
         _TEST_NAMESPACES[id(namespace)] = namespace
         _TEST_ORIGINS[id(namespace)] = origin
+        _BOUND[id(namespace)] = _bound_now(namespace)
         _record_marks(namespace.get("pytestmark", _MISSING), namespace,
                       os.path.basename(origin))
     for value in list(namespace.values()):
@@ -1881,7 +1912,42 @@ def _replaced_test_code(item: Any) -> list[str]:
         return [f"the code of {item.nodeid} (not what its module's body defined)"]
     if not _runs_what_its_module_defined(function):
         return [f"the test function of {item.nodeid} (not one its module's body defined)"]
+    if _not_what_its_module_bound(item, module, function):
+        return [f"the test function of {item.nodeid} (not what its module bound to "
+                f"{getattr(item, 'originalname', None) or item.name} as its import ended)"]
     return []
+
+
+def _not_what_its_module_bound(item: Any, module: Any, function: Any) -> bool:
+    """Whether a collected test runs another function than the one its module (or its
+    class, through its bases) bound to the test's name as the module's import ended, or
+    a wrapper of it. A name that was not bound then says nothing."""
+    try:
+        namespace = vars(module.obj)
+    except TypeError:
+        return False
+    bound = _BOUND.get(id(namespace))
+    if bound is None or _TEST_NAMESPACES.get(id(namespace)) is not namespace:
+        return False
+    name = vars(item).get("originalname") or item.name
+    owner = item.getparent(pytest.Class)
+    if owner is None:
+        expected = bound.get(name, _MISSING)
+    else:
+        cls = bound.get(owner.name, _MISSING)
+        members = _CLASS_MEMBERS.get(id(cls))
+        if members is None or members[0] is not cls:
+            return False
+        expected = members[1].get(name, _MISSING)
+    if expected is _MISSING:
+        return False
+    for _ in range(16):  # the function itself, or a wrapper of it (__wrapped__)
+        if function is expected:
+            return False
+        if type(function) is not types.FunctionType:
+            break
+        function = vars(function).get("__wrapped__", _MISSING)
+    return True
 
 
 # Fixtures: each definition's function as first seen (pytest never sets another), and the
