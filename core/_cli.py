@@ -618,9 +618,15 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
             ("max_tokens", max_tokens), ("retry_errors", retry_errors))
             if _given(ctx, name, value)}
         # --concurrency given now, else the run's own (journaled), else the config's.
+        configured = config.get("concurrency")
+        if concurrency is None and contents.concurrency is not None and configured \
+                and configured != contents.concurrency:
+            click.echo(f"note: resuming at the run's concurrency, {contents.concurrency} "
+                       f"(evalctl.toml says {configured}; --concurrency {configured} to use "
+                       "it)", err=True)
         options = resumed_options(contents, given, concurrency or contents.concurrency
-                                  or config.get("concurrency"),
-                                  out or resume_dir.resolve().parent, scheduling)
+                                  or configured, out or resume_dir.resolve().parent,
+                                  scheduling)
         recorded = contents.header.get("suite", {})
         suite_path = resolve_suite(suite) if suite else \
             Path(recorded.get("absolute_path") or recorded.get("path", ""))

@@ -64,7 +64,13 @@ def asks_for(prompt: str, path: str) -> bool:
     """Whether the prompt names `path` for the agent to write: the path, its file name,
     or (a .py file) its module name, as a word of its own."""
     pure = PurePosixPath(path)
-    names = {path, pure.name} | ({pure.stem} if pure.suffix == ".py" else set())
+    names = {path, pure.name}
+    if pure.suffix == ".py":  # also as a module: `test_x`, `tests/test_x`, `tests.test_x`
+        module = path[:-len(".py")]
+        names |= {pure.stem, module, module.replace("/", ".")}
+    # A path may be written from the workspace's top (`./tests/test_x.py`): found by a
+    # newcomer, such a prompt's file was refused as one nothing asked for.
+    prompt = re.sub(r"(?<![\w./-])\./(?=[\w])", "", prompt)
     return any(re.search(rf"(?<![\w./-]){re.escape(name)}(?![\w-])", prompt)
                for name in names if name)
 

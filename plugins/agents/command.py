@@ -173,8 +173,11 @@ def preflight(options: Mapping[str, Any]) -> str | None:
                 "({prompt} and {prompt_file} are replaced, nothing else is)")
     try:
         words = shlex.split(argv)
-    except ValueError:
-        return None  # said when the command is made, with the argv
+    except ValueError as exc:
+        # Found by a newcomer: every attempt was then an internal error, which a resume
+        # cannot fix (it refuses changed options).
+        return (f"its argv {argv!r} cannot be split into words ({str(exc).lower()}): close "
+                "the quote, or drop the trailing backslash")
     if not words:
         return None
     program = words[0]
