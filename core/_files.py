@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import stat
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -337,22 +338,86 @@ def walk_files(root: str | os.PathLike[str]) -> Iterator[str]:
 def remove_tree(top: str | os.PathLike[str]) -> None:
     """Delete `top` and everything under it, deepest first, without recursion (on Python
     3.11 shutil.rmtree recurses, and a tree a thousand deep raises RecursionError).
-    Links are removed, never followed; what cannot be removed is left."""
+    Links are removed, never followed. A directory of the tree that cannot be listed or
+    emptied for its mode (code of the agent's can chmod one it made 0o500) is given its
+    owner's permissions back first; what still cannot be removed is left."""
+    top = os.fspath(top)
     directories = []
-    pending = [os.fspath(top)]
+    pending = [top]
     while pending:
         directory = pending.pop()
         directories.append(directory)
-        with contextlib.suppress(OSError), os.scandir(directory) as entries:
-            for entry in entries:
-                with contextlib.suppress(OSError):
-                    if entry.is_dir(follow_symlinks=False):
-                        pending.append(entry.path)
-                    else:
-                        os.unlink(entry.path)
+        for entry in _entries(directory):
+            with contextlib.suppress(OSError):
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                else:
+                    _retried(os.unlink, entry.path, directory)
     for directory in reversed(directories):
         with contextlib.suppress(OSError):
-            os.rmdir(directory)
+            _retried(os.rmdir, directory, os.path.dirname(directory)
+                     if directory != top else None)
+
+
+def empty_directory(top: str | os.PathLike[str], keep: Iterable[str] = ()) -> list[str]:
+    """Remove every entry of `top` whose name is not in `keep` (directories with what
+    they hold, remove_tree's way: never through a link), leaving `top` itself; the names
+    of the entries that were there and could not all be removed. One scandir when there
+    is nothing to remove."""
+    top, keep = os.fspath(top), frozenset(keep)
+    present = [entry for entry in _entries(top) if entry.name not in keep]
+    for entry in present:
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                remove_tree(entry.path)
+            else:
+                _retried(os.unlink, entry.path, top)
+    return [entry.name for entry in present if os.path.lexists(entry.path)]
+
+
+def _entries(directory: str) -> list[os.DirEntry[str]]:
+    """The entries of `directory` ([] when it cannot be listed), after giving it its
+    owner's permissions back if its mode kept them from being listed."""
+    for attempt in (1, 2):
+        try:
+            with os.scandir(directory) as entries:
+                return list(entries)
+        except PermissionError:
+            if attempt == 2 or not _make_ours(directory):
+                return []
+        except OSError:
+            return []
+    return []
+
+
+def _retried(remove: Callable[[str], None], path: str, parent: str | None) -> None:
+    """remove(path); once more after giving `parent` its owner's permissions back when
+    its mode forbade it (None: not ours to change)."""
+    try:
+        remove(path)
+    except PermissionError:
+        if parent is None or not _make_ours(parent):
+            raise
+        remove(path)
+
+
+def _make_ours(directory: str) -> bool:
+    """Give a directory (never a link's target) its owner's read, write and search
+    permissions; whether it was done."""
+    try:
+        fd = os.open(directory, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
+    except (OSError, AttributeError):
+        return False
+    try:
+        mode = os.fstat(fd).st_mode
+        # A file descriptor opened with O_PATH cannot be fchmod-ed: through /proc, the
+        # directory it holds, whatever its path now leads to.
+        os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(mode) | stat.S_IRWXU)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def content_hash(path: str | os.PathLike[str], limit: int | None = None) -> str | None:

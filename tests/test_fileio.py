@@ -167,3 +167,29 @@ def test_a_web_of_links_is_refused_after_the_kernels_limit(tmp_path):
     os.symlink("c0", chain / "c-1")  # one link more than the kernel follows
     with pytest.raises(evalctl.ConfinementError, match="symbolic links"):
         evalctl.resolve_in_workspace(chain, "c-1")
+
+
+def test_empty_directory_keeps_named_entries_follows_no_link_and_opens_locked_ones(tmp_path):
+    """What the graders' HOME is emptied with between checks: an entry it is told to
+    keep stays, a link is removed and what it leads to is not touched, and a directory
+    made unwritable (0o500, 0o000) is emptied and removed all the same."""
+    from evalctl._files import empty_directory
+
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    (home / "kept" / "inside").mkdir(parents=True)
+    elsewhere.mkdir()
+    (elsewhere / "precious").write_text("mine")
+    (home / ".npmrc").write_text("script-shell=~/yes.sh\n")
+    (home / "link").symlink_to(elsewhere)
+    locked = home / ".config" / "git"
+    locked.mkdir(parents=True)
+    (locked / "config").write_text("[x]\n")
+    locked.chmod(0o500)
+    (home / ".config").chmod(0o500)
+    (home / "sealed").mkdir()
+    (home / "sealed" / "f").write_text("x")
+    (home / "sealed").chmod(0)
+    assert empty_directory(home, keep={"kept"}) == []
+    assert sorted(os.listdir(home)) == ["kept"] and (home / "kept" / "inside").is_dir()
+    assert (elsewhere / "precious").read_text() == "mine"
+    assert empty_directory(home, keep={"kept"}) == []  # nothing to do: one scandir

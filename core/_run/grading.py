@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from evalctl._agent.ledger import Ledger
 from evalctl._blocking import off_loop
 from evalctl._errors import GraderUnavailable, UsageError
-from evalctl._files import small_tree, walk_files
+from evalctl._files import empty_directory, small_tree, walk_files
 from evalctl._plugin.registry import Registry
 from evalctl._plugin.specs import CheckResult, GraderSpec
 from evalctl._plugin.types import AgentResult, Sandbox
@@ -142,6 +142,15 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
         raise GradingSandboxFailed(str(exc)) from exc
     try:
         checks = list(integrity)
+        # Every check starts with the graders' HOME and TMPDIR as the sandbox opened it
+        # (found by an outside tester: the hidden tests imported the agent's module,
+        # which wrote ~/.npmrc there, and the next check, `npm test`, ran the script it
+        # named and passed). What is in it now is the sandbox's own (bwrap's mount
+        # points): kept; anything else is removed before a check that follows one that
+        # ran, found by one scandir on the loop, removed off it.
+        home = state[0]
+        kept = _names(home)
+        ran = False
         # The bytecode caches are swept again before every check (one that ran the
         # agent's code may have left a forged cache for the next): before the first by
         # _before_grading, after a synchronous grader in its own trip, else before.
@@ -162,9 +171,13 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
             if unprovided is not None:  # nothing ran: the workspace is as it was
                 outcomes[index] = unprovided
                 continue
-            outcomes[index] = await grade(check, spec, workspace.root, agent,
-                                          before=None if swept else clean, after=then)
+            stale = ran and not kept.issuperset(_names(home))
+            outcomes[index] = await grade(
+                check, spec, workspace.root, agent, after=then,
+                before=_both(None if swept else clean,
+                             functools.partial(_fresh_home, home, kept) if stale else None))
             cleaned = then is not None
+            ran = True
         checks += [outcomes[index] for index in range(len(graded))]
     finally:
         await agent.sandbox.close()
@@ -244,6 +257,32 @@ def _protected_before_the_checks(task: Task, workspace: Workspace) -> dict[str, 
     if protected:  # a link of the agent's to a protected file would outlast read_only
         detach_protected_links(task, workspace.root, protected)
     return protected
+
+
+def _names(directory: Path) -> frozenset[str]:
+    """The names in a directory (none when it cannot be listed): one scandir."""
+    try:
+        return frozenset(os.listdir(directory))
+    except OSError:
+        return frozenset()
+
+
+def _fresh_home(home: Path, kept: frozenset[str]) -> None:
+    """Empty the graders' HOME and TMPDIR but for `kept` (the sandbox's own), never
+    through a link; a check does not run with what could not be removed."""
+    left = empty_directory(home, keep=kept)
+    if left:
+        raise GraderUnavailable(
+            f"what the check before left in the graders' HOME and TMPDIR ({home}) could "
+            f"not be removed ({', '.join(sorted(left)[:5])}), and this check would read it")
+
+
+def _both(first: Callable[[], object] | None, second: Callable[[], object] | None
+          ) -> Callable[[], object] | None:
+    """One callable doing `first` then `second` (either None: the other)."""
+    if first is None or second is None:
+        return first or second
+    return lambda: (first(), second())
 
 
 def _around(before: Callable[[], object] | None, after: Callable[[], object] | None,
