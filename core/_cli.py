@@ -983,6 +983,14 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
         click.echo(f"wrote {path}")
     for failure in failures:
         click.echo(f"error: {failure}", err=True)
+    if result.interrupted:
+        from evalctl._run.regrade import how_to_regrade_again
+
+        click.echo("interrupted: reports cover the attempts that were graded; "
+                   + how_to_regrade_again(Path(result.run_directory),
+                                          {"regrade_of": result.regrade_of},
+                                          reported=True), err=True)
+        ctx.exit(EXIT_INTERRUPTED)
     ctx.exit(EXIT_OK if result.all_passed and not failures else EXIT_FAILED)
 
 

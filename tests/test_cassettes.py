@@ -1167,3 +1167,119 @@ def test_a_regrade_of_a_workspace_as_the_agent_left_it_grades_again(tmp_path):
         "_here = os.path.abspath(__file__)", "_here = os.devnull"))
     assert again.checks and not any("carried" in c.detail for c in again.checks), \
         again.checks
+
+
+REGRADED = """\
+name: regraded
+tasks:
+  - id: quick
+    prompt: Write a.txt.
+    script:
+      - tool_calls:
+          - tool: bash
+            input:
+              command: echo done > a.txt; echo ran >> {flags}/agent-runs
+      - text: Wrote a.txt.
+    checks:
+      - type: file_exists
+        path: a.txt
+  - id: slow
+    prompt: Write b.txt.
+    script:
+      - tool_calls:
+          - tool: bash
+            input:
+              command: echo done > b.txt; echo ran >> {flags}/agent-runs
+      - text: Wrote b.txt.
+    checks:
+      - type: command
+        command: |
+          if [ -e {flags}/regrading ]; then echo $$ > {flags}/sleeper.pid; exec sleep 60; fi
+          test -e b.txt
+"""
+
+
+def regraded_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A run of REGRADED (sandbox local) and the directory of its flags."""
+    flags = tmp_path / "flags"
+    flags.mkdir()
+    suite = tmp_path / "regraded.yaml"
+    suite.write_text(REGRADED.format(flags=flags))
+    run = run_suite(suite, sandbox="local", out_dir=tmp_path / "out")
+    assert run.all_passed, [t.checks for t in run.tasks]
+    return Path(run.run_directory), flags
+
+
+def test_a_regrades_directory_is_not_resumed_as_a_run(tmp_path):
+    """Found by an outside tester: `evalctl run --resume` of a regrade killed half-way
+    ran the agent again (a live provider would be charged) for the attempts it had not
+    graded. Refused before anything changes, saying how to regrade again."""
+    import asyncio
+
+    from evalctl._run.regrade import execute_regrade, plan_regrade
+    from evalctl.testing import registry_with
+
+    run_dir, flags = regraded_run(tmp_path)
+    prepared = plan_regrade(run_dir, registry_with())
+    asyncio.run(execute_regrade(prepared))
+    regrade_dir = prepared.run_dir
+    assert regrade_dir is not None
+    # As a kill left it: the last attempt and the `end` line never written.
+    journal = regrade_dir / "journal.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    assert json.loads(lines[-1])["kind"] == "end"
+    journal.write_text("".join(lines[:-2]))
+    before = snapshot(regrade_dir)
+    result = run_cli(tmp_path, "--resume", str(regrade_dir))
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert "it is a regrade" in result.output, result.output
+    assert f"evalctl regrade {run_dir.resolve()}" in result.output, result.output
+    assert f"evalctl report {regrade_dir}" in result.output, result.output
+    assert snapshot(regrade_dir) == before  # nothing retired, nothing run
+    assert not (regrade_dir / ".retired").exists()
+    assert (flags / "agent-runs").read_text() == "ran\nran\n"  # the run's two, no more
+
+
+def test_an_interrupted_regrade_reports_what_it_graded_and_says_what_to_do(tmp_path):
+    """Found by an outside tester: Ctrl-C during `evalctl regrade` after an attempt was
+    graded left no report and no `end` line, and said only "interrupted". It now ends
+    as an interrupted run does: reports of what was graded, the rest not run, exit 130,
+    and how to regrade again."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import environment_without_evalctl_settings
+    from tests.test_run import _is_sleep
+
+    run_dir, flags = regraded_run(tmp_path)
+    (flags / "regrading").touch()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "evalctl", "regrade", str(run_dir), "--concurrency", "1",
+         "--report", "r.json"],
+        cwd=tmp_path, env={**environment_without_evalctl_settings(), "EVALCTL_NO_CACHE": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not ((flags / "sleeper.pid").exists() and (flags / "sleeper.pid").read_text()):
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
+            pytest.fail(f"the regrade never reached the slow check: {process.communicate()}")
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=30)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert "interrupted: reports cover the attempts that were graded" in stderr, stderr
+    assert f"evalctl regrade {run_dir.resolve()}` again" in stderr, stderr
+    assert "regraded 1 of 2 attempt(s)" in stderr, stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["interrupted"] is True and report["regrade_of"]
+    status = {t["id"]: (t["status"], t["error"]) for t in report["tasks"]}
+    assert status == {"quick": ("passed", None),
+                      "slow": ("not_run", "the regrade was interrupted")}, status
+    regrade_dir = Path(report["run_directory"])
+    end = json.loads((regrade_dir / "journal.jsonl").read_text().splitlines()[-1])
+    assert end["kind"] == "end" and end["interrupted"] is True
+    assert not _is_sleep(int((flags / "sleeper.pid").read_text()))
+    assert (flags / "agent-runs").read_text() == "ran\nran\n"

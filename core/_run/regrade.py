@@ -37,7 +37,15 @@ from evalctl._report.journal import (
     now,
     read_journal,
 )
-from evalctl._report.results import ERROR, FAILED, PASSED, CheckOutcome, RunResult, TaskResult
+from evalctl._report.results import (
+    ERROR,
+    FAILED,
+    NOT_RUN,
+    PASSED,
+    CheckOutcome,
+    RunResult,
+    TaskResult,
+)
 from evalctl._run.grading import (
     GradingSandboxFailed,
     attempt_status,
@@ -58,6 +66,24 @@ from evalctl._workspace import (
     new_workspace,
     sandbox_environment,
 )
+
+# Why a regrade's unfinished attempts were not graded. A regrade is not continued (nor
+# resumed: `evalctl run --resume` would run the agent again): it is made again.
+INTERRUPTED = "the regrade was interrupted"
+
+
+
+def how_to_regrade_again(regrade_dir: Path, header: dict[str, Any], *,
+                         reported: bool = False) -> str:
+    """What to do with a regrade that did not finish (its journal's `header`); `reported`:
+    its reports were just written."""
+    source = (header.get("regrade_of") or {}).get("run_directory") or "RUN_DIR"
+    return (f"a regrade is not continued: run `evalctl regrade {source}` again, which "
+            "grades every kept workspace of that run anew into a new run directory, "
+            "calling no model" + ("" if reported else
+                                  f"; `evalctl report {regrade_dir}` writes the reports of "
+                                  "what this one graded"))
+
 
 JUDGE = "judge"  # the grader kind that asks a model: never asked in a regrade
 DEFAULT_CONCURRENCY = 4
@@ -169,12 +195,27 @@ async def _execute(prepared: PreparedRegrade) -> RunResult:
             result = await _regrade_attempt(prepared, planned, run_dir)
             await journal.record(result)
 
-    for recorded, _ in prepared.carried:
-        await journal.record(recorded)
-    await asyncio.gather(*(one(planned) for planned in prepared.attempts))
-    journal.end(interrupted=False, reason=None, budget=None)
+    # Interrupted (Ctrl-C, SIGTERM: the task is cancelled, the gathered attempts with
+    # it, their sandboxes closed), the journal ends as a run's does and the reports cover
+    # the attempts graded (found by an outside tester: it ended with no `end` line, no
+    # report and only "interrupted").
+    interrupted = False
+    try:
+        for recorded, _ in prepared.carried:
+            await journal.record(recorded)
+        await asyncio.gather(*(one(planned) for planned in prepared.attempts))
+    except asyncio.CancelledError:
+        interrupted = True
+        current = asyncio.current_task()
+        if current is not None:
+            current.uncancel()
+    except BaseException:
+        journal.close()
+        raise
+    reason = INTERRUPTED if interrupted else None
+    journal.end(interrupted=interrupted, reason=reason, budget=None)
     journal.close()
-    return build_run(journal.contents)
+    return build_run(journal.contents, interrupted=interrupted, stop_reason=reason)
 
 
 def _header(prepared: PreparedRegrade, run_dir: Path) -> dict[str, Any]:
@@ -563,7 +604,11 @@ def summary_line(run: RunResult, prepared: PreparedRegrade) -> str:
     changed = [t for t in run.tasks if t.status in (PASSED, FAILED, ERROR)
                and source.get((t.task_id, t.attempt)) is not None
                and source[(t.task_id, t.attempt)].status != t.status]
-    return (f"regraded {len(prepared.attempts)} attempt(s) of {prepared.source.run_dir}"
+    regraded = len(prepared.attempts)
+    if run.interrupted:
+        graded = sum(1 for t in run.tasks if t.status != NOT_RUN) - len(prepared.carried)
+        regraded = f"{max(graded, 0)} of {regraded}"
+    return (f"regraded {regraded} attempt(s) of {prepared.source.run_dir}"
             + (f"; {len(prepared.carried)} carried over as they were" if prepared.carried
                else "")
             + f"; {len(changed)} changed verdict")

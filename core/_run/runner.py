@@ -131,6 +131,15 @@ def resumed_options(contents: JournalContents, given: Mapping[str, Any],
     given now (unless given, the journaled ones). An option given now that differs from
     the journal's is refused, with every difference named: a resumed run must mean what
     it meant."""
+    if contents.header.get("regrade_of"):
+        from evalctl._run.regrade import how_to_regrade_again
+
+        # Found by an outside tester: resumed, a regrade's unfinished attempts were run
+        # again by the agent (a live provider charged), not graded again.
+        raise UsageError(f"cannot resume {contents.run_dir}: it is a regrade (`evalctl "
+                         "regrade` made it), and a resume would run the agent again for "
+                         "the attempts it did not grade; "
+                         + how_to_regrade_again(contents.run_dir, contents.header))
     if "options" not in contents.header:
         raise UsageError(f"cannot resume {contents.run_dir}: its journal's header records no "
                          "options, so what the run meant is unknown; start a new run instead")
