@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 import evalctl
+import evalctl.testing
 from evalctl._cli import cli
 from evalctl._suite.cache import cache_dir
 from evalctl._suite.loader import load_suite, validate_suite
@@ -181,6 +183,41 @@ def test_duplicate_and_case_colliding_ids(write_suite):
     messages = [(p.line, p.message) for p in validate_suite(path)]
     assert (6, "duplicate task id 'one' (first used at line 1)") in messages
     assert any(line == 11 and "only in case" in m for line, m in messages)
+
+
+@pytest.mark.parametrize("task_id", ["journal.jsonl", "Journal.JSONL"])
+def test_a_task_id_a_run_directory_already_holds_is_refused_at_validate_and_run(
+        write_suite, tmp_path, task_id):
+    """Found by an outside tester: a task `journal.jsonl` validated; its workspace was
+    the run's journal (the attempt failed as the agent's failure) and a resume retired
+    the journal. Refused at its line, by validate and run, whatever its case (the
+    journal's name on a file system that ignores case)."""
+    path = write_suite(MINIMAL.replace("id: one", f"id: {task_id}") + MINIMAL)
+    messages = [(p.line, p.severity, p.message) for p in validate_suite(path)]
+    assert [(line, severity) for line, severity, _ in messages] == [(1, "error")], messages
+    assert f"task id '{task_id}' is the name of the file every run directory keeps its " \
+           "journal in" in messages[0][2], messages
+    for command in (["validate", str(path)], ["run", str(path), "--out", str(tmp_path / "o")]):
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 2, result.output
+        assert f"{path}:1: error: task id '{task_id}'" in result.output, result.output
+        assert "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_run_directory_holds_nothing_a_task_id_could_name_but_its_workspaces(tmp_path):
+    """What the refusal above stands on: besides the workspaces, a run directory holds
+    only names that start with a dot (no task id does) and the reserved ones."""
+    from evalctl._report.journal import JOURNAL_NAME
+    from evalctl._suite.schema import RESERVED_TASK_IDS
+
+    assert JOURNAL_NAME in RESERVED_TASK_IDS
+    suite = MINIMAL.replace("  checks:", "  script:\n    - text: Done.\n  checks:")
+    run = evalctl.testing.run_suite(suite, sandbox="local", out_dir=tmp_path / "out",
+                                    repeat=2)
+    names = {entry.name for entry in Path(run.run_directory).iterdir()}
+    assert names - {"one@1", "one@2"} - RESERVED_TASK_IDS == \
+        {name for name in names if name.startswith(".")}, names
 
 
 def test_the_cache_returns_the_same_suite_and_follows_the_file(write_suite):

@@ -22,8 +22,9 @@ from typing import Any
 # validated (a byte-order mark inside the file, say) is not trusted; 7: numbers no JSON
 # holds, names no workspace can hold and regexes refused: what 6 found valid is not;
 # 8: lone surrogates, and a NUL in a setup command, refused; 9: checks built-in graders'
-# preflights refuse (python code that does not compile, regexes RE2 cannot match)
-FORMAT = "9"
+# preflights refuse (python code that does not compile, regexes RE2 cannot match);
+# 10: task ids a run directory holds already (journal.jsonl) refused
+FORMAT = "10"
 
 
 def cache_dir() -> Path:

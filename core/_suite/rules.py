@@ -18,7 +18,7 @@ from evalctl._errors import Problem, UsageError
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.tooldefs import TOOL_NAMES
 from evalctl._suite.problems import shown
-from evalctl._suite.schema import FILE_PATH_PATTERN
+from evalctl._suite.schema import FILE_PATH_PATTERN, RESERVED_TASK_IDS
 from evalctl._suite.yamlsource import Located
 
 _FILE_PATH = re.compile(FILE_PATH_PATTERN)
@@ -194,6 +194,12 @@ def _id_problems(located: Located, label: str) -> Iterable[Problem]:
                                           f"at line {first_seen[task_id]})")
         else:
             first_seen[task_id] = id_line
+        if task_id.lower() in RESERVED_TASK_IDS:
+            yield Problem(label, id_line, (
+                f"task id '{shown(task_id)}' is the name of the file every run directory "
+                f"keeps its journal in ({task_id.lower()}"
+                + (", on a file system that ignores case" if task_id != task_id.lower()
+                   else "") + "), where this task's workspace would go: choose another id"))
         folded = by_folded_case.setdefault(task_id.lower(), task_id)
         if folded != task_id:
             yield Problem(label, id_line, f"task id '{task_id}' differs from another only in "

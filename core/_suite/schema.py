@@ -21,6 +21,13 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # not), and "t\n" must not pass as a task id anywhere.
 END = r"(?![\s\S])"
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}" + END
+# Names a run directory holds besides the workspaces, which are named by task id: its
+# journal (`_report.journal.JOURNAL_NAME`). Its other entries (.state, .grading, .seed,
+# .ledgers, .cassettes, .retired) start with a dot, which no task id does. Compared
+# lower-cased, as ids are with each other: on a file system that ignores case
+# (macOS's, by default) `Journal.JSONL` is the journal too. Found by an outside tester:
+# a task `journal.jsonl` failed as the agent's failure, and a resume retired the journal.
+RESERVED_TASK_IDS = frozenset({"journal.jsonl"})
 COMMIT_PATTERN = r"^(?:[0-9a-f]{40}|[0-9a-f]{64})" + END
 # Relative, no `..` segment, no backslash, drive letter or line break, not ending in a
 # slash.
