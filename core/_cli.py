@@ -57,6 +57,7 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         from evalctl._errors import EvalctlError, SuiteError
 
+        saved = _signal_handlers()
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # a command's arguments, as click parsed them
@@ -77,6 +78,8 @@ class _Group(click.Group):
                 f"writes their reports, evalctl run --resume {run_dir} continues the run"
                 if run_dir is not None else ""), err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        finally:  # the outcome is decided
+            _settle_signals(saved)
 
 
 def _show_usage_error(group: click.Command, exc: click.UsageError) -> None:
@@ -101,7 +104,83 @@ def _show_usage_error(group: click.Command, exc: click.UsageError) -> None:
     click.echo(f"error: {message}", err=True)
 
 
-def _interruptible(coroutine: Any, run_dir: Path | None = None) -> Any:
+class _Stops:
+    """The Ctrl-Cs and SIGTERMs a command got, counted over the whole of it: the run and
+    the writing of its reports after. The first asks the run to stop (or, once it has
+    ended, lets the reports finish, and the exit is then 130); the next Ctrl-C says what
+    is happening and that another quits at once; the one after that quits at once. A
+    later SIGTERM changes nothing. Found by a tester: one Ctrl-C while a finished run
+    wrote its reports lost them, and one SIGTERM then killed evalctl outright."""
+
+    def __init__(self, run_dir: Path | None = None) -> None:
+        self.run_dir = run_dir
+        self.stopped = False  # a first Ctrl-C or SIGTERM came
+        self.late = False  # ... after the run had ended: while its reports were written
+        self.warned = False  # told that another Ctrl-C quits at once
+        self.cancel: Any = None  # while the run goes: stops it
+
+    def _later(self) -> str:
+        return f" (evalctl report {self.run_dir} writes them later)" \
+            if self.run_dir is not None else ""
+
+    @staticmethod
+    def _say(message: str) -> None:
+        # From a signal handler: a write to stderr it interrupted must not be lost to it.
+        with contextlib.suppress(RuntimeError, OSError, ValueError):
+            click.echo(message, err=True)
+
+    def terminate(self) -> None:
+        """SIGTERM, and a first Ctrl-C."""
+        if self.stopped:  # the next ones: the run already winds down
+            return
+        self.stopped = True
+        if self.cancel is not None:
+            self.cancel()
+            return
+        self.late = self.warned = True
+        self._say("\ninterrupted: the run has finished and its reports are being written; "
+                  "press Ctrl-C again to quit at once, without them" + self._later())
+
+    def interrupt(self) -> None:
+        """Ctrl-C: the first stops, the second says so, the third quits at once."""
+        if not self.stopped:
+            self.terminate()
+        elif not self.warned:
+            self.warned = True
+            self._say("\nstopping: " + ("the running attempts are being cleaned up and "
+                                         "the reports written" if self.cancel is not None
+                                         else "the reports are being written") +
+                      "; press Ctrl-C again to quit at once, without them" + self._later())
+        else:
+            raise KeyboardInterrupt
+
+
+def _signal_handlers() -> tuple[Any, Any]:
+    import signal
+
+    return signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+
+
+def _settle_signals(saved: tuple[Any, Any]) -> None:
+    """A command's outcome is decided: in evalctl's own process, Ctrl-C and SIGTERM are
+    ignored from here on, so one that lands while the interpreter shuts down neither
+    prints "Exception ignored in threading._shutdown ... KeyboardInterrupt" nor changes
+    the exit status; what is left (the tools' pool, scratch) is bounded. Called in
+    another program (CliRunner, a test), its own handlers are put back."""
+    import signal
+
+    wanted = (signal.SIG_IGN, signal.SIG_IGN) if _SETTLE_ON_EXIT else saved
+    with contextlib.suppress(ValueError, TypeError, OSError):  # not the main thread
+        for number, handler in zip((signal.SIGINT, signal.SIGTERM), wanted, strict=True):
+            if handler is not None:
+                signal.signal(number, handler)
+
+
+# main() sets it: evalctl is the process, not a library some other program called.
+_SETTLE_ON_EXIT = False
+
+
+def _interruptible(coroutine: Any, stops: _Stops | None = None) -> Any:
     """asyncio.run(coroutine), with SIGTERM (what `timeout`, CI runners and `kill`
     send) taken as Ctrl-C's first press: the run's task is cancelled, so the finished
     attempts are reported, the rest marked not run, and children and scratch removed.
@@ -111,49 +190,34 @@ def _interruptible(coroutine: Any, run_dir: Path | None = None) -> Any:
 
     A second Ctrl-C while the run winds down says what is happening and that a third
     quits at once; asyncio's own handler quit on the second, and a newcomer who pressed
-    twice got no reports and no word of how to continue."""
+    twice got no reports and no word of how to continue. `stops` counts them; when the
+    run has ended (normally or not) it goes on counting, by the same rules, while the
+    command writes its reports (see _Stops), until _settle_signals."""
     import asyncio
     import signal
 
-    terminated = False
-    presses = 0
-
-    def pressed() -> int:
-        """Count a Ctrl-C; the second says what is going on, the third quits at once.
-        Returns how many came before this one."""
-        nonlocal presses
-        presses += 1
-        if presses == 2:
-            click.echo("\nstopping: the running attempts are being cleaned up and the "
-                       "reports written; press Ctrl-C again to quit at once, without "
-                       "them" + (f" (evalctl report {run_dir} writes them later)"
-                                 if run_dir is not None else ""), err=True)
-        elif presses > 2:
-            raise KeyboardInterrupt
-        return presses - 1
+    stops = stops if stops is not None else _Stops()
     # asyncio.run puts its own handler in place of Python's: asked before it does.
     own_sigint = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    def after_the_run() -> None:
+        """From the moment the run's handlers go: the reports are written under these."""
+        stops.cancel = None
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
+            signal.signal(signal.SIGTERM, lambda *_: stops.terminate())
+            if own_sigint:  # not where SIGINT is ignored (a job in the background)
+                signal.signal(signal.SIGINT, lambda *_: stops.interrupt())
 
     async def main() -> Any:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-
-        def terminate() -> None:
-            nonlocal terminated
-            if not terminated:  # the next ones: the run already winds down
-                terminated = True
-                task.cancel()
-
-        def interrupt() -> None:
-            if not pressed():
-                terminate()
-
+        stops.cancel = task.cancel
         # Not the main thread, or no signals here: as before.
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signal.SIGTERM, terminate)
+            loop.add_signal_handler(signal.SIGTERM, stops.terminate)
             if own_sigint:  # not where SIGINT is ignored (a job in the background)
-                loop.add_signal_handler(signal.SIGINT, interrupt)
+                loop.add_signal_handler(signal.SIGINT, stops.interrupt)
         try:
             return await coroutine
         finally:
@@ -161,18 +225,16 @@ def _interruptible(coroutine: Any, run_dir: Path | None = None) -> Any:
                 loop.remove_signal_handler(signal.SIGTERM)
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(signal.SIGINT)
+            after_the_run()
 
     try:
         return asyncio.run(main())
     except asyncio.CancelledError:
-        if not terminated:
+        if not stops.stopped:
             raise
         raise KeyboardInterrupt from None  # stopped before it could report: "interrupted"
     finally:
-        if terminated:  # the reports are being written: a later SIGTERM waits for them
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            if own_sigint:  # and Ctrl-C goes on counting (the wind-down may be quick)
-                signal.signal(signal.SIGINT, lambda *_: pressed())
+        stops.cancel = None
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -539,7 +601,8 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
       0    every task passed
       1    a task failed or errored, the budget left some not run, or a reporter failed
       2    bad input or usage, found before any task starts
-      130  interrupted (Ctrl-C, SIGTERM): reports cover the finished tasks
+      130  interrupted (Ctrl-C, SIGTERM): reports cover the finished tasks (one
+           while the reports are written lets them finish; press again to quit at once)
     With --baseline, 0 and 1 say instead whether the run regressed against it.
     """
     from evalctl._errors import ProviderSetupError, UsageError
@@ -708,7 +771,8 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     view = RunView(to_run, repeat=options.repeat)
     with view:
         ctx.obj["run_dir"] = prepared.run_dir  # for what a third Ctrl-C says
-        result = _interruptible(execute(prepared, progress=view.update), prepared.run_dir)
+        stops = _Stops(prepared.run_dir)
+        result = _interruptible(execute(prepared, progress=view.update), stops)
     view.print_summary(result)
     for task in result.tasks:
         for problem in task.record_problems:
@@ -734,6 +798,10 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     if result.interrupted:
         click.echo("interrupted: reports cover the tasks that finished; continue with "
                    f"evalctl run --resume {prepared.run_dir}", err=True)
+        ctx.exit(EXIT_INTERRUPTED)
+    if stops.late:  # the run had finished: a signal while its reports were written
+        click.echo("interrupted: the run had finished, and its reports are complete",
+                   err=True)
         ctx.exit(EXIT_INTERRUPTED)
     if result.budget and result.budget.get("reached"):
         click.echo(f"{result.count('not_run')} attempt(s) not run: the budget was reached; "
@@ -973,7 +1041,8 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
                             concurrency=concurrency)
     for problem in prepared.source.problems:
         click.echo(f"warning: {problem}", err=True)
-    result = _interruptible(execute_regrade(prepared))
+    stops = _Stops()
+    result = _interruptible(execute_regrade(prepared), stops)
     RunView(len(result.tasks), repeat=result.repeat).print_summary(result)
     for warning in prepared.warnings:
         click.echo(f"warning: {warning}", err=True)
@@ -990,6 +1059,10 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
                    + how_to_regrade_again(Path(result.run_directory),
                                           {"regrade_of": result.regrade_of},
                                           reported=True), err=True)
+        ctx.exit(EXIT_INTERRUPTED)
+    if stops.stopped:  # a signal while the reports were written: they are complete
+        click.echo("interrupted: the regrade had finished, and its reports are complete",
+                   err=True)
         ctx.exit(EXIT_INTERRUPTED)
     ctx.exit(EXIT_OK if result.all_passed and not failures else EXIT_FAILED)
 
@@ -1140,6 +1213,8 @@ def _more_descriptors() -> None:
 
 
 def main() -> None:
+    global _SETTLE_ON_EXIT
+    _SETTLE_ON_EXIT = True
     _more_descriptors()
     try:
         cli(prog_name="evalctl")

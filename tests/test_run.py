@@ -9,6 +9,7 @@ import sys
 import time
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -501,6 +502,175 @@ def test_a_third_ctrl_c_quits_at_once_and_says_how_to_get_the_reports(tmp_path):
     assert shown.returncode == 0, shown.stderr
     report = json.loads(next(tmp_path.glob("eval_reports/report-*.json")).read_text())
     assert {t["id"]: t["status"] for t in report["tasks"]}["quick-1"] == "passed"
+
+
+# A reporter that holds the report phase open until the test lets it go (the file `go`
+# in $SLOW_REPORTER_GATE), so a signal lands there for sure, with no timing. With
+# SLOW_REPORTER_LINGER it instead leaves a thread that outlives the command: evalctl's
+# interpreter waits for it as it shuts down, until `go`.
+SLOW_REPORTER = """\
+import os, threading, time
+from pathlib import Path
+import evalctl
+
+GATE = Path(os.environ["SLOW_REPORTER_GATE"])
+
+
+def _wait_for_go():
+    while not (GATE / "go").exists():
+        time.sleep(0.02)
+
+
+def _linger():
+    while threading.main_thread().is_alive():
+        time.sleep(0.02)
+    (GATE / "exiting").touch()
+    _wait_for_go()
+
+
+def _write(run, path):
+    if os.environ.get("SLOW_REPORTER_LINGER"):
+        threading.Thread(target=_linger).start()
+    else:
+        (GATE / "writing").touch()
+        _wait_for_go()
+    path.write_text("slow\\n")
+    return path
+
+
+@evalctl.hookimpl
+def evalctl_register_reporters(register):
+    register(evalctl.ReporterSpec(name="slow", write=_write, extension="txt"))
+"""
+
+QUICK = """\
+- id: quick-1
+  prompt: Write a.txt.
+  checks:
+    - type: file_exists
+      path: a.txt
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: a.txt
+            content: a
+    - text: Wrote a.txt.
+"""
+
+
+class _Watched:
+    """evalctl run in a subprocess with the slow reporter installed, its stderr read
+    as it comes."""
+
+    def __init__(self, tmp_path: Path, linger: bool = False) -> None:
+        import threading
+
+        site = tmp_path / "site"
+        (site / "slowrep-1.0.dist-info").mkdir(parents=True)
+        (site / "slowrep.py").write_text(SLOW_REPORTER)
+        (site / "slowrep-1.0.dist-info" / "METADATA").write_text(
+            "Metadata-Version: 2.1\nName: slowrep\nVersion: 1.0\n")
+        (site / "slowrep-1.0.dist-info" / "entry_points.txt").write_text(
+            "[evalctl]\nslow = slowrep\n")
+        (tmp_path / "suite.yaml").write_text(QUICK)
+        self.gate = tmp_path / "gate"
+        self.gate.mkdir()
+        env = {**environment_without_evalctl_settings(), "EVALCTL_NO_CACHE": "1",
+               "PYTHONPATH": str(site), "SLOW_REPORTER_GATE": str(self.gate)}
+        if linger:
+            env["SLOW_REPORTER_LINGER"] = "1"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "evalctl", "run", "suite.yaml", "--sandbox", "local",
+             "--reporter", "slow", "--reporter", "junit"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.reports = tmp_path / "eval_reports"
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, ready: Any, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not ready():
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                self.process.kill()
+                pytest.fail(f"never {what}: {self.stderr}")
+            time.sleep(0.02)
+
+    def finish(self) -> tuple[str, str]:
+        (self.gate / "go").touch()
+        assert self.process.stdout is not None
+        stdout = self.process.stdout.read()  # not communicate(): it would read stderr too
+        self.process.wait(timeout=60)
+        self.reader.join(timeout=10)
+        return stdout, self.stderr
+
+
+@pytest.mark.parametrize("interruption, times", [
+    (signal.SIGINT, 1), (signal.SIGTERM, 1), (signal.SIGTERM, 3)])
+def test_a_signal_while_a_finished_run_writes_its_reports_lets_them_finish(
+        tmp_path, interruption, times):
+    """Found by a tester: one Ctrl-C just after "1/1 tasks passed", while the reports were
+    written, lost them all (exit 130), and one SIGTERM killed evalctl outright, with no
+    reports and no word. The first signal there now lets them finish, says so, and the
+    exit is 130 (interrupted); more SIGTERMs change nothing."""
+    watched = _Watched(tmp_path)
+    watched.wait_for(lambda: (watched.gate / "writing").exists(), "wrote the reports")
+    for sent in range(times):
+        watched.process.send_signal(interruption)
+        if not sent:
+            watched.wait_for(lambda: "its reports are being written" in watched.stderr,
+                             "said the reports are being written")
+    stdout, stderr = watched.finish()
+    assert watched.process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert "press Ctrl-C again to quit at once, without them" in stderr, stderr
+    assert "interrupted: the run had finished, and its reports are complete" in stderr
+    assert sorted(p.suffix for p in watched.reports.glob("report-*")) == \
+        [".json", ".txt", ".xml"], stdout
+    report = json.loads(next(watched.reports.glob("report-*.json")).read_text())
+    assert [t["status"] for t in report["tasks"]] == ["passed"]
+
+
+def test_a_second_ctrl_c_while_the_reports_are_written_quits_at_once(tmp_path):
+    """The reports take long (a slow reporter): the second Ctrl-C quits without them,
+    exit 130, naming `evalctl report` and `--resume` for the run."""
+    watched = _Watched(tmp_path)
+    watched.wait_for(lambda: (watched.gate / "writing").exists(), "wrote the reports")
+    watched.process.send_signal(signal.SIGINT)
+    watched.wait_for(lambda: "press Ctrl-C again" in watched.stderr, "said it")
+    watched.process.send_signal(signal.SIGINT)
+    # Quits while the reporter still waits: never let go before the process has ended.
+    watched.process.wait(timeout=60)
+    _, stderr = watched.finish()
+    assert watched.process.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    run_dir = next(watched.reports.glob("workspaces-*"))
+    assert f"evalctl report {run_dir}" in stderr and f"--resume {run_dir}" in stderr, stderr
+    assert not list(watched.reports.glob("report-*.xml"))  # the one after the slow one
+
+
+def test_a_signal_as_evalctl_exits_changes_nothing(tmp_path):
+    """Found by a tester: a Ctrl-C just after the reports were written printed
+    "Exception ignored in threading._shutdown ... KeyboardInterrupt" (or killed evalctl
+    by SIGINT). Once the outcome is decided, signals are ignored: the exit is the run's."""
+    watched = _Watched(tmp_path, linger=True)
+    watched.wait_for(lambda: (watched.gate / "exiting").exists(), "began to exit")
+    watched.process.send_signal(signal.SIGINT)
+    watched.process.send_signal(signal.SIGTERM)
+    _, stderr = watched.finish()
+    assert watched.process.returncode == 0, stderr
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
+    assert len(list(watched.reports.glob("report-*"))) == 3
 
 
 def _is_sleep(pid: int) -> bool:
