@@ -608,7 +608,12 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     from evalctl._errors import ProviderSetupError, UsageError
     from evalctl._report.compare import compare_reports, gate
     from evalctl._report.console import RunView
-    from evalctl._report.journal import attempts_to_run, journal_in_use, read_journal
+    from evalctl._report.journal import (
+        attempts_to_run,
+        check_resumable,
+        journal_in_use,
+        read_journal,
+    )
     from evalctl._report.rundir import read_run
     from evalctl._report.writing import write_reports
     from evalctl._run.runner import (
@@ -670,6 +675,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
             raise UsageError(f"{resume_dir} is being run by another evalctl now (its journal "
                              "is locked): wait for that run to end, or stop it (Ctrl-C), "
                              "then resume it")
+        check_resumable(resume_dir)  # not a read-only one: said before anything runs
         for problem in contents.problems:
             click.echo(f"warning: {problem}", err=True)
         given = {name: value for name, value in (
@@ -1185,7 +1191,10 @@ def view(ctx: click.Context, target: Path | None, rerender: bool, no_open: bool)
             raise UsageError(f"no runs here yet ({target} does not exist): make one with "
                              "evalctl run SUITE (evalctl run harness runs a built-in one "
                              "offline), or name a run directory or report to view")
-    path, reused = html_report(read_run(target), _registry(ctx), rerender)
+    path, reused, elsewhere = html_report(read_run(target), _registry(ctx), rerender)
+    if elsewhere:
+        click.echo(f"note: {elsewhere}: the report is written to a directory of yours "
+                   "under the temporary directory instead", err=True)
     click.echo(f"{'report' if reused else 'wrote'} {path}")
     if not no_open and browser_available() and open_in_browser(path):
         click.echo("opened it in your browser")

@@ -419,3 +419,81 @@ def test_a_resume_retires_beside_what_an_earlier_session_of_the_same_number_left
     assert (taken / "workspace" / "kept.txt").read_text() == "an earlier session's"
     assert (taken.with_name("one.2") / "workspace" / "one.txt").read_text() == "done"
     assert attempt_ids(run_dir) == ["one"]
+
+
+@contextlib.contextmanager
+def _read_only(directory: Path):
+    """`directory`, read-only while the block runs: a read-only bind mount of it as root
+    (whom file modes do not stop; CI runs as root), its modes otherwise."""
+    if os.geteuid() == 0:
+        subprocess.run(["mount", "--bind", str(directory), str(directory)], check=True)
+        try:
+            subprocess.run(["mount", "-o", "remount,ro,bind", str(directory)], check=True)
+            yield
+        finally:
+            subprocess.run(["umount", str(directory)], check=True)
+        return
+    changed = [path for path in (directory, *directory.rglob("*"))
+               if not path.is_symlink() and path.is_dir() or path.name == JOURNAL_NAME]
+    modes = {path: path.stat().st_mode for path in changed}
+    for path in changed:
+        path.chmod(modes[path] & ~0o222)
+    try:
+        yield
+    finally:
+        for path in changed:
+            path.chmod(modes[path])
+
+
+def test_a_run_that_cannot_be_written_is_refused_before_a_resume_and_viewed_elsewhere(
+        tmp_path, monkeypatch):
+    """Found by a tester: `run --resume` of a run on a read-only file system said
+    "resuming ... 1 of 2", then ended in a traceback (OSError: Read-only file system)
+    with exit 1, and `evalctl view` of it in another. The resume is now refused, exit 2,
+    before anything runs; view renders the page into a private temporary directory."""
+    import tempfile
+
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+
+    run_dir = _finished_run(tmp_path)
+    journal = run_dir / JOURNAL_NAME
+    lines = journal.read_text().splitlines(keepends=True)
+    journal.write_text("".join(lines[:2]))  # the header and one attempt: one left to run
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    before = journal.read_bytes()
+    with _read_only(tmp_path / "eval_reports"):
+        resumed = run_cli(tmp_path, "--resume", str(run_dir))
+        viewed = CliRunner().invoke(cli, ["view", str(run_dir), "--no-open"])
+    assert resumed.exit_code == 2, resumed.output
+    assert "cannot continue this run: its journal cannot be written" in resumed.output
+    assert f"evalctl report {run_dir} --out DIR" in resumed.output
+    assert "resuming" not in resumed.output
+    assert isinstance(resumed.exception, SystemExit), resumed.exception  # not an OSError
+    assert journal.read_bytes() == before
+    assert viewed.exit_code == 0, viewed.output
+    assert "cannot be written" in viewed.output
+    page = tmp_path / "tmp" / f"evalctl-view-{os.getuid()}" / \
+        f"report-{run_dir.name.removeprefix('workspaces-')}.html"
+    assert f"wrote {page}" in viewed.output and page.is_file()
+
+
+def test_a_journal_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    """Found by a tester: a `journal.jsonl` that is a FIFO left `run --resume` waiting
+    for ever (on the opening of the FIFO). It is refused as not a journal, exit 2."""
+    from evalctl._errors import UsageError
+    from evalctl._report.journal import check_resumable, journal_in_use
+
+    run_dir = tmp_path / "fifo"
+    run_dir.mkdir()
+    os.mkfifo(run_dir / JOURNAL_NAME)
+    with pytest.raises(UsageError, match="not a regular file"):
+        read_journal(run_dir)
+    assert journal_in_use(run_dir) is False
+    with pytest.raises(UsageError, match="cannot continue this run"):
+        check_resumable(run_dir)
+    resumed = evalctl("run", "--resume", str(run_dir), cwd=tmp_path, timeout=60)
+    assert resumed.returncode == 2, resumed.stderr
+    assert "not a regular file" in resumed.stderr and "Traceback" not in resumed.stderr

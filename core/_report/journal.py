@@ -20,6 +20,7 @@ the line still names its attempt or the run ended normally.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import re
@@ -202,7 +203,7 @@ def read_journal(run_dir: str | os.PathLike[str]) -> JournalContents:
     """The journal of `run_dir`, or a UsageError (exit 2) saying why there is none."""
     path = journal_path(run_dir)
     try:
-        data = path.read_bytes()
+        data = _read_regular(path)
     except FileNotFoundError:
         raise UsageError(f"{run_dir}: no {JOURNAL_NAME}; not a run directory of evalctl run "
                          "(it is the workspaces-<time> directory under --out)") from None
@@ -257,6 +258,31 @@ def read_journal(run_dir: str | os.PathLike[str]) -> JournalContents:
         raise UsageError(f"{path}: empty journal; the run stopped before it started")
     contents.header = header
     return contents
+
+
+def _open_regular(path: Path, flags: int, mode: int = 0o666) -> int:
+    """A descriptor for `path`, which must be a regular file. Opened non-blocking, so
+    a FIFO (or a device) at the name is refused rather than waited on: a tester's
+    `journal.jsonl` that was a FIFO left `run --resume` hanging for ever. The
+    descriptor is blocking again when it is returned."""
+    import fcntl
+    import stat
+
+    descriptor = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        fcntl.fcntl(descriptor, fcntl.F_SETFL,
+                    fcntl.fcntl(descriptor, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(descriptor)
+        raise
+    return descriptor
+
+
+def _read_regular(path: Path) -> bytes:
+    with os.fdopen(_open_regular(path, os.O_RDONLY), "rb") as handle:
+        return handle.read()
 
 
 def _attempt_of(raw: bytes) -> tuple[str, int] | None:
@@ -359,7 +385,11 @@ class Journal:
     def __init__(self, path: Path, contents: JournalContents):
         self.path = path
         self.contents = contents
-        self._handle = open(path, "ab")  # noqa: SIM115 - closed in close()
+        try:
+            descriptor = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        except OSError as exc:  # a tester's resume of a run on a read-only file system
+            raise UsageError(_unwritable(path.parent, exc)) from None
+        self._handle = os.fdopen(descriptor, "ab")
         try:
             _lock(self._handle.fileno(), path.parent)
         except BaseException:
@@ -482,13 +512,33 @@ def _lock(descriptor: int, run_dir: Path) -> None:
         pass
 
 
+def _unwritable(run_dir: Path, exc: OSError) -> str:
+    return (f"{run_dir}: cannot continue this run: its journal cannot be written "
+            f"({exc.strerror or exc}); its reports can still be written elsewhere: "
+            f"evalctl report {run_dir} --out DIR")
+
+
+def check_resumable(run_dir: str | os.PathLike[str]) -> None:
+    """A UsageError (exit 2) when `run_dir` cannot be continued here: its journal, or
+    the directory, cannot be written (a read-only file system, another user's run).
+    Asked before a resume prepares or runs anything; the journal is opened for
+    appending, and nothing is written."""
+    path = journal_path(run_dir)
+    try:
+        os.close(_open_regular(path, os.O_WRONLY | os.O_APPEND))
+        if not os.access(run_dir, os.W_OK | os.X_OK):
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(run_dir))
+    except OSError as exc:
+        raise UsageError(_unwritable(Path(run_dir), exc)) from None
+
+
 def journal_in_use(run_dir: str | os.PathLike[str]) -> bool:
     """Whether another evalctl holds the run now (asked before a resume prepares
     anything; the resume's own lock is what decides)."""
     import fcntl
 
-    try:
-        descriptor = os.open(journal_path(run_dir), os.O_RDONLY | os.O_CLOEXEC)
+    try:  # not a FIFO: its opening would wait for a writer
+        descriptor = _open_regular(journal_path(run_dir), os.O_RDONLY)
     except OSError:
         return False
     try:
