@@ -543,6 +543,38 @@ def test_a_link_the_setup_left_in_tmpdir_is_not_written_through(tmp_path, requir
     assert journal.startswith('{"kind": "run", "format": "evalctl-journal/1"')
 
 
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_what_the_setup_left_at_the_proxys_names_is_not_in_its_way(tmp_path, sandbox,
+                                                                   request):
+    """Found by a tester: a setup that left a directory named evalctl-forwarder.py in the
+    attempt's HOME (which is its TMPDIR) ended the attempt `internal_error:
+    IsADirectoryError`. The forwarder and socket now go in a directory of a fresh random
+    name, made for the attempt (and removed after it): what the setup left at any name,
+    directories and links alike, is neither in the way nor written through, and stays."""
+    if sandbox == "bwrap":
+        request.getfixturevalue("require_bwrap")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("ORIGINAL\n")
+    suite = WRITE_HELLO.replace("    agent_script:", f"""\
+    setup:
+      commands:
+        - mkdir -p "$HOME/evalctl-forwarder.py" "$TMPDIR/evalctl-model.sock"
+        - ln -s {victim} "$TMPDIR/.evalctl-proxy"
+        - echo planted > "$HOME/evalctl-forwarder.py/mine"
+    agent_script:""", 1)
+    run = run_suite(suite, sandbox=sandbox, agent="command", out_dir=tmp_path / "out",
+                    sandbox_options={"ro_paths": [str(SDK_AGENT.parent)]}
+                    if sandbox == "bwrap" else {}, agent_options=sdk_options())
+    task = run.tasks[0]
+    assert task.status == "passed", (task.exit_status, task.error, task.checks)
+    assert task.turns == 2  # through the model proxy
+    assert victim.read_text() == "ORIGINAL\n"
+    state = Path(run.run_directory, ".state", "write-hello")
+    assert (state / "evalctl-forwarder.py" / "mine").read_text() == "planted\n"
+    assert (state / "evalctl-model.sock").is_dir()
+    assert [p.name for p in state.glob(".evalctl-proxy-*")] == []  # removed after
+
+
 def test_the_sdk_agent_in_bwrap(tmp_path, require_bwrap):
     run = run_suite(WRITE_HELLO, sandbox="bwrap", agent="command", agent_options=sdk_options(),
                     sandbox_options={"ro_paths": [str(SDK_AGENT.parent)]})

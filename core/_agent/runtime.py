@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from evalctl._agent.cassette import CassetteRecorder
@@ -55,11 +58,13 @@ def _small_workspace(task: Task, workspace: Workspace) -> bool:
     return task.small_seed() and small_tree(workspace.root)
 
 
-def proxy_wrapper(script: str) -> str:
+def proxy_wrapper(script: str, directory: str = ".") -> str:
     """`script` behind the model forwarder: a bash script that starts the forwarder in the
-    sandbox, points ANTHROPIC_BASE_URL at it, then runs `script`."""
+    sandbox, points ANTHROPIC_BASE_URL at it, then runs `script`. The forwarder and the
+    proxy's socket are in `directory` of the attempt's TMPDIR."""
+    where = f"$TMPDIR/{directory}"
     return (
-        f'exec 3< <(exec python3 "$TMPDIR/{FORWARDER_NAME}" "$TMPDIR/{SOCKET_NAME}")\n'
+        f'exec 3< <(exec python3 "{where}/{FORWARDER_NAME}" "{where}/{SOCKET_NAME}")\n'
         f"if ! IFS= read -r -t {FORWARDER_START_SECONDS} EVALCTL_MODEL_PORT <&3; then\n"
         "  echo 'evalctl: the model forwarder did not start in the sandbox "
         "(is python3 on its PATH?)' >&2\n"
@@ -181,6 +186,46 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
     )
 
 
+def _proxy_directory(tmp: Path) -> str:
+    """A new directory in `tmp` for the model proxy's forwarder and socket, named at
+    random (`.evalctl-proxy-<hex>`) so that nothing the setup left can be in its way,
+    made through a descriptor of `tmp` (no link followed), readable by the sandbox's
+    user. Returns its name."""
+    parent = os.open(tmp, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        name = f".evalctl-proxy-{secrets.token_hex(8)}"
+        os.mkdir(name, 0o700, dir_fd=parent)
+        made = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=parent)
+        try:
+            os.fchmod(made, 0o755)  # as TMPDIR itself: the sandbox's user reaches in
+        finally:
+            os.close(made)
+    finally:
+        os.close(parent)
+    return name
+
+
+def _remove_proxy_directory(tmp: Path, name: str) -> None:
+    """The proxy's directory gone after the attempt's command, when it holds only what
+    evalctl put there; what the agent did to it (a link, its own files) stays, and no
+    link is followed."""
+    with contextlib.suppress(OSError):
+        parent = os.open(tmp, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            inside = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             dir_fd=parent)
+            try:
+                for entry in (FORWARDER_NAME, SOCKET_NAME):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry, dir_fd=inside)
+            finally:
+                os.close(inside)
+            os.rmdir(name, dir_fd=parent)
+        finally:
+            os.close(parent)
+
+
 # How a program that never ran ends: a shell's "not found" (127) or "not executable"
 # (126), or an interpreter that cannot open its script (python's exit 2 with this line).
 _NOT_STARTED_EXITS = frozenset({126, 127})
@@ -201,16 +246,20 @@ async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, le
     proxy: ModelProxy | None = None
     full_env = dict(env)
     shown = script
+    directory: str | None = None
     if model_proxy:
-        # The setup's sandbox shared this TMPDIR: a link it left here is replaced, not
-        # followed (a write of evalctl's anywhere on the host).
-        write_new_file(workspace.tmp, FORWARDER_NAME, forwarder_source().encode("utf-8"))
+        # The setup's sandbox shared this TMPDIR, and could leave anything at a name
+        # known in advance (a directory at the forwarder's name was an internal error):
+        # the forwarder and socket go in a directory of a fresh random name, made here.
+        directory = _proxy_directory(workspace.tmp)
+        where = workspace.tmp / directory
+        write_new_file(where, FORWARDER_NAME, forwarder_source().encode("utf-8"))
         proxy = ModelProxy(provider, ledger, limits, task.as_request_data(),
-                           workspace.tmp / SOCKET_NAME, calls=calls, locate=task.locate)
+                           where / SOCKET_NAME, calls=calls, locate=task.locate)
         await proxy.start()
         full_env["ANTHROPIC_API_KEY"] = proxy.token
         full_env.pop("ANTHROPIC_AUTH_TOKEN", None)
-        script = proxy_wrapper(script)
+        script = proxy_wrapper(script, directory)
     ledger.append("agent_command", script=truncate(shown, LEDGER_TEXT_LIMIT),
                   model_proxy=model_proxy, timeout=round(timeout, 3))
     result: CommandResult | None = None
@@ -237,6 +286,8 @@ async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, le
             stop_watch.cancel()
         if proxy is not None:
             await proxy.close()
+        if directory is not None:
+            _remove_proxy_directory(workspace.tmp, directory)
     if result is not None:
         ledger.append("agent_exit", exit_code=result.exit_code, timed_out=result.timed_out,
                       stdout=truncate(result.stdout, LEDGER_TEXT_LIMIT),
