@@ -1091,6 +1091,12 @@ WITNESS_ROUNDS = [
     # property read by its collector) to a function of pytest's that does nothing. Fixed:
     # a collected test runs what its module bound to its name as the import ended.
     "witness_r34/test_rebound_after_import.yaml",
+    # Round 35: a test's defaults, a helper's closure cell, the test module's TestCase
+    # given methods of the agent's; and failing subtests that passed the check (the
+    # test's own passing call report overwrote them). Fixed: functions' state and test
+    # classes' methods recorded at the import's end and checked around each test; a
+    # passing call report never overwrites a failure.
+    "witness_r35/state_changed.yaml",
 ]
 
 
@@ -1122,6 +1128,16 @@ def test_outcomes_params_and_namespaces_of_honest_suites_are_not_suspected(tmp_p
     run = evalctl.testing.run_suite(DATA / "witness_r33" / "honest.yaml", sandbox=sandbox_name,
                                     out_dir=tmp_path / "out")
     _every_honest_task_passes(run, 1)
+
+
+def test_function_state_and_classes_of_honest_suites_are_not_suspected(tmp_path,
+                                                                      sandbox_name):
+    """Round 35's checks on honest suites: a closure's own `nonlocal` state, tests with
+    default arguments, a TestCase whose setUpClass sets class attributes and whose method
+    a test patches and puts back, passing subtests: they pass, nothing suspected."""
+    run = evalctl.testing.run_suite(DATA / "witness_r35" / "honest.yaml", sandbox=sandbox_name,
+                                    out_dir=tmp_path / "out")
+    _every_honest_task_passes(run, 2)
 
 
 def test_a_bytecode_cache_forged_while_the_tests_run_is_never_read(tmp_path):
