@@ -1040,6 +1040,20 @@ def _same_code(one: Any, other: Any) -> bool:
                                 for f in _CODE_FIELDS)
 
 
+_BY_NAME: dict[str, dict[tuple[Any, Any], list[Any]]] = {}
+
+
+def _compiled_by_name(path: str) -> dict[tuple[Any, Any], list[Any]]:
+    """_compiled(path) by (name, first line): a test module's thousands of functions
+    were each compared with every code object of its file."""
+    if path not in _BY_NAME:
+        index: dict[tuple[Any, Any], list[Any]] = {}
+        for compiled in _compiled(path):
+            index.setdefault((compiled.co_name, compiled.co_firstlineno), []).append(compiled)
+        _BY_NAME[path] = index
+    return _BY_NAME[path]
+
+
 def _what_its_file_holds(code: Any, installed: bool = True) -> bool:
     """Whether `code` is what compiling the file it names gives: code can name any file
     it likes (found by attacker rounds). `installed`: only for a file of the
@@ -1049,7 +1063,8 @@ def _what_its_file_holds(code: Any, installed: bool = True) -> bool:
     if not os.path.isabs(path) or installed and not _installed_file(path):
         return False
     if not installed:
-        return any(_same_code(c, code) for c in _compiled(path))
+        return any(_same_code(c, code) for c in _compiled_by_name(path).get(
+            (code.co_name, code.co_firstlineno), ()))
     mine = tuple(getattr(code, f, None) for f in _INSTALLED_FIELDS)
     return any(tuple(getattr(c, f, None) for f in _INSTALLED_FIELDS) == mine
                for c in _compiled(path))
