@@ -86,15 +86,14 @@ class Workspace:
     tmp: Path
     ledger_path: Path
     seed_path: Path
+    # The graders' HOME and TMPDIR, `.grading/<id>` (made by grading_state).
+    grading_path: Path
     # What the agent starts with (the source, files:, and what setup made), relative
     # path -> sha256, taken when the seed copy is made: the one record the seed copy is
     # checked against and the agent's changes are measured from.
     seed: dict[str, str] = field(default_factory=dict)
     # The attempt's model exchanges, for replays (evalctl._agent.cassette); None: not kept.
     cassette_path: Path | None = None
-    # The graders' HOME and TMPDIR (grading_state); None: beside the agent's, as
-    # `grading` in the directory that holds its HOME.
-    grading_path: Path | None = None
 
     def resolve(self, user_path: str) -> Path:
         return resolve_inside(self.root, user_path)
@@ -286,8 +285,8 @@ def new_workspace(run_dir: Path, task_id: str) -> Workspace:
     run_path = Path(base)
     home = Path(state)
     return Workspace(task_id, Path(root), home, home, ledger_path(run_path, task_id),
-                     Path(seed), cassette_path=cassette_path(run_path, task_id),
-                     grading_path=Path(f"{base}/.grading/{task_id}"))
+                     Path(seed), Path(f"{base}/.grading/{task_id}"),
+                     cassette_path=cassette_path(run_path, task_id))
 
 
 def seed_workspace(workspace: Workspace, files: Mapping[str, str],
@@ -389,11 +388,6 @@ def grading_state(workspace: Workspace) -> tuple[Path, Path]:
     writes there, so nothing is gained by two, and a directory costs an inode (a few
     hundred microseconds of kernel time on a disk whose allocator passes over recently
     freed inodes). Blocking: call it off the event loop."""
-    grading = grading_state_path(workspace)
+    grading = workspace.grading_path
     grading.mkdir(exist_ok=True)
     return grading, grading
-
-
-def grading_state_path(workspace: Workspace) -> Path:
-    """Where grading_state puts the graders' HOME and TMPDIR (made or not)."""
-    return workspace.grading_path or workspace.home.parent / "grading"

@@ -39,7 +39,7 @@ from evalctl._sources.model import Source
 from evalctl._suite import provided
 from evalctl._suite.model import Task
 from evalctl._text import escape_text
-from evalctl._workspace import Workspace, attempt_paths, grading_state, grading_state_path
+from evalctl._workspace import Workspace, attempt_paths, grading_state
 
 T = TypeVar("T")
 
@@ -330,7 +330,7 @@ async def make_repositories_safe(workspace: Workspace, source: Source | None
     tree with no git directory is told so on the loop, without a trip."""
     origin = seed_origin(source)
     roots = [root for root in dict.fromkeys((workspace.root, workspace.home, workspace.tmp,
-                                             grading_state_path(workspace)))
+                                             workspace.grading_path))
              if (origin is not None and root == workspace.root)
              or not small_tree(root, without=_NO_REPOSITORY)]
     if not roots:
