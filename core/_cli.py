@@ -608,12 +608,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     from evalctl._errors import ProviderSetupError, UsageError
     from evalctl._report.compare import compare_reports, gate
     from evalctl._report.console import RunView
-    from evalctl._report.journal import (
-        attempts_to_run,
-        check_resumable,
-        journal_in_use,
-        read_journal,
-    )
+    from evalctl._report.journal import attempts_to_run, check_resumable, read_journal
     from evalctl._report.rundir import read_run
     from evalctl._report.writing import write_reports
     from evalctl._run.runner import (
@@ -671,11 +666,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         _a_directory(resume_dir, "--resume")
         # The journal holds the run's suite and options; flags may only repeat them.
         contents = read_journal(resume_dir)
-        if journal_in_use(resume_dir):
-            raise UsageError(f"{resume_dir} is being run by another evalctl now (its journal "
-                             "is locked): wait for that run to end, or stop it (Ctrl-C), "
-                             "then resume it")
-        check_resumable(resume_dir)  # not a read-only one: said before anything runs
+        check_resumable(resume_dir)  # not run by another, nor read-only: said up front
         for problem in contents.problems:
             click.echo(f"warning: {problem}", err=True)
         given = {name: value for name, value in (

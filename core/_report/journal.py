@@ -505,11 +505,14 @@ def _lock(descriptor: int, run_dir: Path) -> None:
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        raise UsageError(f"{run_dir} is being run by another evalctl now (its journal is "
-                         "locked): wait for that run to end, or stop it (Ctrl-C), then "
-                         f"evalctl run --resume {run_dir}") from None
+        raise UsageError(_in_use(run_dir)) from None
     except OSError:
         pass
+
+
+def _in_use(run_dir: str | os.PathLike[str]) -> str:
+    return (f"{run_dir} is being run by another evalctl now (its journal is locked): wait "
+            f"for that run to end, or stop it (Ctrl-C), then evalctl run --resume {run_dir}")
 
 
 def _unwritable(run_dir: Path, exc: OSError) -> str:
@@ -519,10 +522,13 @@ def _unwritable(run_dir: Path, exc: OSError) -> str:
 
 
 def check_resumable(run_dir: str | os.PathLike[str]) -> None:
-    """A UsageError (exit 2) when `run_dir` cannot be continued here: its journal, or
-    the directory, cannot be written (a read-only file system, another user's run).
-    Asked before a resume prepares or runs anything; the journal is opened for
-    appending, and nothing is written."""
+    """A UsageError (exit 2) when `run_dir` cannot be continued here: another evalctl
+    runs it now, or its journal, or the directory, cannot be written (a read-only file
+    system, another user's run). Asked before a resume prepares or runs anything; the
+    journal is opened for appending, and nothing is written. (The resume's own lock,
+    when it starts, is what decides.)"""
+    if journal_in_use(run_dir):
+        raise UsageError(_in_use(run_dir))
     path = journal_path(run_dir)
     try:
         os.close(_open_regular(path, os.O_WRONLY | os.O_APPEND))
