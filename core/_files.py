@@ -73,7 +73,6 @@ def _real_path(path: str, start: str = "") -> str:
     follows any number: 16,000 links of 4 KB targets each took it about 50 s, the kernel
     11 ms."""
     import errno
-    import stat
 
     pending = list(reversed(path.split("/")))
     resolved = "" if start == "/" else start  # "" is the root
@@ -144,8 +143,6 @@ def _below_known(path: str) -> str | None:
     """The real path of `path` from its parent's remembered one when `path` itself is a
     plain name and no link (a new attempt's workspace under its run directory), else
     None."""
-    import stat
-
     head, tail = os.path.split(path)
     known = _REAL_ROOTS.get(head)
     if known is None or tail in ("", ".", "..") or not _still(head, known):
@@ -289,8 +286,6 @@ def small_tree(root: str | os.PathLike[str], *, entries: int = SMALL_TREE_ENTRIE
     remove: removing, like creating, is not the loop's to do). Stops at the first entry
     past a bound, and stats a directory before listing it, so its own cost is bounded
     too."""
-    import stat
-
     pending = [os.fspath(root)]
     seen = total = 0
     while pending:
@@ -425,8 +420,6 @@ def content_hash(path: str | os.PathLike[str], limit: int | None = None) -> str 
     bytes (never through a link; None when it is not a regular file or cannot be read).
     A file of the agent's is hashed with a `limit` the caller knows to be bounded (its
     seed's size, and a byte more so growth still changes the hash). Blocking."""
-    import stat
-
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -486,8 +479,6 @@ def fingerprint(entry: WalkEntry, linked: dict[tuple[int, ...], str] | None = No
     files with more than one name, by inode, so each such file is read once (a file of
     64 MB under 500 names, which cost the agent one file and 500 links, was 32 GB for
     evalctl to read, found by an attacker round)."""
-    import stat
-
     try:
         if entry.is_symlink():
             return "symlink:" + os.readlink(entry.path)
@@ -511,8 +502,6 @@ def fingerprint(entry: WalkEntry, linked: dict[tuple[int, ...], str] | None = No
 def _opened_fingerprint(fd: int, info: os.stat_result) -> str | None:
     """fingerprint's reading part, for a regular file open as `fd` (`info`: its lstat);
     closes `fd`."""
-    import stat
-
     try:  # raw reads: a buffered file object costs three more system calls a file
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode):  # swapped for a FIFO since the stat: not read
@@ -551,8 +540,6 @@ def copy_file(origin: str | os.PathLike[str], destination: str | os.PathLike[str
     `truncate -s 1000M` file, which cost the agent 4 KB, cost evalctl 1 GB of the host's
     disk (found by an attacker round). Neither path is followed through a link, and
     `origin` is not read unless it is a regular file (False then: nothing copied)."""
-    import stat
-
     fd = os.open(origin, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         info = os.fstat(fd)
@@ -679,7 +666,6 @@ def open_confined(root: Path, user_path: str, *, write: bool = False) -> int:
     missing directories and the file are created, and the file is truncated only after
     those checks. The caller owns the descriptor."""
     import errno
-    import stat
 
     base, target = _resolve_inside(root, user_path)
     parts = target.relative_to(base).parts
