@@ -1617,14 +1617,8 @@ def _states_changed(item: Any = None) -> list[str]:
     function = _test_function(item)
     if function is None:
         return []
-    found = []
-    chain = function
-    for _ in range(16):
-        if type(chain) is not types.FunctionType:
-            break
-        if _state_changed(chain):
-            found.append(f"the defaults or closure of the test {item.nodeid}")
-        chain = vars(chain).get("__wrapped__", _MISSING)
+    found = [f"the defaults or closure of the test {item.nodeid}"
+             for link in _wrapper_chain(function) if _state_changed(link)]
     namespace = function.__globals__
     if _TEST_NAMESPACES.get(id(namespace)) is namespace:
         found += [f"the defaults or closure of {helper.__qualname__}"
@@ -1730,22 +1724,19 @@ def _namespace_changed(namespace: Any) -> list[str]:
         return []
     binds, refers, star = _file_names(origin)
     label = os.path.basename(origin)
-    found = []
-    held = namespace.get("__builtins__", _MISSING)
-    if held is not builtins and held is not _BUILTINS:
-        found.append(f"the builtins of the test module {label} (__builtins__ replaced)")
+    found = _builtins_replaced(namespace, label)
     for name in list(namespace):
         if _TYPE(name) is not str:
             found.append(f"a name of another type than str in the test module {label}")
             continue
         if name == "__tracebackhide__":
             if name not in binds:
-                found.append(f"{name} (bound in the test module {label} by code not its own)")
+                found.append(_bound_by_another(name, label))
             continue
         if name in binds or star or name.startswith("__") and name.endswith("__"):
             continue
         if name in refers or name in _BUILTINS_SEEN:
-            found.append(f"{name} (bound in the test module {label} by code not its own)")
+            found.append(_bound_by_another(name, label))
     for value in list(namespace.values()):
         functions = [value]
         if _ISSUBCLASS(_TYPE(value), type):
@@ -1789,16 +1780,21 @@ def _namespace_changed_quick(namespace: Any) -> list[str]:
         _QUICK[id(namespace)] = (wanted, len(namespace))
         return found
     label = os.path.basename(origin)
-    found = []
-    held = namespace.get("__builtins__", _MISSING)
-    if held is not builtins and held is not _BUILTINS:
-        found.append(f"the builtins of the test module {label} (__builtins__ replaced)")
+    found = _builtins_replaced(namespace, label)
     if "__tracebackhide__" in namespace and "__tracebackhide__" not in binds:
-        found.append(f"__tracebackhide__ (bound in the test module {label} by code not "
-                     "its own)")
-    found += [f"{name} (bound in the test module {label} by code not its own)"
-              for name in known[0] if name in namespace]
+        found.append(_bound_by_another("__tracebackhide__", label))
+    found += [_bound_by_another(name, label) for name in known[0] if name in namespace]
     return found
+
+
+def _builtins_replaced(namespace: Any, label: str) -> list[str]:
+    held = namespace.get("__builtins__", _MISSING)
+    return [f"the builtins of the test module {label} (__builtins__ replaced)"] \
+        if held is not builtins and held is not _BUILTINS else []
+
+
+def _bound_by_another(name: str, label: str) -> str:
+    return f"{name} (bound in the test module {label} by code not its own)"
 
 
 def _builtins_changed() -> list[str]:
@@ -2044,16 +2040,27 @@ def _defined_code_changed(function: Any) -> bool:
     return held is not None and held[0] is function and function.__code__ is not held[1]
 
 
-def _runs_what_its_module_defined(function: Any) -> bool:
-    """Whether `function`, a test's, is one a test module's body defined, or wraps one
-    (through `__wrapped__`, as functools.wraps and decorators made after import name it)."""
+def _wrapper_chain(function: Any) -> list[Any]:
+    """`function`, then what it names as wrapped (`__wrapped__`, as functools.wraps and
+    decorators name it, read from its own dict), and so on: at most 16, ending at the
+    first that is not a function."""
+    chain = []
     for _ in range(16):
+        chain.append(function)
         if type(function) is not types.FunctionType:
-            return False
-        held = _DEFINED.get(id(function))
-        if held is not None and held[0] is function:
+            break
+        function = vars(function).get("__wrapped__", _MISSING)
+        if function is _MISSING:
+            break
+    return chain
+
+
+def _runs_what_its_module_defined(function: Any) -> bool:
+    """Whether `function`, a test's, is one a test module's body defined, or wraps one."""
+    for link in _wrapper_chain(function):
+        held = _DEFINED.get(id(link)) if type(link) is types.FunctionType else None
+        if held is not None and held[0] is link:
             return True
-        function = vars(function).get("__wrapped__")
     return False
 
 
@@ -2107,13 +2114,8 @@ def _not_what_its_module_bound(item: Any, module: Any, function: Any) -> bool:
         expected = members[1].get(name, _MISSING)
     if expected is _MISSING:
         return False
-    for _ in range(16):  # the function itself, or a wrapper of it (__wrapped__)
-        if function is expected:
-            return False
-        if type(function) is not types.FunctionType:
-            break
-        function = vars(function).get("__wrapped__", _MISSING)
-    return True
+    # The function itself, or a wrapper of it.
+    return not any(link is expected for link in _wrapper_chain(function))
 
 
 # Fixtures: each definition's function as first seen (pytest never sets another), and the
