@@ -202,9 +202,8 @@ def _unprovided(task: Task, check: Mapping[str, Any], spec: GraderSpec,
     not created or deleted by the agent, and not asked of it by the prompt (found by a
     newcomer: a typo in `tests:` failed the attempt of an agent that had fixed the bug).
     A path that is the agent's to write (`provided.agents_job`: the prompt names it, or
-    the task hides no tests) is left to its grader, whose failure says so."""
-    if spec.named_paths is None or not task.named_paths:
-        return None
+    the task hides no tests) is left to its grader, whose failure says so. Called only
+    for a check whose grader names paths (`spec.named_paths`), of a task naming some."""
     index = next((i for i, written in enumerate(task.checks) if written is check), None)
     missing = [(path, key) for at, path, _, key in task.named_paths
                if at == index and not provided.agents_job(task, path)
@@ -223,7 +222,7 @@ def _unprovided(task: Task, check: Mapping[str, Any], spec: GraderSpec,
         "task (source, files, verify_files, verify_patch), not its setup, and the agent, "
         "whose prompt does not ask for it, did not write it. A mistake of the suite's, not "
         "the agent's failure: fix the name, or name the file in the prompt if the agent is "
-        "to write it"), error=True, rate=spec.rate)
+        "to write it"), error=True, rate=spec.rate, talk_only=spec.talk_only)
 
 
 def _write_hidden_files(task: Task, workspace: Workspace, verify: Mapping[str, str | None]
