@@ -102,7 +102,8 @@ def test_a_third_party_grader_is_validated_and_run(plugin_site, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(next((tmp_path / "out").glob("report-*.json")).read_text())
     assert report["tasks"][0]["checks"][0]["detail"] == "a.txt has 3 words"
-    assert report["plugins"]["wordcount"] == "1.0.0"
+    assert report["plugins"]["wordcount"] == {"distribution": "evalctl-wordcount",
+                                              "version": "1.0.0"}
 
 
 def test_a_failed_plugin_does_not_stop_a_run_that_does_not_need_it(plugin_site, tmp_path):
@@ -114,6 +115,65 @@ def test_a_failed_plugin_does_not_stop_a_run_that_does_not_need_it(plugin_site, 
                         cwd=tmp_path)
     assert strict.returncode == 2
     assert "evalctl-broken" in strict.stderr and "Traceback" not in strict.stderr
+
+
+@pytest.fixture(scope="module")
+def namesake_site(tmp_path_factory) -> Path:
+    """evalctl-wordcount beside evalctl-namesake, which uses its entry-point name."""
+    target = tmp_path_factory.mktemp("namesake-site")
+    _pip("install", "--no-deps", "--no-build-isolation", "--no-index", "--target", str(target),
+         *(str(DISTRIBUTIONS / name) for name in ("wordcount", "namesake")))
+    return target
+
+
+def test_two_distributions_with_one_entry_point_name_load_neither_and_name_both(
+        namesake_site, tmp_path):
+    """Found by a newcomer: the second silently failed with pluggy's "Plugin name already
+    registered" and its whole registry's repr, and the grader it would have registered
+    (here a built-in's name) was then not a conflict, so the other distribution's won."""
+    done = evalctl_in(namesake_site, "list-plugins", "--json")
+    records = [r for r in json.loads(done.stdout) if r["plugin"] == "wordcount"]
+    assert sorted(r["distribution"] for r in records) == ["evalctl-namesake",
+                                                          "evalctl-wordcount"]
+    for record in records:
+        assert record["status"] == "failed"
+        other = ({"evalctl-namesake", "evalctl-wordcount"} - {record["distribution"]}).pop()
+        assert f"entry-point name 'wordcount' is also used by {other}" in record["error"]
+        assert "EVALCTL_DISABLE_PLUGINS=evalctl-namesake:wordcount" in record["error"]
+        assert "already registered" not in record["error"] and "{" not in record["error"]
+
+    suite = tmp_path / "s.yaml"
+    suite.write_text("- id: t\n  prompt: p\n  checks:\n    - type: file_exists\n"
+                     "      path: a.txt\n")
+    checked = evalctl_in(namesake_site, "validate", str(suite))
+    assert checked.returncode == 2
+    line = next(line for line in checked.stdout.splitlines() if line.startswith(f"{suite}:4:"))
+    assert "grader 'file_exists' is built into evalctl" in line
+    assert "evalctl-namesake 0.4.0, which failed to load" in line
+    assert "EVALCTL_DISABLE_PLUGINS=evalctl-namesake:wordcount" in line
+    strict = evalctl_in(namesake_site, "--strict-plugins", "validate", str(suite))
+    assert strict.returncode == 2 and "evalctl-namesake" in strict.stderr
+
+
+def test_one_of_two_namesakes_is_disabled_by_its_distribution(namesake_site, tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "- id: t\n  prompt: Write three words to a.txt.\n  checks:\n"
+        "    - type: word_count\n      path: a.txt\n      min: 3\n"
+        "    - type: file_exists\n      path: a.txt\n  script:\n"
+        "    - tool_calls:\n        - tool: write_file\n          input:\n"
+        "            path: a.txt\n            content: one two three\n"
+        "    - text: Wrote a.txt.\n")
+    done = evalctl_in(namesake_site, "--strict-plugins", "run", str(good), "--out",
+                      str(tmp_path / "out"), cwd=tmp_path,
+                      EVALCTL_DISABLE_PLUGINS="evalctl_Namesake:wordcount")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "names" not in done.stderr  # no "disables nothing" warning
+    report = json.loads(next((tmp_path / "out").glob("report-*.json")).read_text())
+    # The report says which of the two distributions the plugin came from.
+    assert report["plugins"]["wordcount"] == {"distribution": "evalctl-wordcount",
+                                              "version": "1.0.0"}
+    assert report["plugins"]["files"]["distribution"] == "evalctl"
 
 
 @pytest.fixture(scope="module")

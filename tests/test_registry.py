@@ -139,6 +139,73 @@ def test_two_plugins_registering_one_name_is_an_error_naming_both_distributions(
         registry.require_healthy()
 
 
+def _raising_after(name: str) -> types.ModuleType:
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name=name, grade=lambda c, w, r: None))
+        raise RuntimeError("boom")
+
+    return _module("raising", evalctl_register_graders=evalctl_register_graders)
+
+
+def test_a_name_a_failed_plugin_registered_still_conflicts():
+    """Another distribution's grader must not silently take the place of the one a failed
+    plugin registered (found by a newcomer)."""
+    registry = load_registry([
+        PluginSource.from_object("raiser", _raising_after("same"), "dist-one", "1"),
+        PluginSource.from_object("good", _grader_plugin("same", "other"), "dist-two", "2"),
+    ])
+    assert "same" not in registry.graders and "other" in registry.graders
+    message = registry.explain_missing("grader", "same")
+    assert "dist-one 1, which failed to load" in message and "dist-two 2" in message
+    assert any("grader 'same'" in problem for problem in registry.problems())
+
+
+def test_two_plugins_of_one_entry_point_name_both_fail_naming_each_other():
+    registry = load_registry([
+        PluginSource.from_object("same", _grader_plugin("alpha"), "dist-one", "1"),
+        PluginSource.from_object("same", _grader_plugin("beta"), "dist-two", "2"),
+    ])
+    assert [p.status for p in registry.plugins] == ["failed", "failed"]
+    first, second = registry.plugins
+    assert "entry-point name 'same' is also used by dist-two 2" in first.error
+    assert "entry-point name 'same' is also used by dist-one 1" in second.error
+    assert "EVALCTL_DISABLE_PLUGINS=dist-one:same" in first.error
+    assert "already registered" not in first.error + second.error
+    assert registry.graders.keys().isdisjoint({"alpha", "beta"})
+    assert "which failed to load" in registry.explain_missing("grader", "alpha")
+    # One of them is set aside by its distribution: the other loads.
+    chosen = load_registry([
+        PluginSource.from_object("same", _grader_plugin("alpha"), "dist-one", "1"),
+        PluginSource.from_object("same", _grader_plugin("beta"), "dist-two", "2"),
+    ], disabled={"Dist_Two:same"})
+    assert [p.status for p in chosen.plugins] == ["ok", "disabled"]
+    assert "alpha" in chosen.graders
+    assert chosen.unknown_disabled_warning({"Dist_Two:same"}) is None
+    assert "'dist-three:same'" in chosen.unknown_disabled_warning({"dist-three:same"})
+
+
+def test_a_plugin_taking_a_builtins_name_is_told_to_rename_it():
+    registry = load_registry([
+        PluginSource.from_object("files", _grader_plugin("file_exists"), "evalctl", "0.1"),
+        PluginSource.from_object("mine", _grader_plugin("file_exists"), "my-dist", "1"),
+    ])
+    message = registry.explain_missing("grader", "file_exists")
+    assert "grader 'file_exists' is built into evalctl" in message
+    assert "plugin 'mine' (my-dist 1)" in message and "a name of its own" in message
+    # Never advice to disable evalctl's own plugin.
+    assert "EVALCTL_DISABLE_PLUGINS=mine" in message
+    assert "EVALCTL_DISABLE_PLUGINS=files" not in message
+
+
+def test_one_module_behind_two_entry_points_is_a_conflict_not_a_pluggy_error():
+    plugin = _grader_plugin("alpha")
+    registry = load_registry([PluginSource.from_object("one", plugin, "dist-one", "1"),
+                              PluginSource.from_object("two", plugin, "dist-two", "2")])
+    assert [p.shown_status for p in registry.plugins] == ["conflict", "conflict"]
+    assert "dist-one 1" in registry.explain_missing("grader", "alpha")
+
+
 def test_disabled_plugins_are_not_loaded():
     loaded = []
 

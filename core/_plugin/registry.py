@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -36,6 +37,7 @@ from evalctl._plugin.specs import (
 from evalctl._text import did_you_mean
 
 ENTRY_POINT_GROUP = "evalctl"
+BUILTIN_DISTRIBUTION = "evalctl"
 DISABLE_ENV = "EVALCTL_DISABLE_PLUGINS"
 STRICT_ENV = "EVALCTL_STRICT_PLUGINS"
 
@@ -84,6 +86,24 @@ class PluginRecord:
     def label(self) -> str:
         dist = f"{self.distribution} {self.version}" if self.distribution else "no distribution"
         return f"plugin '{self.name}' ({dist})"
+
+    @property
+    def described(self) -> str:
+        """The label, saying so when the plugin failed to load."""
+        if self.status != "failed":
+            return self.label
+        dist = f"{self.distribution} {self.version}" if self.distribution else "no distribution"
+        return f"plugin '{self.name}' ({dist}, which failed to load)"
+
+    @property
+    def qualified_name(self) -> str:
+        """DISTRIBUTION:NAME, what EVALCTL_DISABLE_PLUGINS takes to set aside this plugin
+        alone when another distribution uses its entry-point name too."""
+        return f"{self.distribution}:{self.name}" if self.distribution else self.name
+
+    @property
+    def builtin(self) -> bool:
+        return self.distribution == BUILTIN_DISTRIBUTION
 
     @property
     def shown_status(self) -> str:
@@ -145,7 +165,11 @@ class Registry:
         """What to say when EVALCTL_DISABLE_PLUGINS names no installed plugin: found by a
         newcomer to be accepted silently, so that a typo there disabled nothing."""
         names = [p.name for p in self.plugins]
-        unknown = sorted(set(disabled) - set(names))
+        qualified = {f"{_normalised(p.distribution)}:{p.name}" for p in self.plugins
+                     if p.distribution}
+        unknown = sorted(entry for entry in set(disabled) if entry not in names and (
+            ":" not in entry or f"{_normalised(entry.split(':', 1)[0])}:"
+                                f"{entry.split(':', 1)[1]}" not in qualified))
         if not unknown:
             return None
         said = []
@@ -194,6 +218,9 @@ class Registry:
         records = self.owners.get((kind, name), [])
         if len(records) > 1:
             return self._conflict_message(kind, name, records)
+        if records and records[0].status == "failed":
+            return (f"{kind} '{name}' is provided by {records[0].label}, which failed to "
+                    f"load: {records[0].error}")
         known = sorted(self.specs[kind])
         message = f"unknown {kind} '{name}'"
         close = did_you_mean(name, known)
@@ -221,13 +248,28 @@ class Registry:
                         "it, then check evalctl list-plugins")
         return message
 
-    @staticmethod
-    def _conflict_message(kind: str, name: str, records: list[PluginRecord]) -> str:
-        who = " and ".join(r.label for r in records)
-        return (
-            f"{kind} '{name}' is registered by both {who}; uninstall one, or disable one "
-            f"with {DISABLE_ENV}={records[-1].name}"
-        )
+    def disable_name(self, record: PluginRecord) -> str:
+        """What to put in EVALCTL_DISABLE_PLUGINS to set aside this plugin alone: its
+        entry-point name, or DISTRIBUTION:NAME when another plugin has that name too."""
+        shared = any(other is not record and other.name == record.name
+                     for other in self.plugins)
+        return record.qualified_name if shared else record.name
+
+    def _conflict_message(self, kind: str, name: str, records: list[PluginRecord]) -> str:
+        # Never advise disabling a built-in: the plugin that took its name is the one to
+        # rename or set aside.
+        outsiders = [r for r in records if not r.builtin] or records
+        disable = " or ".join(f"{DISABLE_ENV}={self.disable_name(r)}" for r in outsiders)
+        builtins = [r for r in records if r.builtin]
+        if builtins:
+            others = " and ".join(r.described for r in outsiders)
+            return (f"{kind} '{name}' is built into evalctl ({builtins[0].label}) and also "
+                    f"registered by {others}, so neither is used; a plugin cannot replace a "
+                    f"built-in: give its {kind} a name of its own (prefixed with the plugin's, "
+                    f"say), or disable it with {disable}")
+        return (f"{kind} '{name}' is registered by both "
+                f"{' and '.join(r.described for r in records)}, so neither is used (never one by "
+                f"install order); uninstall one, or disable one with {disable}")
 
 
 def entry_point_sources() -> list[PluginSource]:
@@ -249,6 +291,24 @@ def entry_point_sources() -> list[PluginSource]:
 
 def disabled_from_env() -> set[str]:
     return {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+
+
+def _normalised(distribution: str) -> str:
+    """A distribution's name as PyPI compares them (PEP 503): `Foo_Bar` is `foo-bar`."""
+    return re.sub(r"[-_.]+", "-", distribution).lower()
+
+
+def _is_disabled(source: PluginSource, blocked: set[str]) -> bool:
+    """Whether EVALCTL_DISABLE_PLUGINS names this plugin: by its entry-point name (every
+    plugin of that name), or as DISTRIBUTION:NAME (that distribution's alone; a
+    distribution's name holds no colon)."""
+    if source.name in blocked:
+        return True
+    if source.distribution is None:
+        return False
+    return any(_normalised(entry.split(":", 1)[0]) == _normalised(source.distribution)
+               and entry.split(":", 1)[1] == source.name
+               for entry in blocked if ":" in entry)
 
 
 def strict_from_env() -> bool:
@@ -290,40 +350,74 @@ def load_registry(
     owners: dict[tuple[str, str], list[PluginRecord]] = {}
     specs: dict[tuple[str, str], Any] = {}
 
-    for source in entry_point_sources() if sources is None else sources:
+    sources = list(entry_point_sources() if sources is None else sources)
+    enabled = [s for s in sources if not _is_disabled(s, blocked)]
+    # The entry-point name is a plugin's name (list-plugins, EVALCTL_DISABLE_PLUGINS, the
+    # report): two distributions that use one make both unusable, never the one that
+    # happens to load first (pluggy refused the second with its whole registry's repr).
+    namesakes: dict[str, list[PluginSource]] = {}
+    for source in enabled:
+        namesakes.setdefault(source.name, []).append(source)
+
+    for source in sources:
         record = PluginRecord(source.name, source.distribution, source.version)
         records.append(record)
-        if source.name in blocked:
+        if _is_disabled(source, blocked):
             record.status = "disabled"
             continue
+        staged: list[tuple[str, Any]] = []
         try:
-            staged = _load_one(pm, source)
+            _load_one(pm, source, staged)
         except Exception as exc:  # a broken plugin must not take down the others
             record.status = "failed"
             record.error = str(exc) if isinstance(exc, _PluginFault) else _describe_exception(exc)
-            continue
+        others = [o for o in namesakes[source.name] if o is not source]
+        if others and record.status == "ok":
+            record.status = "failed"
+            record.error = _namesake_error(source, others)
+        # What a failed plugin registered before it failed still claims its names: another
+        # plugin's grader of that name must not silently take its place.
         for kind, spec in staged:
+            if spec.name in record.provides[kind]:
+                continue
             record.provides[kind].append(spec.name)
             owners.setdefault((kind, spec.name), []).append(record)
-            specs[(kind, spec.name)] = spec
+            if record.status == "ok":
+                specs[(kind, spec.name)] = spec
 
     by_kind: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
     for (kind, name), holders in owners.items():
         if len(holders) == 1:
-            by_kind[kind][name] = specs[(kind, name)]
+            if (kind, name) in specs:
+                by_kind[kind][name] = specs[(kind, name)]
         else:
             for holder in holders:
-                others = ", ".join(o.label for o in holders if o is not holder)
-                holder.conflicts.append(f"{kind} '{name}' also registered by {others}")
+                others_said = ", ".join(o.described for o in holders if o is not holder)
+                holder.conflicts.append(f"{kind} '{name}' also registered by {others_said}")
     return Registry(records, by_kind, owners)
+
+
+def _namesake_error(source: PluginSource, others: list[PluginSource]) -> str:
+    def label(s: PluginSource) -> str:
+        return f"{s.distribution} {s.version}" if s.distribution else "no distribution"
+
+    every = [source, *others]
+    disable = " or ".join(f"{DISABLE_ENV}={s.distribution}:{s.name}" for s in every
+                          if s.distribution)
+    return (f"entry-point name '{source.name}' is also used by "
+            f"{', '.join(label(o) for o in others)}: a plugin's name must be its own, so "
+            f"neither is loaded (never one by install order); uninstall one, or disable one "
+            f"with {disable or DISABLE_ENV}")
 
 
 class _PluginFault(Exception):
     """A plugin error whose message is already the whole story."""
 
 
-def _load_one(pm: pluggy.PluginManager, source: PluginSource) -> list[tuple[str, Any]]:
-    """Import, validate and call one plugin's hooks; all or nothing."""
+def _load_one(pm: pluggy.PluginManager, source: PluginSource,
+              staged: list[tuple[str, Any]]) -> None:
+    """Import, validate and call one plugin's hooks, appending what it registers to
+    `staged` (what it registered before failing stays there, as its claims)."""
     try:
         plugin = source.load()
     except BaseException as exc:
@@ -333,12 +427,15 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource) -> list[tuple[str,
     misuse = _hook_misuse(pm, plugin)
     if misuse:
         raise _PluginFault(misuse)
+    # Registered under a name of pluggy's own, and only while its hooks are called: the
+    # same module behind two entry points, or two plugins of one name, never meet there
+    # (pluggy's refusal printed its whole registry).
     try:
-        pm.register(plugin, name=source.name)
-    except (pluggy.PluginValidationError, ValueError) as exc:
-        raise _PluginFault(f"invalid hook: {exc}") from exc
-
-    staged: list[tuple[str, Any]] = []
+        internal = pm.register(plugin, name=f"{source.name}#{id(plugin)}")
+    except pluggy.PluginValidationError as exc:
+        raise _PluginFault(f"invalid hook: {_one_line(str(exc))}") from exc
+    except ValueError as exc:
+        raise _PluginFault(f"invalid hook: {_one_line(str(exc)).split('{', 1)[0]}") from exc
     try:
         for hook_name, (kind, spec_class) in HOOKS.items():
             for impl in getattr(pm.hook, hook_name).get_hookimpls():
@@ -363,10 +460,13 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource) -> list[tuple[str,
             if (kind, spec.name) in seen:
                 raise _PluginFault(f"registers {kind} '{spec.name}' twice")
             seen.add((kind, spec.name))
-    except BaseException:
-        pm.unregister(plugin)
-        raise
-    return staged
+    finally:
+        if internal is not None:
+            pm.unregister(name=internal)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 _default: Registry | None = None

@@ -53,6 +53,7 @@ from evalctl._report.results import (
     RunResult,
     TaskResult,
     malformed,
+    read_plugins,
 )
 from evalctl._schema_check import SchemaCheck
 from evalctl._text import json_line, parse_json
@@ -359,7 +360,8 @@ def build_run(contents: JournalContents, *, interrupted: bool | None = None,
         model=header.get("model"), started_at=str(header.get("started_at", "")),
         finished_at=finished_at or end.get("at") or _last_time(contents),
         evalctl_version=str(header.get("evalctl_version", "")),
-        plugin_versions=dict(header.get("plugins", {})), tasks=tasks,
+        plugin_versions=read_plugins(header.get("plugins"))[0],
+        plugin_distributions=read_plugins(header.get("plugins"))[1], tasks=tasks,
         interrupted=interrupted, run_directory=str(run_dir), repeat=repeat,
         rate_names=tuple(header.get("rate_names", ())),
         sandbox=dict(header.get("sandbox", {})),

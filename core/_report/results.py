@@ -93,7 +93,34 @@ TASK_RESULT_SCHEMA: dict[str, Any] = {"type": "object", "required": ["id", "stat
     "usage": USAGE, "cost": COST, "duration": {"type": "number"}, "tags": TEXTS,
     "workspace": MAYBE_PATH_TEXT, "ledger": MAYBE_PATH_TEXT, "host": MAYBE_TEXT,
     "record_problems": {"type": ["array", "null"], "items": TEXT}}}
-PLUGINS: dict[str, Any] = {"type": ["object", "null"], "additionalProperties": MAYBE_TEXT}
+# Each plugin by entry-point name: its distribution and version (a bare version in
+# reports written before the distribution was recorded).
+PLUGINS: dict[str, Any] = {"type": ["object", "null"], "additionalProperties": {"anyOf": [
+    MAYBE_TEXT, {"type": "object", "properties": {"distribution": MAYBE_TEXT,
+                                                  "version": MAYBE_TEXT}}]}}
+
+
+def plugin_parts(value: Any) -> tuple[str | None, str | None]:
+    """(distribution, version) of one recorded plugin: an entry of a report's or journal's
+    `plugins`, either shape."""
+    if isinstance(value, Mapping):
+        return value.get("distribution"), value.get("version")
+    return None, value if isinstance(value, str) else None
+
+
+def plugin_shown(value: Any) -> str:
+    """One recorded plugin as a person reads it: `evalctl-judge 0.3.0`."""
+    distribution, version = plugin_parts(value)
+    return " ".join(part for part in (distribution, version or "?") if part)
+
+
+def read_plugins(raw: Any) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """A recorded `plugins` mapping as (versions, distributions) by plugin name."""
+    versions: dict[str, str | None] = {}
+    distributions: dict[str, str | None] = {}
+    for name, value in (raw or {}).items():
+        distributions[name], versions[name] = plugin_parts(value)
+    return versions, distributions
 SANDBOX: dict[str, Any] = {"type": ["object", "null"], "properties": {
     "name": TEXT, "options": TABLE, "isolated": FLAG, "chosen_by": MAYBE_TEXT}}
 AGENT: dict[str, Any] = {"type": ["object", "null"], "properties": {
@@ -392,6 +419,9 @@ class RunResult:
     regrade_of: dict[str, Any] | None = None
     # How the attempts were scheduled: name, options, chosen_by ({} in older reports).
     executor: dict[str, Any] = field(default_factory=dict)
+    # Each plugin's distribution, by entry-point name, beside plugin_versions: two
+    # distributions may use one name ({} in older reports).
+    plugin_distributions: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def agent_label(self) -> str:
@@ -523,7 +553,9 @@ class RunResult:
             "agent": dict(self.agent),
             "executor": dict(self.executor),
             "evalctl_version": self.evalctl_version,
-            "plugins": dict(sorted(self.plugin_versions.items())),
+            "plugins": {name: {"distribution": self.plugin_distributions.get(name),
+                               "version": version}
+                        for name, version in sorted(self.plugin_versions.items())},
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "interrupted": self.interrupted,
@@ -555,7 +587,8 @@ class RunResult:
             model=data.get("model"), started_at=str(data.get("started_at", "")),
             finished_at=str(data.get("finished_at", "")),
             evalctl_version=str(data.get("evalctl_version", "")),
-            plugin_versions=dict(data.get("plugins") or {}),
+            plugin_versions=read_plugins(data.get("plugins"))[0],
+            plugin_distributions=read_plugins(data.get("plugins"))[1],
             tasks=[TaskResult.from_dict(t) for t in data["tasks"]],
             interrupted=bool(data.get("interrupted", False)),
             run_directory=str(data.get("run_directory", "")),

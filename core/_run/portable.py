@@ -62,7 +62,7 @@ class PortableAttempt:
     agent: Mapping[str, Any]  # name, base, options, version, chosen_by
     error_statuses: frozenset[str]
     evalctl_version: str
-    plugins: Mapping[str, str | None] = field(default_factory=dict)
+    plugins: Mapping[str, Any] = field(default_factory=dict)  # name: distribution, version
 
 
 # What a worker sends back of a workspace is bounded: a file the agent made (a sparse
@@ -158,6 +158,7 @@ def _error(payload: PortableAttempt, message: str, status: str = ExitStatus.INTE
 def _version_problem(payload: PortableAttempt, registry: Registry) -> str | None:
     """Results mean what the run's versions mean: a worker with another evalctl or other
     plugins must not run the attempt."""
+    from evalctl._report.results import plugin_shown
     from evalctl._run.runner import plugin_versions
 
     if payload.evalctl_version != __version__:
@@ -167,8 +168,8 @@ def _version_problem(payload: PortableAttempt, registry: Registry) -> str | None
     differ = sorted(name for name in {*here, *payload.plugins}
                     if here.get(name) != payload.plugins.get(name))
     if differ:
-        shown = ", ".join(f"{n} (run {payload.plugins.get(n)}, here {here.get(n)})"
-                          for n in differ)
+        shown = ", ".join(f"{n} (run {plugin_shown(payload.plugins.get(n))}, here "
+                          f"{plugin_shown(here.get(n))})" for n in differ)
         return f"this worker's plugins differ from the run's: {shown}; install the same ones"
     return None
 

@@ -219,6 +219,8 @@ async def _execute(prepared: PreparedRegrade) -> RunResult:
 
 
 def _header(prepared: PreparedRegrade, run_dir: Path) -> dict[str, Any]:
+    from evalctl._run.runner import plugin_versions
+
     original = {k: v for k, v in prepared.source.header.items() if k not in ("kind", "format")}
     suite, registry = prepared.suite, prepared.registry
     return {
@@ -227,7 +229,7 @@ def _header(prepared: PreparedRegrade, run_dir: Path) -> dict[str, Any]:
         "suite": {"path": str(suite.path), "absolute_path": str(Path(suite.path).resolve()),
                   "name": suite.name, "sha256": suite.sha256},
         "evalctl_version": __version__,
-        "plugins": {p.name: p.version for p in registry.plugins if p.status == "ok"},
+        "plugins": plugin_versions(registry),
         "run_directory": str(run_dir),
         "rate_names": sorted({s.rate for s in registry.graders.values() if s.rate}),
         "regrade_of": {"run_directory": str(prepared.source.run_dir.resolve()),

@@ -47,6 +47,8 @@ from evalctl._report.results import (
     CheckOutcome,
     RunResult,
     TaskResult,
+    plugin_parts,
+    plugin_shown,
 )
 from evalctl._run.agents import AgentChoice, choose_agent
 from evalctl._run.budget import RunBudget
@@ -383,10 +385,21 @@ def _check_resumable(resume: JournalContents, suite: Suite, registry: Registry,
     # or upgrading an unrelated one (a judge grader the suite never calls) must not
     # strand a run that took hours.
     used = plugins_used(registry, header, tasks)
-    plugins = {name: version for name, version in plugin_versions(registry).items()
+    recorded = {name: plugin_parts(value) for name, value in header.get("plugins", {}).items()
+                if name in used}
+    current = {name: plugin_parts(value) for name, value in plugin_versions(registry).items()
                if name in used}
-    recorded_plugins = {name: version for name, version in header.get("plugins", {}).items()
-                        if name in used}
+
+    def shown(parts: tuple[str | None, str | None],
+              other: tuple[str | None, str | None] | None) -> str:
+        # `distribution version`; against a journal older than the distributions' record
+        # (none named), versions alone.
+        distribution, version = parts
+        return plugin_shown({"distribution": None if other and other[0] is None
+                             else distribution, "version": version})
+
+    recorded_plugins = {name: shown(parts, current.get(name)) for name, parts in recorded.items()}
+    plugins = {name: shown(parts, recorded.get(name)) for name, parts in current.items()}
     plugin_lines = [f"plugin {line}" for line in differences(
         recorded_plugins, plugins, sorted({*recorded_plugins, *plugins}))]
     changed += plugin_lines
@@ -399,7 +412,7 @@ def _check_resumable(resume: JournalContents, suite: Suite, registry: Registry,
             hint = ("\n(only the plugins the run uses are compared: its provider, agent, "
                     "sandbox, executor and graders. Reinstall the journaled version to "
                     f"continue; a plugin that now provides one of them in another's place can "
-                    f"be set aside with {DISABLE_ENV}=NAME)")
+                    f"be set aside with {DISABLE_ENV}=NAME, or =DISTRIBUTION:NAME)")
         raise UsageError(f"cannot resume {resume.run_dir}: it was run with something else "
                          "(journal -> now):\n  " + "\n  ".join(changed) + hint
                          + "\nstart a new run instead")
@@ -421,9 +434,11 @@ def plugins_used(registry: Registry, header: Mapping[str, Any], tasks: list[Task
     return used
 
 
-def plugin_versions(registry: Registry) -> dict[str, str | None]:
-    """The version of every plugin that loaded, by entry-point name."""
-    return {p.name: p.version for p in registry.plugins if p.status == "ok"}
+def plugin_versions(registry: Registry) -> dict[str, dict[str, str | None]]:
+    """The distribution and version of every plugin that loaded, by entry-point name (two
+    distributions may use one name: the report says which one ran)."""
+    return {p.name: {"distribution": p.distribution, "version": p.version}
+            for p in registry.plugins if p.status == "ok"}
 
 
 def attempt_name(task: Task, attempt: int, repeat: int) -> str:

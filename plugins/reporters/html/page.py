@@ -145,7 +145,10 @@ def identity(run: evalctl.RunResult) -> dict[str, Any]:
         if (run.agent or {}).get("base") != (run.agent or {}).get("name") else None,
         "sandbox": sandbox.get("name"), "sandbox_options": sandbox.get("options") or {},
         "isolated": sandbox.get("isolated"), "evalctl_version": run.evalctl_version,
-        "plugins": sorted(run.plugin_versions.items()), "started_at": run.started_at,
+        "plugins": sorted((name, " ".join(part for part in (
+            run.plugin_distributions.get(name), version) if part) or None)
+            for name, version in run.plugin_versions.items()),
+        "started_at": run.started_at,
         "finished_at": run.finished_at, "interrupted": run.interrupted,
         "run_directory": run.run_directory, "repeat": run.repeat,
         "regrade_of": dict(run.regrade_of) if run.regrade_of else None,
