@@ -153,3 +153,186 @@ def _as_python_reads(pattern: str) -> str:
         out.append(char)
         index += 1
     return "".join(out)
+
+
+# The keywords of JSON Schema draft 2020-12 (and `definitions`, `dependencies` of the
+# drafts before it, which validators still read).
+KEYWORDS = frozenset({
+    "$schema", "$id", "$ref", "$anchor", "$dynamicRef", "$dynamicAnchor", "$vocabulary",
+    "$comment", "$defs", "definitions", "allOf", "anyOf", "oneOf", "not", "if", "then",
+    "else", "dependentSchemas", "prefixItems", "items", "contains", "properties",
+    "patternProperties", "additionalProperties", "propertyNames", "unevaluatedItems",
+    "unevaluatedProperties", "type", "enum", "const", "multipleOf", "maximum",
+    "exclusiveMaximum", "minimum", "exclusiveMinimum", "maxLength", "minLength", "pattern",
+    "maxItems", "minItems", "uniqueItems", "maxContains", "minContains", "maxProperties",
+    "minProperties", "required", "dependentRequired", "dependencies", "title",
+    "description", "default", "deprecated", "readOnly", "writeOnly", "examples", "format",
+    "contentEncoding", "contentMediaType", "contentSchema"})
+# Keywords whose mapping's keys are names (of properties, definitions), not keywords.
+_NAMING = frozenset({"properties", "patternProperties", "$defs", "definitions",
+                     "dependentSchemas"})
+_TYPES = ("string", "integer", "number", "boolean", "array", "object", "null")
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why `schema` is not a JSON Schema (draft 2020-12) a plugin may declare, or None.
+
+    Checked against the metaschema: a schema of the usual shape (known keywords, each
+    with a value of its kind) is seen to be valid here, with no validator imported
+    (`list-plugins` imports none); anything else is checked by Python's jsonschema,
+    whose verdict stands and whose error is the one shown. Then what the metaschema lets
+    through but no validator here can use: a pattern Python's re cannot compile, a
+    `$ref` to another document."""
+    if not _surely_a_schema(schema):
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import best_match
+
+        error = best_match(Draft202012Validator(Draft202012Validator.META_SCHEMA)
+                           .iter_errors(schema))
+        if error is not None:
+            where = ".".join(str(step) for step in error.absolute_path)
+            message = error.message
+            if error.absolute_path and error.absolute_path[-1] == "type":
+                message = (f"{error.instance!r} is not a JSON Schema type (one of "
+                           f"{', '.join(_TYPES)})")
+            return f"{message}" + (f", at {where}" if where else "")
+    return _unusable_part(schema, ())
+
+
+# What the metaschema asks of each keyword's value, for the quick look.
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions",
+                          "dependentSchemas"})
+_SCHEMAS = frozenset({"additionalProperties", "items", "contains", "propertyNames", "not",
+                      "if", "then", "else", "unevaluatedItems", "unevaluatedProperties",
+                      "contentSchema"})
+_SCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+_STRINGS = frozenset({"title", "description", "$comment", "pattern", "format", "$ref",
+                      "$id", "$schema", "$anchor", "$dynamicRef", "$dynamicAnchor",
+                      "contentEncoding", "contentMediaType"})
+_NUMBERS = frozenset({"maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum"})
+_COUNTS = frozenset({"maxLength", "minLength", "maxItems", "minItems", "maxContains",
+                     "minContains", "maxProperties", "minProperties"})
+_FLAGS = frozenset({"uniqueItems", "deprecated", "readOnly", "writeOnly"})
+_VALUES = frozenset({"const", "default"})
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _names(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value) and \
+        len(set(value)) == len(value)
+
+
+def _surely_a_schema(node: Any) -> bool:
+    """True only when `node` is certainly valid against the 2020-12 metaschema: every
+    keyword one of those above with a value of its kind. False means "not sure", never
+    "invalid": the metaschema then decides."""
+    if isinstance(node, bool):
+        return True
+    if not isinstance(node, dict):
+        return False
+    for key, value in node.items():
+        if key in _SCHEMA_MAPS:
+            ok = isinstance(value, dict) and all(
+                isinstance(name, str) and _surely_a_schema(sub) for name, sub in value.items())
+        elif key in _SCHEMAS:
+            ok = _surely_a_schema(value)
+        elif key in _SCHEMA_LISTS:
+            ok = isinstance(value, list) and bool(value) and all(map(_surely_a_schema, value))
+        elif key in _STRINGS:
+            ok = isinstance(value, str)
+        elif key in _NUMBERS:
+            ok = _number(value)
+        elif key in _COUNTS:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        elif key in _FLAGS:
+            ok = isinstance(value, bool)
+        elif key == "multipleOf":
+            ok = _number(value) and value > 0
+        elif key == "type":
+            ok = value in _TYPES or (_names(value) and bool(value)
+                                     and all(item in _TYPES for item in value))
+        elif key == "required":
+            ok = _names(value)
+        elif key == "dependentRequired":
+            ok = isinstance(value, dict) and all(map(_names, value.values()))
+        elif key in ("enum", "examples"):
+            ok = isinstance(value, list)
+        else:
+            ok = key in _VALUES
+        if not ok:
+            return False
+    return True
+
+
+def _unusable_part(node: Any, path: tuple[Any, ...]) -> str | None:
+    import re
+
+    where = ".".join(str(step) for step in path)
+    if isinstance(node, list):
+        for index, item in enumerate(node):
+            found = _unusable_part(item, (*path, index))
+            if found:
+                return found
+    if not isinstance(node, Mapping):
+        return None
+    patterns = [(node["pattern"], (*path, "pattern"))] if isinstance(node.get("pattern"),
+                                                                       str) else []
+    if isinstance(node.get("patternProperties"), Mapping):
+        patterns += [(key, (*path, "patternProperties", key))
+                     for key in node["patternProperties"]]
+    for pattern, at in patterns:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return (f"pattern {pattern!r} is not a regular expression Python reads ({exc}), "
+                    f"at {'.'.join(str(step) for step in at)}")
+    ref = node.get("$ref")
+    if isinstance(ref, str) and not ref.startswith("#"):
+        return (f"$ref {ref!r} names another document, which evalctl never fetches: keep the "
+                f"schema self-contained (a $ref to #/$defs/...), at {where or '$ref'}")
+    named = bool(path) and path[-1] in _NAMING
+    for key, value in node.items():
+        if not named and key in ("enum", "const", "default", "examples"):
+            continue  # values, not schemas
+        found = _unusable_part(value, (*path, key))
+        if found:
+            return found
+    return None
+
+
+def object_schema_problem(schema: Mapping[str, Any]) -> str | None:
+    """What is wrong with a plugin's object schema (a grader's params, a plugin's
+    options), which evalctl closes with `additionalProperties: false` unless it says
+    otherwise, or None: schema_problem's, then a top level with words that are no
+    keyword (the properties written without the object around them, or a misspelt
+    `required`), or a required key no property declares."""
+    problem = schema_problem(schema)
+    if problem:
+        return f"is not a valid JSON Schema: {problem}"
+    unknown = [key for key in schema if isinstance(key, str) and key not in KEYWORDS
+               and not key.startswith("x-")]
+    if unknown:
+        shown = ", ".join(repr(key) for key in unknown)
+        if any(isinstance(schema[key], Mapping) for key in unknown):
+            return (f"has {shown} at its top level, where JSON Schema keywords go: the keys "
+                    "go under properties, in an object schema: {\"type\": \"object\", "
+                    "\"properties\": {" + ", ".join(f'"{key}": {{...}}' for key in unknown)
+                    + "}}")
+        import difflib  # only when a word was wrong (_text is no layer below this one)
+
+        close = difflib.get_close_matches(unknown[0], sorted(KEYWORDS), n=1)
+        return (f"has {shown}, which {'is no' if len(unknown) == 1 else 'are no'} JSON "
+                f"Schema keyword{'' if len(unknown) == 1 else 's'}"
+                + (f" (did you mean '{close[0]}'?)" if close else ""))
+    properties = schema.get("properties") or {}
+    closed = schema.get("additionalProperties", False) is False and \
+        not schema.get("patternProperties")
+    missing = [key for key in schema.get("required") or () if key not in properties]
+    if closed and missing:
+        return (f"requires {', '.join(repr(key) for key in missing)}, which its properties "
+                "do not declare: with additionalProperties false (evalctl's default) no "
+                "value could have it")
+    return None

@@ -192,3 +192,29 @@ def test_report_never_overwrites_what_is_not_a_report(tmp_path, target):
     first = (tmp_path / "r.json").read_text()
     assert run_cli(tmp_path, str(suite), "--report", "r.json").exit_code == 0
     assert (tmp_path / "r.json").read_text() != first
+
+
+def test_a_grader_with_an_invalid_params_schema_is_reported_not_a_traceback(tmp_path):
+    """Found by a newcomer: {"type": "strng"} gave validate and run a jsonschema traceback
+    (exit 1), and `evalctl schema` wrote an invalid schema."""
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(
+            name="mistyped", grade=lambda c, w, r: evalctl.CheckResult(True),
+            params_schema={"type": "object", "properties": {"path": {"type": "strng"}}}))
+
+    plugin = types.ModuleType("mistyped")
+    plugin.evalctl_register_graders = evalctl_register_graders  # type: ignore[attr-defined]
+    set_registry(load_registry(entry_point_sources() + [
+        PluginSource.from_object("mistyped", plugin, "evalctl-mistyped", "0.1")], disabled=()))
+    suite = tmp_path / "s.yaml"
+    suite.write_text("- id: t\n  prompt: p\n  checks:\n    - type: mistyped\n"
+                     "      path: a.txt\n")
+    result = CliRunner().invoke(cli, ["validate", str(suite)])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "params_schema is not a valid JSON Schema" in result.output
+    printed = CliRunner().invoke(cli, ["schema"])
+    from jsonschema import Draft202012Validator
+
+    Draft202012Validator.check_schema(json.loads(printed.output))

@@ -206,6 +206,109 @@ def test_one_module_behind_two_entry_points_is_a_conflict_not_a_pluggy_error():
     assert "dist-one 1" in registry.explain_missing("grader", "alpha")
 
 
+def _schema_plugin(**spec) -> types.ModuleType:
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="checked", grade=lambda c, w, r: None, **spec))
+
+    return _module("schemas", evalctl_register_graders=evalctl_register_graders)
+
+
+@pytest.mark.parametrize("schema, said", [
+    ({"type": "object", "properties": {"path": {"type": "strng"}}},
+     "params_schema is not a valid JSON Schema: 'strng' is not a JSON Schema type (one of "
+     "string, integer, number, boolean, array, object, null), at properties.path.type"),
+    ({"type": "object", "properties": {"path": {"type": "string"}}, "required": "path"},
+     "params_schema is not a valid JSON Schema: 'path' is not of type 'array', at required"),
+    ({"path": {"type": "string"}, "min": {"type": "integer"}},
+     "params_schema has 'path', 'min' at its top level, where JSON Schema keywords go: the "
+     "keys go under properties"),
+    ({"type": "object", "properties": {"path": {"type": "string"}}, "requried": ["path"]},
+     "'requried', which is no JSON Schema keyword (did you mean 'required'?)"),
+    ({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["pth"]},
+     "requires 'pth', which its properties do not declare"),
+    ({"type": "object", "properties": {"x": {"type": "string", "pattern": "([a-z"}}},
+     "pattern '([a-z' is not a regular expression Python reads"),
+    ({"type": "object", "properties": {"x": {"$ref": "https://example.com/x.json"}}},
+     "names another document"),
+])
+def test_a_params_schema_that_is_no_json_schema_fails_its_plugin(schema, said):
+    """Found by a newcomer: such schemas registered, list-plugins said ok, and validate
+    gave a jsonschema traceback (exit 1) or an error per character of `required`."""
+    registry = load_registry([PluginSource.from_object("mine", _schema_plugin(
+        params_schema=schema), "my-dist", "1")])
+    record = registry.plugins[0]
+    assert record.status == "failed"
+    assert record.error.startswith("grader 'checked': ")
+    assert said in record.error
+    assert "checked" not in registry.graders
+    assert "my-dist 1" in registry.explain_missing("grader", "checked")
+
+
+def test_every_plugin_kinds_schemas_are_checked_at_registration():
+    @evalctl.hookimpl
+    def evalctl_register_providers(register):
+        register(evalctl.ProviderSpec(name="p", create=lambda options: None, options_schema={
+            "type": "object", "properties": {"model": {"type": "text"}}}))
+
+    registry = load_registry([PluginSource.from_object(
+        "prov", _module("prov", evalctl_register_providers=evalctl_register_providers))])
+    assert "provider 'p': options_schema is not a valid JSON Schema: 'text'" in \
+        registry.plugins[0].error
+
+    @evalctl.hookimpl
+    def evalctl_register_sandboxes(register):
+        register(evalctl.SandboxSpec(name="s", create=lambda request: None, options_schema={
+            "type": "object", "properties": {"image": {"minLength": "1"}}}))
+
+    registry = load_registry([PluginSource.from_object(
+        "box", _module("box", evalctl_register_sandboxes=evalctl_register_sandboxes))])
+    assert "sandbox 's': options_schema is not a valid JSON Schema" in registry.plugins[0].error
+
+    @evalctl.hookimpl
+    def evalctl_register_providers(register):  # noqa: F811
+        register(evalctl.ProviderSpec(name="q", create=lambda options: None,
+                                      task_schema={"turns": {"type": "lst"}}))
+
+    registry = load_registry([PluginSource.from_object(
+        "task", _module("task", evalctl_register_providers=evalctl_register_providers))])
+    assert "provider 'q': task_schema['turns'] is not a valid JSON Schema" in \
+        registry.plugins[0].error
+
+
+def test_the_installed_schemas_are_seen_valid_without_a_validator(registry):
+    """Every schema is checked as its plugin registers; those of the usual shape, as every
+    installed plugin's is, without importing a validator (list-plugins imports none)."""
+    from evalctl._schema_check import _surely_a_schema
+
+    for kind, specs in registry.specs.items():
+        for name, spec in specs.items():
+            schemas = [getattr(spec, attribute) for attribute in ("params_schema",
+                                                                  "options_schema")
+                       if hasattr(spec, attribute)]
+            schemas += list((getattr(spec, "task_schema", None) or {}).values())
+            assert all(map(_surely_a_schema, schemas)), (kind, name)
+
+
+@pytest.mark.parametrize("schema", [
+    {"minLength": True}, {"minLength": -1}, {"minLength": 1.5}, {"type": ["string", "string"]},
+    {"type": []}, {"allOf": []}, {"multipleOf": 0}, {"required": ["a", "a"]},
+    {"required": [1]}, {"properties": {"a": 3}}, {"items": []}, {"enum": "a"},
+    {"dependentRequired": {"a": "b"}}, {"pattern": 1}, {"uniqueItems": 1},
+    {"maximum": "3"}, {"additionalProperties": None}, {"anyOf": [{"type": "strng"}]},
+])
+def test_the_quick_look_never_passes_what_the_metaschema_refuses(schema):
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    from evalctl._schema_check import _surely_a_schema, schema_problem
+
+    with pytest.raises(SchemaError):
+        Draft202012Validator.check_schema(schema)
+    assert not _surely_a_schema(schema)
+    assert schema_problem(schema)
+
+
 def test_disabled_plugins_are_not_loaded():
     loaded = []
 

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -263,10 +263,10 @@ class Registry:
         builtins = [r for r in records if r.builtin]
         if builtins:
             others = " and ".join(r.described for r in outsiders)
-            return (f"{kind} '{name}' is built into evalctl ({builtins[0].label}) and also "
-                    f"registered by {others}, so neither is used; a plugin cannot replace a "
-                    f"built-in: give its {kind} a name of its own (prefixed with the plugin's, "
-                    f"say), or disable it with {disable}")
+            return (f"{kind} '{name}' is built into evalctl (its plugin "
+                    f"'{builtins[0].name}') and also registered by {others}, so neither is "
+                    f"used; a plugin cannot replace a built-in: give its {kind} a name of its "
+                    f"own (prefixed with the plugin's, say), or disable it with {disable}")
         return (f"{kind} '{name}' is registered by both "
                 f"{' and '.join(r.described for r in records)}, so neither is used (never one by "
                 f"install order); uninstall one, or disable one with {disable}")
@@ -460,9 +460,33 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
             if (kind, spec.name) in seen:
                 raise _PluginFault(f"registers {kind} '{spec.name}' twice")
             seen.add((kind, spec.name))
+        for kind, spec in staged:
+            problem = _schema_problem(spec)
+            if problem:
+                raise _PluginFault(f"{kind} '{spec.name}': {problem}")
     finally:
         if internal is not None:
             pm.unregister(name=internal)
+
+
+def _schema_problem(spec: Any) -> str | None:
+    """What is wrong with the schemas a spec declares (a grader's params, any plugin's
+    options, a provider's task keys), found when it registers: a mistake there gave a
+    traceback in validate and run, nonsense errors at the suite's lines, or an invalid
+    `evalctl schema` (found by a newcomer)."""
+    from evalctl._schema_check import object_schema_problem, schema_problem
+
+    for attribute in ("params_schema", "options_schema"):
+        schema = getattr(spec, attribute, None)
+        if isinstance(schema, Mapping):
+            problem = object_schema_problem(schema)
+            if problem:
+                return f"{attribute} {problem}"
+    for key, schema in (getattr(spec, "task_schema", None) or {}).items():
+        problem = schema_problem(schema)
+        if problem:
+            return f"task_schema['{key}'] is not a valid JSON Schema: {problem}"
+    return None
 
 
 def _one_line(text: str) -> str:
