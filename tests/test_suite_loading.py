@@ -246,6 +246,66 @@ def test_a_cached_entry_is_keyed_by_the_installed_graders(write_suite):
     assert len(list(cache_dir().glob("*.json"))) == 2
 
 
+GATED = """\
+- id: t
+  prompt: Make a.txt.
+  checks:
+    - type: file_exists
+      path: a.txt
+    - type: gate
+      word: open
+"""
+
+
+def _gate_plugin(refused: str, directory, version: str = "1.0"):
+    """A grader whose preflight validate runs refuses `word: <refused>`, from a module
+    file in `directory` (not an installed copy: as an editable install's code is)."""
+    import importlib.util
+
+    module_path = directory / "evalctl_gate.py"
+    module_path.write_text(
+        "import evalctl\n"
+        "def preflight(checks):\n"
+        "    for check in checks:\n"
+        f"        if check['word'] == {refused!r}:\n"
+        "            raise evalctl.UsageError('that word is refused')\n"
+        "@evalctl.hookimpl\n"
+        "def evalctl_register_graders(register):\n"
+        "    register(evalctl.GraderSpec(\n"
+        "        name='gate', grade=lambda c, w, r: evalctl.CheckResult(True),\n"
+        "        params_schema={'type': 'object', 'properties': {'word': {'type': 'string'}}},\n"
+        "        preflight=preflight, validate_with_preflight=True))\n")
+    spec = importlib.util.spec_from_file_location(f"evalctl_gate_{refused}", module_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from evalctl._plugin.registry import PluginSource, entry_point_sources, load_registry
+
+    return load_registry([*entry_point_sources(),
+                          PluginSource.from_object("gate", module, "evalctl-gate", version)])
+
+
+def test_a_cached_entry_is_keyed_by_the_plugins_versions(write_suite, tmp_path):
+    """Found by a newcomer: a plugin whose validate-time preflight changed, with the same
+    schema, kept the cache's stale "0 errors"."""
+    path = write_suite(GATED)
+    installed = [tmp_path / f"v{n}" / "site-packages" for n in (1, 2)]
+    for directory in installed:  # installed copies: their version is what counts
+        directory.mkdir(parents=True)
+    assert validate_suite(path, _gate_plugin("closed", installed[0])) == []
+    refusing = _gate_plugin("open", installed[1], version="1.1")
+    problems = validate_suite(path, refusing)
+    assert [p.line for p in problems] == [6] and "that word is refused" in problems[0].message
+
+
+def test_a_cached_entry_is_keyed_by_a_plugins_code_outside_an_installed_copy(
+        write_suite, tmp_path):
+    """An editable install changes under one version: its files' times and sizes count."""
+    path = write_suite(GATED)
+    assert validate_suite(path, _gate_plugin("closed", tmp_path)) == []
+    problems = validate_suite(path, _gate_plugin("open", tmp_path))  # same version, new code
+    assert [p.line for p in problems] == [6]
+
+
 @pytest.mark.parametrize("name", ["harness", "general", "core", "live"])
 def test_the_built_in_suites_are_clean_and_point_editors_at_the_schema(name):
     path = SUITES / f"{name}.yaml"

@@ -81,6 +81,9 @@ class PluginRecord:
     error: str | None = None
     provides: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in KINDS})
     conflicts: list[str] = field(default_factory=list)
+    # The file its code was loaded from (a module's, or a class's module's), when known:
+    # what the validated-suite cache looks at for code changed under one version.
+    origin: str | None = None
 
     @property
     def label(self) -> str:
@@ -367,7 +370,7 @@ def load_registry(
             continue
         staged: list[tuple[str, Any]] = []
         try:
-            _load_one(pm, source, staged)
+            record.origin = _load_one(pm, source, staged)
         except Exception as exc:  # a broken plugin must not take down the others
             record.status = "failed"
             record.error = str(exc) if isinstance(exc, _PluginFault) else _describe_exception(exc)
@@ -415,15 +418,18 @@ class _PluginFault(Exception):
 
 
 def _load_one(pm: pluggy.PluginManager, source: PluginSource,
-              staged: list[tuple[str, Any]]) -> None:
+              staged: list[tuple[str, Any]]) -> str | None:
     """Import, validate and call one plugin's hooks, appending what it registers to
-    `staged` (what it registered before failing stays there, as its claims)."""
+    `staged` (what it registered before failing stays there, as its claims). Returns
+    the file the plugin's code came from, when known."""
     try:
         plugin = source.load()
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         raise _PluginFault(f"import failed: {_describe_exception(exc)}") from exc
+    origin = getattr(plugin, "__file__", None) or getattr(
+        sys.modules.get(str(getattr(plugin, "__module__", ""))), "__file__", None)
     misuse = _hook_misuse(pm, plugin)
     if misuse:
         raise _PluginFault(misuse)
@@ -467,6 +473,7 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
     finally:
         if internal is not None:
             pm.unregister(name=internal)
+    return origin if isinstance(origin, str) else None
 
 
 def _schema_problem(spec: Any) -> str | None:

@@ -52,7 +52,10 @@ def load_suite(path: str | Path, registry: Registry | None = None,
     not_counting = sorted(name for name, spec in registry.graders.items()
                           if not counts_for_rule_one(spec))
     sha = hashlib.sha256(raw).hexdigest()
-    key = suite_cache.cache_key(raw, schema_digest(schema), not_counting)
+    # What a plugin's code decides beyond its schema (a preflight validate runs, the
+    # paths a check names) is keyed by the plugins loaded: a changed one is a miss.
+    key = suite_cache.cache_key(raw, schema_digest(schema), not_counting,
+                                suite_cache.plugin_inputs(registry.plugins))
     if use_cache:
         cached = suite_cache.read(key)
         if cached is not None:
