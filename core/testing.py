@@ -74,6 +74,7 @@ def grade_check(check: Mapping[str, Any], files: Mapping[str, str] | None = None
 
     registry = registry or registry_with(plugins)
     spec = registry.get("grader", str(check.get("type")))
+    _validate_check(check, spec, registry)
     with tempfile.TemporaryDirectory(prefix="evalctl-testing-") as scratch:
         workspace = create_workspace(new_run_directory(Path(scratch)), "task", seed or {})
         for relative, content in (files or {}).items():
@@ -100,6 +101,32 @@ def grade_check(check: Mapping[str, Any], files: Mapping[str, str] | None = None
                 await box.close()
 
         return asyncio.run(graded())
+
+
+def _validate_check(check: Mapping[str, Any], spec: Any, registry: Registry) -> None:
+    """What `evalctl validate` and `run` refuse in a check, refused here too, before it
+    is graded: the grader's params_schema (as the suite schema holds it: keys it does not
+    name refused), and a preflight that reads only the checks (found by a newcomer: a
+    check with a misspelt key was graded as if valid)."""
+    import inspect
+
+    from evalctl._plugin.registry import use_registry
+    from evalctl._suite.problems import schema_problems
+    from evalctl._suite.schema import check_schema
+    from evalctl._suite.yamlsource import Located
+
+    said = [problem.message.removeprefix("the suite: ") for problem in schema_problems(
+        Located(dict(check)), check_schema(spec), "check", registry)]
+    if not said and spec.preflight is not None and spec.validate_with_preflight and \
+            not inspect.iscoroutinefunction(spec.preflight):
+        try:
+            with use_registry(registry):
+                spec.preflight([dict(check)])
+        except UsageError as exc:
+            said.append(str(exc))
+    if said:
+        raise UsageError(f"invalid {spec.name} check (evalctl validate refuses it too): "
+                         + "; ".join(said))
 
 
 def run_suite(suite: str | Path, *, plugins: Sequence[Any] = (), provider: str = "scripted",

@@ -680,3 +680,19 @@ def test_a_verify_file_where_a_seeded_file_has_its_directory_is_a_problem(write_
         MINIMAL + "  files:\n    d/e: x\n  verify_files:\n    d: y\n"))
     assert [(p.line, p.message.endswith("files 'd/e' is inside 'd', which verify_files makes "
                                         "a file")) for p in problems] == [(7, True)], problems
+
+
+@pytest.mark.parametrize("check, said", [
+    ({"type": "file_exists", "path": "a.txt", "paht": "b.txt"},
+     "invalid file_exists check (evalctl validate refuses it too): unexpected key 'paht' "
+     "(did you mean 'path'?)"),
+    ({"type": "file_contains", "path": "a.txt"}, "needs exactly one of 'text', 'regex'"),
+    ({"type": "file_contains", "path": "a.txt", "regex": "(["},
+     "file_contains regex '([' is not a regular expression"),
+])
+def test_grade_check_refuses_what_validate_refuses(check, said):
+    """Found by a newcomer: grade_check graded a check the suite schema refuses, though
+    it is documented to run a plugin through the same code as `evalctl run`."""
+    with pytest.raises(evalctl.UsageError) as raised:
+        evalctl.testing.grade_check(check, files={"a.txt": "x"}, sandbox="local")
+    assert said in str(raised.value)

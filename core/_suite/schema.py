@@ -197,7 +197,8 @@ def _task_schema(plugin_keys: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _check_schema(spec: GraderSpec) -> dict[str, Any]:
+def check_schema(spec: GraderSpec) -> dict[str, Any]:
+    """The schema of one grader's checks, as the suite schema holds it."""
     schema = copy.deepcopy(dict(spec.params_schema))
     schema["type"] = "object"
     schema["properties"] = {"type": {"const": spec.name}, **schema.get("properties", {})}
@@ -281,7 +282,7 @@ def build_schema(graders: Mapping[str, GraderSpec],
         },
     }
     for name in names:
-        defs[f"check_{name}"] = _check_schema(graders[name])
+        defs[f"check_{name}"] = check_schema(graders[name])
     defs["sandbox"] = _sandbox_schema(sandboxes or {})
     return {
         "$schema": DIALECT,

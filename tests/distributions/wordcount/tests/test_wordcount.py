@@ -1,7 +1,9 @@
 """word_count, tested as its users will run it: through evalctl.testing."""
 
 import evalctl_wordcount
+import pytest
 
+import evalctl
 from evalctl.testing import grade_check, run_suite
 
 CHECK = {"type": "word_count", "path": "a.txt", "min": 3, "max": 5}
@@ -17,6 +19,12 @@ def test_counts_words_in_the_agents_file():
 def test_a_path_outside_the_workspace_fails():
     outside = grade_check({**CHECK, "path": "../../etc/passwd"}, plugins=[evalctl_wordcount])
     assert not outside.passed and "outside the workspace" in outside.detail
+
+
+def test_a_check_the_suite_schema_refuses_is_an_error_not_graded():
+    with pytest.raises(evalctl.UsageError, match="unexpected key 'mni'"):
+        grade_check({"type": "word_count", "path": "a.txt", "mni": 3},
+                    files={"a.txt": "one"}, plugins=[evalctl_wordcount])
 
 
 def test_a_scripted_suite_passes():
