@@ -610,7 +610,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     from evalctl._report.console import RunView
     from evalctl._report.journal import attempts_to_run, check_resumable, read_journal
     from evalctl._report.rundir import read_run
-    from evalctl._report.writing import write_reports
+    from evalctl._report.writing import check_reporters, write_reports
     from evalctl._run.runner import (
         RunOptions,
         execute,
@@ -736,8 +736,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     # --baseline read. --reporter (or the config's reporters) choose the others.
     reporter_names = tuple(dict.fromkeys(
         (ALWAYS_REPORTED, *(reporters or config.get("reporters", DEFAULT_REPORTERS)))))
-    for name in dict.fromkeys(reporter_names):
-        registry.get("reporter", name)
+    check_reporters(registry, reporter_names)
     if baseline_report is not None:
         _shares_a_task(baseline, baseline_report,
                        select_tasks(loaded, options.only, options.tags))
@@ -972,7 +971,7 @@ def report_command(ctx: click.Context, run_dir: Path, reporters: tuple[str, ...]
     reporter failed, 2 when there is no run there.
     """
     from evalctl._report.rundir import read_run
-    from evalctl._report.writing import write_reports
+    from evalctl._report.writing import check_reporters, write_reports
 
     _report_path_checked(report)
     stored = read_run(run_dir)
@@ -983,8 +982,7 @@ def report_command(ctx: click.Context, run_dir: Path, reporters: tuple[str, ...]
         config = _config(registry, unused=["provider", "sandbox", "agent", "executor"])
         reporters = tuple(config.get("reporters", DEFAULT_REPORTERS))
     names = tuple(dict.fromkeys((ALWAYS_REPORTED, *reporters)))
-    for name in names:
-        registry.get("reporter", name)
+    check_reporters(registry, names)
     written, failures = write_reports(stored.run, registry, names,
                                       out or stored.stem.parent, report)
     for path in written:
@@ -1022,7 +1020,7 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
     or nothing to regrade there.
     """
     from evalctl._report.console import RunView
-    from evalctl._report.writing import write_reports
+    from evalctl._report.writing import check_reporters, write_reports
     from evalctl._run.regrade import execute_regrade, plan_regrade, summary_line
 
     _a_directory(run_dir, "RUN_DIR")
@@ -1032,8 +1030,7 @@ def regrade(ctx: click.Context, run_dir: Path, suite: Path | None, out: Path | N
         config = _config(registry, unused=["provider", "sandbox", "agent", "executor"])
         reporters = tuple(config.get("reporters", DEFAULT_REPORTERS))
     names = tuple(dict.fromkeys((ALWAYS_REPORTED, *reporters)))
-    for name in names:
-        registry.get("reporter", name)
+    check_reporters(registry, names)
     prepared = plan_regrade(run_dir, registry, suite=suite, out_dir=out,
                             concurrency=concurrency)
     for problem in prepared.source.problems:

@@ -137,11 +137,13 @@ def run_suite(suite: str | Path, *, plugins: Sequence[Any] = (), provider: str =
     return its RunResult. `reporters` are written to `out_dir` (a temporary directory
     when not given). Extra keyword arguments are `evalctl.run` options such as
     `only=("task-id",)`, `repeat=2` or `provider_options={...}`."""
-    from evalctl._report.writing import write_reports
+    from evalctl._report.writing import check_reporters, write_reports
     from evalctl._run.runner import RunOptions, execute, prepare_run
     from evalctl._suite.loader import load_suite
 
     registry = registry or registry_with(plugins)
+    if reporters:
+        check_reporters(registry, list(reporters))
     with tempfile.TemporaryDirectory(prefix="evalctl-testing-") as scratch:
         path = Path(suite) if isinstance(suite, Path) or "\n" not in str(suite) else None
         if path is None:

@@ -218,3 +218,81 @@ def test_a_grader_with_an_invalid_params_schema_is_reported_not_a_traceback(tmp_
     from jsonschema import Draft202012Validator
 
     Draft202012Validator.check_schema(json.loads(printed.output))
+
+
+def _reporters_plugin(*specs: tuple[str, str]) -> types.ModuleType:
+    def write(run, path):
+        return evalctl.write_atomically(path, f"{path.name}\n")
+
+    @evalctl.hookimpl
+    def evalctl_register_reporters(register):
+        for name, extension in specs:
+            register(evalctl.ReporterSpec(name=name, write=write, extension=extension))
+
+    plugin = types.ModuleType("reporters")
+    plugin.evalctl_register_reporters = evalctl_register_reporters  # type: ignore[attr-defined]
+    return plugin
+
+
+SCRIPTED_SUITE = """\
+- id: t
+  prompt: Write a.txt.
+  checks:
+    - type: file_exists
+      path: a.txt
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: a.txt
+            content: x
+    - text: Wrote a.txt.
+"""
+
+
+def test_two_reporters_of_one_extension_are_refused_before_any_task(tmp_path):
+    """Found by a newcomer: both wrote report-X.txt, the second over the first, and both
+    said "wrote"."""
+    from .conftest import registry_with
+
+    set_registry(registry_with(("texts", _reporters_plugin(("plain", "txt"),
+                                                           ("slack", "txt")))))
+    (tmp_path / "suite.yaml").write_text(SCRIPTED_SUITE)
+    refused = run_cli(tmp_path, "suite.yaml", "--reporter", "plain", "--reporter", "slack",
+                      "--out", "out")
+    assert refused.exit_code == 2
+    assert ("reporters 'plain' (test-dist 1.0) and 'slack' (test-dist 1.0) both write "
+            "report-<run>.txt, so one would overwrite the other") in refused.output
+    assert not (tmp_path / "out").exists()  # nothing ran
+    ran = run_cli(tmp_path, "suite.yaml", "--reporter", "plain", "--out", "out")
+    assert ran.exit_code == 0, ran.output
+
+
+def test_a_reporters_dotted_extension_is_normalised_and_a_bad_one_refused(tmp_path):
+    from .conftest import registry_with
+
+    registry = registry_with(("dotted", _reporters_plugin(("dotted", ".csv"))))
+    assert registry.reporters["dotted"].extension == "csv"  # not report-X..csv
+    set_registry(registry)
+    (tmp_path / "suite.yaml").write_text(SCRIPTED_SUITE)
+    ran = run_cli(tmp_path, "suite.yaml", "--reporter", "dotted", "--out", "out")
+    assert ran.exit_code == 0, ran.output
+    assert [p.suffix for p in (tmp_path / "out").glob("report-*.csv")] == [".csv"]
+    assert not list((tmp_path / "out").glob("*..csv"))
+    for extension in ("", ".", "c/sv", "csv "):
+        with pytest.raises(ValueError, match="extension"):
+            evalctl.ReporterSpec(name="r", write=lambda run, path: path, extension=extension)
+
+
+def test_write_reports_never_writes_one_report_over_another(tmp_path):
+    from evalctl._report.writing import write_reports
+    from evalctl.testing import run_suite
+
+    from .conftest import registry_with
+
+    registry = registry_with(("texts", _reporters_plugin(("plain", "txt"), ("slack", "txt"))))
+    run = run_suite(SCRIPTED_SUITE, registry=registry, sandbox="local", out_dir=tmp_path)
+    written, failures = write_reports(run, registry, ["plain", "slack"], tmp_path / "r")
+    assert len(written) == 1 and written[0].read_text() == f"{written[0].name}\n"
+    assert failures == [f"reporter 'slack' was not written: {written[0]} is reporter "
+                        "'plain''s (both write .txt)"]

@@ -12,6 +12,7 @@ from typing import Any
 from evalctl._plugin.types import TokenUsage
 
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+EXTENSION_PATTERN = re.compile(r"[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*")
 GRADER_KINDS = ("mechanical", "judge")
 
 
@@ -171,7 +172,8 @@ class ProviderSpec:
 @dataclass(frozen=True)
 class ReporterSpec:
     """An output format. `write(run_result, path)` writes the report to `path` and
-    returns the path it wrote. `extension` names the default file: report.<extension>.
+    returns the path it wrote. `extension` names the default file: report.<extension>
+    (`csv`; a leading dot, `.csv`, is dropped: it wrote `report-X..csv`).
     """
 
     name: str
@@ -183,6 +185,14 @@ class ReporterSpec:
         _check_name("reporter", self.name)
         if not callable(self.write):
             raise TypeError(f"reporter {self.name!r}: write must be callable")
+        if not isinstance(self.extension, str):
+            raise TypeError(f"reporter {self.name!r}: extension must be text, such as 'csv'")
+        extension = self.extension.lstrip(".")
+        if not EXTENSION_PATTERN.fullmatch(extension):
+            raise ValueError(f"reporter {self.name!r}: extension {self.extension!r} must be "
+                             "letters and digits (with '.', '_' or '-' between them), such "
+                             "as 'csv' or 'tar.gz'")
+        object.__setattr__(self, "extension", extension)
 
 
 def _always_available() -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from evalctl._errors import UsageError
 from evalctl._plugin.registry import Registry
 from evalctl._report.results import RunResult
 
@@ -13,6 +14,28 @@ from evalctl._report.results import RunResult
 def report_stem(run: RunResult) -> str:
     name = Path(run.run_directory).name
     return "report-" + (name.removeprefix("workspaces-") if name else "run")
+
+
+def check_reporters(registry: Registry, names: tuple[str, ...] | list[str]) -> None:
+    """Refuse, when the reporters are chosen (before any task runs), a name no reporter
+    has, and two reporters that would write one file: each writes report-<run>.<its
+    extension>, so two of one extension overwrote each other, both saying "wrote" (found
+    by a newcomer)."""
+    by_extension: dict[str, list[str]] = {}
+    for name in dict.fromkeys(names):
+        spec = registry.get("reporter", name)
+        by_extension.setdefault(spec.extension, []).append(name)
+    for extension, sharing in by_extension.items():
+        if len(sharing) > 1:
+            def who(name: str) -> str:
+                owner = registry.plugin_of("reporter", name)
+                return f"'{name}'" + (f" ({owner.distribution} {owner.version})"
+                                      if owner and owner.distribution else "")
+
+            raise UsageError(
+                f"reporters {' and '.join(who(name) for name in sharing)} both write "
+                f"report-<run>.{extension}, so one would overwrite the other; choose one of "
+                "them (--reporter, or reporters in evalctl.toml; json is always written)")
 
 
 def write_reports(run: RunResult, registry: Registry, names: tuple[str, ...] | list[str],
@@ -29,9 +52,15 @@ def write_reports(run: RunResult, registry: Registry, names: tuple[str, ...] | l
         targets.append(("json", Path(json_path)))
     written: list[Path] = []
     failures: list[str] = []
+    taken: dict[Path, str] = {}
     for name, wanted in targets:
         spec = registry.get("reporter", name)
         path = free_path(wanted)
+        if taken.get(path, name) != name:  # never one report over another's
+            failures.append(f"reporter '{name}' was not written: {path} is reporter "
+                            f"'{taken[path]}''s (both write .{spec.extension})")
+            continue
+        taken[path] = name
         try:
             written.append(Path(spec.write(run, path)))
         except Exception as exc:  # a broken reporter must not cost the other reports
