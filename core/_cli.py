@@ -265,10 +265,19 @@ def _config(registry: Any = None, unused: Any = ()) -> Any:
     return config
 
 
-def _registry(ctx: click.Context, strict: bool | None = None):
+def _registry(ctx: click.Context, strict: bool | None = None, warn: bool = True):
+    """The installed plugins' registry. Each plugin that failed to load is said once, a
+    line on standard error, by every command but list-plugins (whose table says it): run,
+    validate, schema and init said nothing, and init wrote a schema without the failed
+    plugin's graders (found by a newcomer)."""
     from evalctl._plugin.registry import get_registry
 
-    return get_registry(strict=ctx.obj["strict"] if strict is None else strict)
+    registry = get_registry(strict=ctx.obj["strict"] if strict is None else strict)
+    if warn and not ctx.obj.get("warned_failed"):
+        ctx.obj["warned_failed"] = True
+        for line in registry.failure_warnings():
+            click.echo(f"warning: {line}", err=True)
+    return registry
 
 
 @cli.command("list-plugins")
@@ -276,7 +285,7 @@ def _registry(ctx: click.Context, strict: bool | None = None):
 @click.pass_context
 def list_plugins(ctx: click.Context, as_json: bool) -> None:
     """Show installed plugins, what they provide, and any that failed."""
-    registry = _registry(ctx, strict=False)
+    registry = _registry(ctx, strict=False, warn=False)
     records = [p.to_dict() for p in registry.plugins]
     if as_json:
         import json

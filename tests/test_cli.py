@@ -217,7 +217,7 @@ def test_a_grader_with_an_invalid_params_schema_is_reported_not_a_traceback(tmp_
     printed = CliRunner().invoke(cli, ["schema"])
     from jsonschema import Draft202012Validator
 
-    Draft202012Validator.check_schema(json.loads(printed.output))
+    Draft202012Validator.check_schema(json.loads(printed.stdout))
 
 
 def _reporters_plugin(*specs: tuple[str, str]) -> types.ModuleType:
@@ -296,3 +296,39 @@ def test_write_reports_never_writes_one_report_over_another(tmp_path):
     assert len(written) == 1 and written[0].read_text() == f"{written[0].name}\n"
     assert failures == [f"reporter 'slack' was not written: {written[0]} is reporter "
                         "'plain''s (both write .txt)"]
+
+
+def test_every_command_but_list_plugins_warns_of_a_failed_plugin_once(tmp_path):
+    """Found by a newcomer: run, validate, schema and init said nothing of a plugin that
+    failed (init wrote a schema without its graders)."""
+    _install_broken_plugin()
+    said = ("warning: plugin 'broken' (broken-dist 3) failed to load, so nothing it "
+            "provides can be used: import failed: ZeroDivisionError: division by zero")
+    for arguments in (["validate", str(SUITES / "harness.yaml")], ["schema"],
+                      ["init", str(tmp_path / "starter")]):
+        result = CliRunner().invoke(cli, arguments)
+        assert result.exit_code == 0, result.output
+        lines = [line for line in result.stderr.splitlines() if "broken" in line]
+        assert len(lines) == 1 and lines[0].startswith(said), arguments
+        assert lines[0].endswith("(evalctl list-plugins shows every plugin)")
+    (tmp_path / "suite.yaml").write_text(SCRIPTED_SUITE)
+    ran = run_cli(tmp_path, "suite.yaml", "--out", "out")
+    assert ran.exit_code == 0 and said in ran.stderr
+    listed = CliRunner().invoke(cli, ["list-plugins"])
+    assert "warning" not in listed.stderr
+
+
+def test_an_unknown_type_is_one_line_whatever_a_failed_plugins_error_holds(tmp_path):
+    def explode():
+        raise ImportError("no module named 'sdk'\n  (and a second line)\n")
+
+    set_registry(load_registry(entry_point_sources() + [
+        PluginSource("multi", explode, "multi-dist", "1")], disabled=()))
+    suite = tmp_path / "s.yaml"
+    suite.write_text("- id: t\n  prompt: p\n  checks:\n    - type: file_exists\n"
+                     "      path: a.txt\n    - type: sdk_check\n")
+    result = CliRunner().invoke(cli, ["validate", str(suite)])
+    assert result.exit_code == 2
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith(f"{suite}:6: error:")
+    assert "no module named 'sdk' (and a second line)" in lines[0]

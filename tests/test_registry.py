@@ -174,6 +174,8 @@ def test_two_plugins_of_one_entry_point_name_both_fail_naming_each_other():
     assert "already registered" not in first.error + second.error
     assert registry.graders.keys().isdisjoint({"alpha", "beta"})
     assert "which failed to load" in registry.explain_missing("grader", "alpha")
+    # Both ran every hook: neither may provide a name they did not register.
+    assert "may provide it" not in registry.explain_missing("grader", "gamma")
     # One of them is set aside by its distribution: the other loads.
     chosen = load_registry([
         PluginSource.from_object("same", _grader_plugin("alpha"), "dist-one", "1"),

@@ -84,6 +84,8 @@ class PluginRecord:
     # The file its code was loaded from (a module's, or a class's module's), when known:
     # what the validated-suite cache looks at for code changed under one version.
     origin: str | None = None
+    # Every hook ran: what it provides (or claims, when it failed after) is all known.
+    claims_known: bool = False
 
     @property
     def label(self) -> str:
@@ -186,6 +188,13 @@ class Registry:
                 f"{'it disables' if len(unknown) == 1 else 'they disable'} nothing; installed "
                 f"plugins: {', '.join(sorted(names)) or 'none'}")
 
+    def failure_warnings(self) -> list[str]:
+        """One line per plugin that failed to load: what every command but list-plugins
+        says, so that a plugin is never missing unnoticed."""
+        return [f"{p.label} failed to load, so nothing it provides can be used: {p.error} "
+                "(evalctl list-plugins shows every plugin)"
+                for p in self.plugins if p.status == "failed"]
+
     def problems(self) -> list[str]:
         """Every plugin failure and name conflict, one line each."""
         lines = [f"{p.label} failed: {p.error}" for p in self.plugins if p.status == "failed"]
@@ -231,7 +240,9 @@ class Registry:
         message += f"; installed {_PLURALS.get(kind, kind + 's')}: {', '.join(known) or 'none'}"
         # A plugin that is installed but did not load may well be what provides it: say
         # so, and suggest installing nothing (the fix is to enable or repair it).
-        failed = [p for p in self.plugins if p.status == "failed"]
+        # A plugin that failed after all its hooks ran registered what it claims (a
+        # conflict, or its own error above): only the others may provide this name.
+        failed = [p for p in self.plugins if p.status == "failed" and not p.claims_known]
         if failed:
             message += "; plugins that failed to load and may provide it: " + "; ".join(
                 f"{p.label}: {p.error}" for p in failed
@@ -370,10 +381,12 @@ def load_registry(
             continue
         staged: list[tuple[str, Any]] = []
         try:
-            record.origin = _load_one(pm, source, staged)
+            record.origin = _load_one(pm, source, staged, record)
         except Exception as exc:  # a broken plugin must not take down the others
             record.status = "failed"
-            record.error = str(exc) if isinstance(exc, _PluginFault) else _describe_exception(exc)
+            # One line: it goes into every `file:line:` error that needs the plugin.
+            record.error = _one_line(str(exc) if isinstance(exc, _PluginFault)
+                                     else _describe_exception(exc))
         others = [o for o in namesakes[source.name] if o is not source]
         if others and record.status == "ok":
             record.status = "failed"
@@ -418,7 +431,7 @@ class _PluginFault(Exception):
 
 
 def _load_one(pm: pluggy.PluginManager, source: PluginSource,
-              staged: list[tuple[str, Any]]) -> str | None:
+              staged: list[tuple[str, Any]], record: PluginRecord) -> str | None:
     """Import, validate and call one plugin's hooks, appending what it registers to
     `staged` (what it registered before failing stays there, as its claims). Returns
     the file the plugin's code came from, when known."""
@@ -461,6 +474,7 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
                     impl.function(**{a: arguments[a] for a in impl.argnames})
                 except Exception as exc:
                     raise _PluginFault(f"{hook_name} raised {_describe_exception(exc)}") from exc
+        record.claims_known = True
         seen: set[tuple[str, str]] = set()
         for kind, spec in staged:
             if (kind, spec.name) in seen:
