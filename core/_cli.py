@@ -315,6 +315,10 @@ def list_plugins(ctx: click.Context, as_json: bool) -> None:
                               highlight=False)
             for conflict in record["conflicts"]:
                 console.print(f"[red]{record['plugin']}[/]: {conflict}", highlight=False)
+    from evalctl._plugin.registry import lookalike_groups
+
+    for hint in lookalike_groups():  # on stderr: --json's output stays the records
+        click.echo(f"hint: {hint}", err=True)
     if ctx.obj["strict"] and registry.problems():
         ctx.exit(EXIT_FAILED)
 

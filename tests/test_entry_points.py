@@ -28,7 +28,7 @@ def plugin_site(tmp_path_factory) -> Path:
     target = tmp_path_factory.mktemp("site")
     _pip("install", "--no-deps", "--no-build-isolation", "--no-index", "--target", str(target),
          *(str(DISTRIBUTIONS / name) for name in ("wordcount", "broken", "misspelled",
-                                                   "duplicate", "extras")))
+                                                   "duplicate", "extras", "misgrouped")))
     return target
 
 
@@ -58,6 +58,18 @@ def test_list_plugins_shows_good_failed_and_conflicting_plugins(plugin_site):
     assert "evalctl-wordcount 1.0.0" in records["duplicate"]["conflicts"][0]
     assert records["duplicate"]["graders"] == ["word_count", "always_true"]
     assert records["files"]["status"] == "ok"  # built-ins unaffected
+
+
+def test_list_plugins_hints_at_a_distribution_in_a_look_alike_group(plugin_site):
+    """Found by a newcomer: a plugin declared under `evalctl.plugins` was never loaded,
+    and nothing said so."""
+    for arguments in (["list-plugins"], ["list-plugins", "--json"]):
+        done = evalctl_in(plugin_site, *arguments)
+        assert done.returncode == 0
+        assert ("hint: evalctl-misgrouped 0.1.0 declares 'misgrouped = evalctl_misgrouped' in "
+                "the entry-point group 'evalctl.plugins', which evalctl does not read, so it "
+                "is not loaded: plugins are found in the group 'evalctl'") in done.stderr
+    assert "misgrouped" not in {r["plugin"] for r in json.loads(done.stdout)}
 
 
 def test_the_table_lists_errors_and_strict_mode_exits_1(plugin_site):

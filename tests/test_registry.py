@@ -84,6 +84,46 @@ def test_a_hook_with_unknown_arguments_is_rejected():
     assert "config" in registry.plugins[0].error
 
 
+def test_a_hook_without_register_that_returns_its_specs_fails_its_plugin():
+    """Found by a newcomer: it registered nothing, and nothing said so."""
+    @evalctl.hookimpl
+    def evalctl_register_graders():
+        return [evalctl.GraderSpec(name="x", grade=lambda c, w, r: None)]
+
+    registry = load_registry([PluginSource.from_object(
+        "returns", _module("returns", evalctl_register_graders=evalctl_register_graders))])
+    assert registry.plugins[0].status == "failed"
+    assert registry.plugins[0].error == (
+        "evalctl_register_graders() takes no argument: evalctl calls "
+        "evalctl_register_graders(register), and the hook calls "
+        "register(evalctl.GraderSpec(...)) once per grader; nothing a hook returns is "
+        "registered")
+
+
+def test_a_hook_that_registers_and_returns_specs_fails_its_plugin():
+    @evalctl.hookimpl
+    def evalctl_register_reporters(register):
+        return [evalctl.ReporterSpec(name="x", write=lambda run, path: path, extension="x")]
+
+    registry = load_registry([PluginSource.from_object(
+        "returns", _module("returns", evalctl_register_reporters=evalctl_register_reporters))])
+    assert "evalctl_register_reporters returned list: nothing a hook returns is registered; " \
+        "call register(evalctl.ReporterSpec(...)) once per reporter instead" in \
+        registry.plugins[0].error
+
+
+def test_a_hooks_argument_of_another_name_is_said_in_evalctls_words():
+    @evalctl.hookimpl
+    def evalctl_register_graders(reg):
+        pass
+
+    registry = load_registry([PluginSource.from_object(
+        "named", _module("named", evalctl_register_graders=evalctl_register_graders))])
+    assert registry.plugins[0].error == (
+        "evalctl_register_graders(reg): evalctl passes one argument, by the name register; "
+        "name it so, and take no other")
+
+
 def test_a_hook_that_raises_registers_nothing_and_others_still_work():
     @evalctl.hookimpl
     def evalctl_register_graders(register):

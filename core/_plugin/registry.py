@@ -286,14 +286,21 @@ class Registry:
                 f"install order); uninstall one, or disable one with {disable}")
 
 
+# The last reading of every distribution's entry points (one reading costs as much as a
+# reading of one group): lookalike_groups looks through it again rather than read anew.
+_last_scan: Any = None
+
+
 def entry_point_sources() -> list[PluginSource]:
     from importlib.metadata import entry_points
 
+    global _last_scan
+    _last_scan = entry_points()
     sources = []
     # Reading a distribution's metadata parses its METADATA file every time (about half
     # a millisecond): once per distribution, not twice per entry point.
     named: dict[Any, tuple[str | None, str | None]] = {}
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in _last_scan.select(group=ENTRY_POINT_GROUP):
         dist = getattr(ep, "dist", None)
         if dist is not None and id(dist) not in named:
             metadata = dist.metadata
@@ -301,6 +308,43 @@ def entry_point_sources() -> list[PluginSource]:
         name, version = named[id(dist)] if dist is not None else (None, None)
         sources.append(PluginSource(ep.name, ep.load, name, version))
     return sorted(sources, key=lambda s: s.name)
+
+
+def lookalike_groups() -> list[str]:
+    """A line for each entry point of a distribution that depends on evalctl but is in a
+    group evalctl does not read and whose name looks like `evalctl`
+    (`evalctl.plugins`, `evalctl_plugins`, `evalclt`): such a plugin is never loaded and
+    never listed (found by a newcomer). For list-plugins only: it reads every
+    distribution's entry points (about a millisecond)."""
+    from importlib.metadata import entry_points
+
+    found = []
+    checked: dict[int, bool] = {}
+    every = _last_scan or entry_points()  # 3.11: a mapping of groups; both have these two
+    lookalikes = [ep for group in sorted(every.groups)
+                  if group != ENTRY_POINT_GROUP and _looks_like_ours(group)
+                  for ep in every.select(group=group)]
+    for ep in lookalikes:
+        dist = getattr(ep, "dist", None)
+        if dist is None:
+            continue
+        if id(dist) not in checked:
+            checked[id(dist)] = dist.metadata["Name"] != BUILTIN_DISTRIBUTION and any(
+                _normalised(re.split(r"[\s;<>=!~\[(@]", requirement, maxsplit=1)[0])
+                == BUILTIN_DISTRIBUTION for requirement in dist.requires or ())
+        if checked[id(dist)]:
+            found.append(f"{dist.metadata['Name']} {dist.metadata['Version']} declares "
+                         f"'{ep.name} = {ep.value}' in the entry-point group '{ep.group}', "
+                         f"which evalctl does not read, so it is not loaded: plugins are "
+                         f"found in the group '{ENTRY_POINT_GROUP}' "
+                         f"([project.entry-points.{ENTRY_POINT_GROUP}] in pyproject.toml)")
+    return found
+
+
+def _looks_like_ours(group: str) -> bool:
+    squeezed = re.sub(r"[^a-z0-9]", "", group.lower())
+    return squeezed.startswith(ENTRY_POINT_GROUP) or difflib.SequenceMatcher(
+        None, squeezed, ENTRY_POINT_GROUP).ratio() >= 0.8
 
 
 def disabled_from_env() -> set[str]:
@@ -349,6 +393,33 @@ def _hook_misuse(pm: pluggy.PluginManager, plugin: Any) -> str | None:
             return f"unknown hook {attr}{hint}"
         if pm.parse_hookimpl_opts(plugin, attr) is None:
             return f"{attr} is not marked with @evalctl.hookimpl"
+        wrong = _signature_misuse(attr, value)
+        if wrong:
+            return wrong
+    return None
+
+
+def _signature_misuse(hook: str, function: Any) -> str | None:
+    """A hook evalctl cannot call as `hook(register)`: one without the argument returned
+    its specs and registered nothing, unnoticed (found by a newcomer); one whose argument
+    has another name was refused in pluggy's words."""
+    import inspect
+
+    try:
+        parameters = [p for p in inspect.signature(function).parameters.values()
+                      if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    except (TypeError, ValueError):
+        return None
+    kind = HOOKS[hook][0]
+    spec = HOOKS[hook][1].__name__
+    if not parameters:
+        return (f"{hook}() takes no argument: evalctl calls {hook}(register), and the hook "
+                f"calls register(evalctl.{spec}(...)) once per {kind}; nothing a hook "
+                "returns is registered")
+    other = [p.name for p in parameters if p.name != "register"]
+    if other:
+        return (f"{hook}({', '.join(p.name for p in parameters)}): evalctl passes one "
+                f"argument, by the name register; name it so, and take no other")
     return None
 
 
@@ -471,9 +542,14 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
 
                 arguments = {"register": register}
                 try:
-                    impl.function(**{a: arguments[a] for a in impl.argnames})
+                    returned = impl.function(**{a: arguments[a] for a in impl.argnames})
                 except Exception as exc:
                     raise _PluginFault(f"{hook_name} raised {_describe_exception(exc)}") from exc
+                if returned is not None:
+                    raise _PluginFault(
+                        f"{hook_name} returned {type(returned).__name__}: nothing a hook "
+                        f"returns is registered; call register(evalctl.{spec_class.__name__}"
+                        f"(...)) once per {kind} instead")
         record.claims_known = True
         seen: set[tuple[str, str]] = set()
         for kind, spec in staged:
