@@ -26,7 +26,7 @@ from evalctl._plugin.registry import PluginSource, Registry, entry_point_sources
 from evalctl._plugin.types import AgentResult, ExitStatus, SandboxRequest, TokenUsage
 from evalctl._report.results import CheckOutcome, RunResult
 
-__all__ = ["grade_check", "registry_with", "run_suite"]
+__all__ = ["example_problem", "grade_check", "registry_with", "run_suite"]
 
 
 def registry_with(plugins: Sequence[Any] = (), *, installed: bool = True) -> Registry:
@@ -45,7 +45,39 @@ def registry_with(plugins: Sequence[Any] = (), *, installed: bool = True) -> Reg
               "under-test"]
     if failed:
         raise UsageError("; ".join(f"{p.label} failed: {p.error}" for p in failed))
+    wrong = [f"grader '{name}': {problem}"
+             for p in registry.plugins if p.distribution == "under-test"
+             for name in p.provides["grader"]
+             if name in registry.graders and (problem := example_problem(
+                 registry.graders[name], registry))]
+    if wrong:
+        raise UsageError("; ".join(wrong))
     return registry
+
+
+def example_problem(spec: Any, registry: Registry) -> str | None:
+    """Why a grader's `example` is not a check a suite takes, or None (no example, or a
+    good one): it is read as a suite reads YAML (no flow style: `[cat, out.txt]` was a
+    newcomer's) and validated as `validate` validates a check. Checked for the plugins
+    under test by `registry_with` (so by `grade_check` and `run_suite`): at registration
+    it would cost every command a YAML parser."""
+    from evalctl._suite.yamlsource import YamlSyntaxError, parse
+
+    if not spec.example:
+        return None
+    try:
+        located = parse(spec.example, "example")
+    except YamlSyntaxError as exc:
+        return f"its example is not YAML a suite takes (line {exc.line}): {exc.message}"
+    data = located.data
+    if not isinstance(data, list) or len(data) != 1 or not isinstance(data[0], dict):
+        return ("its example must be one check, as it is written under `checks:` "
+                f"(- type: {spec.name} ...)")
+    try:
+        _validate_check(data[0], spec, registry)
+    except UsageError as exc:
+        return f"its example is not a valid check: {exc}"
+    return None
 
 
 def _loads_one_of(source: PluginSource, objects: set[int]) -> bool:

@@ -332,3 +332,39 @@ def test_an_unknown_type_is_one_line_whatever_a_failed_plugins_error_holds(tmp_p
     lines = result.stdout.splitlines()
     assert len(lines) == 2 and lines[0].startswith(f"{suite}:6: error:")
     assert "no module named 'sdk' (and a second line)" in lines[0]
+
+
+def test_a_reporters_write_may_return_none_but_nothing_else(tmp_path):
+    """Found by a newcomer: a write() that returned None was a TypeError."""
+    from evalctl._report.writing import write_reports
+    from evalctl.testing import run_suite
+
+    from .conftest import registry_with
+
+    def writes_returns_none(run, path):
+        evalctl.write_atomically(path, "x\n")
+
+    def returns_a_number(run, path):
+        evalctl.write_atomically(path, "x\n")
+        return 3
+
+    def writes_nothing(run, path):
+        return None
+
+    @evalctl.hookimpl
+    def evalctl_register_reporters(register):
+        for name, write in (("none_ok", writes_returns_none), ("number", returns_a_number),
+                            ("nothing", writes_nothing)):
+            register(evalctl.ReporterSpec(name=name, write=write, extension=name))
+
+    plugin = types.ModuleType("returns")
+    plugin.evalctl_register_reporters = evalctl_register_reporters  # type: ignore[attr-defined]
+    registry = registry_with(("returns", plugin))
+    run = run_suite(SCRIPTED_SUITE, registry=registry, sandbox="local", out_dir=tmp_path)
+    written, failures = write_reports(run, registry, ["none_ok", "number", "nothing"],
+                                      tmp_path / "r")
+    assert [p.suffix for p in written] == [".none_ok"]
+    assert len(failures) == 2
+    assert "reporter 'number' from plugin 'returns' (test-dist 1.0) returned 3 from write(), " \
+        "which is no report file" in failures[0]
+    assert "reporter 'nothing'" in failures[1] and "returned None" in failures[1]

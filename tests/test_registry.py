@@ -400,3 +400,52 @@ def test_builtins_come_from_entry_points(registry):
 def test_registry_with_adds_a_test_plugin():
     registry = registry_with(("extra", _grader_plugin("extra_grader")))
     assert "extra_grader" in registry.graders and "file_exists" in registry.graders
+
+
+def test_a_spec_evalctl_refuses_is_said_at_the_plugins_line_not_evalctls():
+    """Found by a newcomer: "grader name must be lowercase" pointed at evalctl's own
+    source line."""
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="Bad Name", grade=lambda c, w, r: None))
+
+    registry = load_registry([PluginSource.from_object(
+        "capitals", _module("capitals", evalctl_register_graders=evalctl_register_graders))])
+    error = registry.plugins[0].error
+    assert "grader name 'Bad Name' must be lowercase" in error
+    assert f" at {__file__}:" in error and "specs.py" not in error
+
+
+def test_the_built_in_graders_examples_are_checks_a_suite_takes(registry):
+    from evalctl.testing import example_problem
+
+    for name, spec in registry.graders.items():
+        assert example_problem(spec, registry) is None, name
+
+
+@pytest.mark.parametrize("example, said", [
+    ("- type: listed\n  argv: [cat, out.txt]",
+     "grader 'listed': its example is not YAML a suite takes (line 2): flow style"),
+    ("- type: listed\n  argv:\n    - 3",
+     "grader 'listed': its example is not a valid check: invalid listed check (evalctl "
+     "validate refuses it too): argv[0]: expected text"),
+    ("type: listed", "its example must be one check, as it is written under `checks:`"),
+])
+def test_registry_with_refuses_a_grader_whose_example_a_suite_would_refuse(example, said):
+    """Found by a newcomer: an example in flow style, which suites refuse, went into the
+    generated docs unchecked."""
+    from evalctl.testing import registry_with as plugin_registry
+
+    plugin = _module("listed")
+
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(
+            name="listed", grade=lambda c, w, r: None, example=example,
+            params_schema={"type": "object", "properties": {
+                "argv": {"type": "array", "items": {"type": "string"}}}}))
+
+    plugin.evalctl_register_graders = evalctl_register_graders
+    with pytest.raises(UsageError) as raised:
+        plugin_registry([plugin])
+    assert said in str(raised.value)

@@ -61,12 +61,23 @@ def write_reports(run: RunResult, registry: Registry, names: tuple[str, ...] | l
                             f"'{taken[path]}''s (both write .{spec.extension})")
             continue
         taken[path] = name
+        owner = registry.plugin_of("reporter", name)
+        who = f" from {owner.label}" if owner else ""
         try:
-            written.append(Path(spec.write(run, path)))
+            returned = spec.write(run, path)
         except Exception as exc:  # a broken reporter must not cost the other reports
-            owner = registry.plugin_of("reporter", name)
-            who = f" from {owner.label}" if owner else ""
             failures.append(f"reporter '{name}'{who} failed writing {path}: {_reason(exc)}")
+            continue
+        # `write` returns the path it wrote (what write_atomically returns); None is
+        # taken as `path` when a file is there (returning None was a TypeError).
+        if returned is None and path.is_file():
+            returned = path
+        if not isinstance(returned, str | Path) or not Path(returned).is_file():
+            failures.append(f"reporter '{name}'{who} returned {returned!r} from write(), "
+                            f"which is no report file: write writes {path} and returns "
+                            "that path (what evalctl.write_atomically returns)")
+            continue
+        written.append(Path(returned))
     return written, failures
 
 
