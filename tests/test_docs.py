@@ -32,3 +32,14 @@ def test_the_readme_plugin_example_is_the_tested_distribution():
     assert (WORDCOUNT / "pyproject.toml").read_text() in code_blocks("toml")
     source = (WORDCOUNT / "src" / "evalctl_wordcount" / "__init__.py").read_text()
     assert source in code_blocks("python")
+
+
+def test_the_plugin_guide_says_to_import_nothing_heavy_at_module_level_for_every_kind():
+    """It was said for providers and executors only; a newcomer's grader imported its SDK
+    at module level and slowed list-plugins, validate and schema by its import time."""
+    guide = (ROOT / "docs" / "plugins.md").read_text()
+    sections = dict(re.findall(r"^## (\w[\w ]*)\n(.*?)(?=^## |\Z)", guide, flags=re.S | re.M))
+    assert "Import nothing heavy at module level" in sections["Hooks"]
+    for kind, where in (("Graders", "inside `grade`"), ("Reporters", "inside `write`"),
+                        ("Providers", "inside `create`"), ("Executors", "inside `create`")):
+        assert where in sections[kind] and "never" in sections[kind], kind
