@@ -114,8 +114,8 @@ def test_a_third_party_grader_is_validated_and_run(plugin_site, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(next((tmp_path / "out").glob("report-*.json")).read_text())
     assert report["tasks"][0]["checks"][0]["detail"] == "a.txt has 3 words"
-    assert report["plugins"]["wordcount"] == {"distribution": "evalctl-wordcount",
-                                              "version": "1.0.0"}
+    assert report["plugins"]["wordcount"] == "1.0.0"
+    assert report["plugin_distributions"]["wordcount"] == "evalctl-wordcount"
 
 
 def test_a_failed_plugin_does_not_stop_a_run_that_does_not_need_it(plugin_site, tmp_path):
@@ -183,9 +183,9 @@ def test_one_of_two_namesakes_is_disabled_by_its_distribution(namesake_site, tmp
     assert "names" not in done.stderr  # no "disables nothing" warning
     report = json.loads(next((tmp_path / "out").glob("report-*.json")).read_text())
     # The report says which of the two distributions the plugin came from.
-    assert report["plugins"]["wordcount"] == {"distribution": "evalctl-wordcount",
-                                              "version": "1.0.0"}
-    assert report["plugins"]["files"]["distribution"] == "evalctl"
+    assert report["plugins"]["wordcount"] == "1.0.0"
+    assert report["plugin_distributions"]["wordcount"] == "evalctl-wordcount"
+    assert report["plugin_distributions"]["files"] == "evalctl"
 
 
 @pytest.fixture(scope="module")

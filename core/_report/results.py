@@ -93,8 +93,9 @@ TASK_RESULT_SCHEMA: dict[str, Any] = {"type": "object", "required": ["id", "stat
     "usage": USAGE, "cost": COST, "duration": {"type": "number"}, "tags": TEXTS,
     "workspace": MAYBE_PATH_TEXT, "ledger": MAYBE_PATH_TEXT, "host": MAYBE_TEXT,
     "record_problems": {"type": ["array", "null"], "items": TEXT}}}
-# Each plugin by entry-point name: its distribution and version (a bare version in
-# reports written before the distribution was recorded).
+# Each plugin by entry-point name: in a report, its version (its distribution is in
+# `plugin_distributions`); in a journal's header, its distribution and version (the
+# version alone in journals written before the distribution was recorded).
 PLUGINS: dict[str, Any] = {"type": ["object", "null"], "additionalProperties": {"anyOf": [
     MAYBE_TEXT, {"type": "object", "properties": {"distribution": MAYBE_TEXT,
                                                   "version": MAYBE_TEXT}}]}}
@@ -139,6 +140,7 @@ REPORT_SCHEMA: dict[str, Any] = {"type": "object", "required": ["tasks"], "prope
         "path": PATH_TEXT, "name": TEXT, "sha256": TEXT}},
     "provider": TEXT, "model": MAYBE_TEXT, "started_at": TEXT, "finished_at": TEXT,
     "evalctl_version": TEXT, "plugins": PLUGINS,
+    "plugin_distributions": {"type": ["object", "null"], "additionalProperties": MAYBE_TEXT},
     "tasks": {"type": "array", "items": TASK_RESULT_SCHEMA}, "interrupted": FLAG,
     "run_directory": PATH_TEXT, "repeat": {"type": "integer", "minimum": 1},
     "sandbox": SANDBOX, "agent": AGENT, "executor": EXECUTOR, "budget": BUDGET,
@@ -553,9 +555,11 @@ class RunResult:
             "agent": dict(self.agent),
             "executor": dict(self.executor),
             "evalctl_version": self.evalctl_version,
-            "plugins": {name: {"distribution": self.plugin_distributions.get(name),
-                               "version": version}
-                        for name, version in sorted(self.plugin_versions.items())},
+            # Versions alone under `plugins`, as reports always held them (a reader of
+            # `plugins[name]` as a version keeps working); distributions beside them.
+            "plugins": dict(sorted(self.plugin_versions.items())),
+            "plugin_distributions": {name: self.plugin_distributions.get(name)
+                                     for name in sorted(self.plugin_versions)},
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "interrupted": self.interrupted,
@@ -588,7 +592,8 @@ class RunResult:
             finished_at=str(data.get("finished_at", "")),
             evalctl_version=str(data.get("evalctl_version", "")),
             plugin_versions=read_plugins(data.get("plugins"))[0],
-            plugin_distributions=read_plugins(data.get("plugins"))[1],
+            plugin_distributions=dict(data.get("plugin_distributions")
+                                      or read_plugins(data.get("plugins"))[1]),
             tasks=[TaskResult.from_dict(t) for t in data["tasks"]],
             interrupted=bool(data.get("interrupted", False)),
             run_directory=str(data.get("run_directory", "")),
