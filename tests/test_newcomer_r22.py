@@ -39,8 +39,8 @@ def test_shell_syntax_in_argv_is_refused_before_any_task(tmp_path, write_suite, 
     result = run_cli(tmp_path, str(suite), "--agent", "command", "--agent-option", argv,
                      "--sandbox", "local")
     assert result.exit_code == 2, result.output
-    assert f"error: agent 'command': its argv {argv.removeprefix('argv=')!r} holds {said}: " \
-           "argv is not run by a shell" in result.output
+    assert f"error: agent 'command' option argv: {argv.removeprefix('argv=')!r} holds " \
+           f"{said}: argv is not run by a shell" in result.output
     assert "Put the command line in a script and run that" in result.output
     assert not list((tmp_path / "eval_reports").glob("workspaces-*"))  # no task ran
 

@@ -268,7 +268,12 @@ class AgentSpec:
     hold hyphens (`claude-code`). `preflight(options)`, when given, is called once
     before any task with the run's options (presets merged) and returns None or why
     the agent cannot run here (its program is not installed): the run then stops with
-    exit 2, instead of every attempt ending as an error.
+    exit 2, instead of every attempt ending as an error. `check_option(key, value)`,
+    when given, says what is wrong with one option's value on any machine (command:
+    shell syntax in `argv`, which no shell reads), or None: it is called on every option
+    of every preset and of `[agent_options]` in evalctl.toml when the file is read, used
+    by the run or not (each mistake at its `file:line`), and on the run's options before
+    any task, after the schema's checks passed.
     """
 
     name: str
@@ -280,10 +285,13 @@ class AgentSpec:
     description: str = ""
     version: str | None = None
     preflight: Callable[[Mapping[str, Any]], str | None] | None = None
+    check_option: Callable[[str, Any], str | None] | None = None
 
     def __post_init__(self) -> None:
         if self.preflight is not None and not callable(self.preflight):
             raise TypeError(f"agent {self.name!r}: preflight must be callable")
+        if self.check_option is not None and not callable(self.check_option):
+            raise TypeError(f"agent {self.name!r}: check_option must be callable")
         if not isinstance(self.name, str) or not AGENT_NAME_PATTERN.match(self.name):
             raise ValueError(f"agent name {self.name!r} must be lowercase letters, digits, "
                              "underscores and hyphens, starting with a letter")

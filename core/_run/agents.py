@@ -169,6 +169,23 @@ def validate_agent_options(spec: AgentSpec, name: str, options: Mapping[str, Any
                          + "; ".join(f"'{p.path[0]}': {p.message}" if p.path else p.message
                                      for p in problems)
                          + f" (known options: {', '.join(known)})")
+    said = [f"{key}: {problem}" for key, value in options.items()
+            for problem in [option_value_problem(spec, key, value)] if problem]
+    if said:
+        raise UsageError("\n".join(f"agent '{name}'{via} option {problem}" for problem in said))
+
+
+def option_value_problem(spec: AgentSpec, key: str, value: Any) -> str | None:
+    """What the agent's `check_option` says is wrong with an option's value on any
+    machine, or None (also when it has none, or it fails: its preflight and run still
+    see the option)."""
+    if spec.check_option is None:
+        return None
+    try:
+        said = spec.check_option(key, value)
+    except Exception:  # a plugin's bug is not the user's mistake: the run goes on to say more
+        return None
+    return str(said) if said else None
 
 
 def _described(option: Any) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from evalctl._errors import Problem, SuiteError
 from evalctl._plugin.options import option_problem
+from evalctl._run.agents import option_value_problem
 from evalctl._text import did_you_mean
 
 KEYS = {"reporters": list, "provider": str, "model": str, "concurrency": int, "out": str,
@@ -196,11 +197,19 @@ def _preset_problems(config: Config, registry: Any, used: Any) -> list[Problem]:
                     f"option '{key}'{did_you_mean(key, [*properties, *_PRESET_KEYS])}; its "
                     f"options: {', '.join(properties) or 'none'}"))
                 continue
-            said = _type_problem(key, value, properties[key])
+            said = _type_problem(key, value, properties[key]) or \
+                _value_problem(root, key, value)
             if said:
                 problems.append(config.problem(("agents", name, key),
                                                f"[agents.{name}] {said}"))
     return list(dict.fromkeys(problems))
+
+
+def _value_problem(spec: Any, key: str, value: Any) -> str | None:
+    """What the agent's own `check_option` says of an option's value (shell syntax in
+    command's argv), beginning with the option's name, or None."""
+    said = option_value_problem(spec, key, value)
+    return f"{key}: {said}" if said else None
 
 
 def _installed_root(agents: Mapping[str, Any], name: str) -> Any:
@@ -262,7 +271,8 @@ def _agent_option_problems(config: Config, registry: Any) -> list[Problem]:
                 f"option '{option}'{did_you_mean(option, known)}; its options: "
                 f"{', '.join(known)}"))
             continue
-        said = _type_problem(option, value, properties[option])
+        said = _type_problem(option, value, properties[option]) or \
+            _value_problem(spec, option, value)
         if said:
             problems.append(config.problem(("agent_options", option),
                                            f"[agent_options] {said}"))

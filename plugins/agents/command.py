@@ -155,29 +155,43 @@ def shell_syntax(argv: str) -> str | None:
     return None
 
 
-def preflight(options: Mapping[str, Any]) -> str | None:
-    """Why the agent cannot run as given, or None: shell syntax in its argv (which no
-    shell reads), or a program not found on this machine, looked up as the sandbox's PATH
-    is made (the agent's `path` option, evalctl's interpreter's directory, then yours).
-    A program found here may still be out of bwrap's reach (then each attempt says so,
-    agent_not_started); one found nowhere fails every attempt."""
-    import shutil
-
-    argv = str(options.get("argv", ""))
-    syntax = shell_syntax(argv)
+def check_option(key: str, value: Any) -> str | None:
+    """What is wrong with an option's value on any machine, or None: an `argv` holding
+    shell syntax, which no shell reads, or one that cannot be split into words. Said at
+    its line in evalctl.toml, for every preset there, used by the run or not (found by
+    a newcomer: a preset's pipe was said without its line, and only by a run using it)."""
+    if key != "argv" or not isinstance(value, str):
+        return None
+    syntax = shell_syntax(value)
     if syntax:
-        return (f"its argv {argv!r} holds {syntax}: argv is not run by a shell but split "
-                "into words, each given to the program as it is. Put the command line in a "
+        return (f"{value!r} holds {syntax}: argv is not run by a shell but split into "
+                "words, each given to the program as it is. Put the command line in a "
                 "script and run that (argv='bash /path/to/run-agent.sh {prompt}', the script "
                 "doing `python agent.py \"$1\" | tee out.log`), and write paths out in full "
                 "({prompt} and {prompt_file} are replaced, nothing else is)")
     try:
-        words = shlex.split(argv)
+        shlex.split(value)
     except ValueError as exc:
         # Found by a newcomer: every attempt was then an internal error, which a resume
         # cannot fix (it refuses changed options).
-        return (f"its argv {argv!r} cannot be split into words ({str(exc).lower()}): close "
-                "the quote, or drop the trailing backslash")
+        return (f"{value!r} cannot be split into words ({str(exc).lower()}): close the "
+                "quote, or drop the trailing backslash")
+    return None
+
+
+def preflight(options: Mapping[str, Any]) -> str | None:
+    """Why the agent cannot run as given, or None: a program not found on this machine,
+    looked up as the sandbox's PATH is made (the agent's `path` option, evalctl's
+    interpreter's directory, then yours). A program found here may still be out of
+    bwrap's reach (then each attempt says so, agent_not_started); one found nowhere
+    fails every attempt. Its argv's own mistakes are `check_option`'s, said before."""
+    import shutil
+
+    argv = str(options.get("argv", ""))
+    try:
+        words = shlex.split(argv)
+    except ValueError:
+        return None  # check_option's to say, before any preflight
     if not words:
         return None
     program = words[0]
@@ -199,6 +213,7 @@ def evalctl_register_agents(register):
         name="command",
         run=run,
         preflight=preflight,
+        check_option=check_option,
         options_schema=OPTIONS,
         description="Any CLI agent, run in the sandbox with the model proxy: "
                     "--agent-option 'argv=my-agent --task {prompt}'.",
