@@ -330,8 +330,8 @@ def test_an_agent_that_cannot_start_is_an_error_not_a_failure(argv):
 def test_an_agent_whose_program_is_nowhere_stops_the_run_before_any_task(tmp_path, argv,
                                                                          said):
     """Found by a newcomer: `claude` not installed made every attempt an error, one by
-    one. A program found nowhere here stops the run (exit 2); one found here but out of
-    the sandbox's reach is still said per attempt (above)."""
+    one. A program found nowhere here stops the run (exit 2), as does one found here but
+    out of the sandbox's reach (test_newcomer_leftovers)."""
     suite = tmp_path / "s.yaml"
     suite.write_text("- id: hello\n  prompt: Write hello.txt.\n  checks:\n"
                      "    - type: file_exists\n      path: hello.txt\n")

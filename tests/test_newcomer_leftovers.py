@@ -1,12 +1,19 @@
 """Newcomers' leftovers: a CLI agent's argv with shell syntax in evalctl.toml said without
-its line, and not at all in a preset the run does not use."""
+its line, and not at all in a preset the run does not use; a CLI agent's program
+installed here but out of the sandbox's reach, said by every attempt in turn."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from evalctl.plugins.agents import command
+from evalctl.plugins.sandboxes import bwrap
 
 from .conftest import run_cli
 from .test_newcomer_r22 import WRITE_HELLO
 
-# ------------------------------------------ 1: argv's shell syntax in evalctl.toml, at its line
+# --------------------------------- 1: argv's shell syntax in evalctl.toml, at its line
 
 SHELL_IN_PRESETS = """\
 agent = "my-agent"
@@ -48,3 +55,83 @@ def test_shell_syntax_in_every_preset_is_said_at_its_line_when_the_config_is_rea
                "variable or substitution '$(...)'" in result.output
         assert "Put the command line in a script and run that" in result.output
         assert not list((tmp_path / "eval_reports").glob("workspaces-*"))  # no task ran
+
+
+# ------------------------ 5: a CLI agent's program out of the sandbox's reach, before any task
+
+def _program(directory: Path, name: str, text: str = "#!/bin/sh\necho hello > hello.txt\n"
+             ) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    program = directory / name
+    program.write_text(text)
+    program.chmod(0o755)
+    return program
+
+
+def test_what_bwrap_shows_of_the_host(tmp_path):
+    tools = _program(tmp_path / "tools", "my-agent")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "tools")
+    (tmp_path / "tools" / "out").symlink_to(_program(tmp_path / "elsewhere", "real"))
+    assert bwrap.visible("/usr/bin/env", {}) and bwrap.visible("/bin/sh", {})
+    assert bwrap.visible(sys.executable, {})  # the Python installation
+    assert not bwrap.visible(str(tools), {})
+    assert bwrap.visible(str(tools), {"ro_paths": [str(tmp_path / "tools")]})
+    # A mount is at the path its own links resolve to; a link out of it leads nowhere.
+    assert not bwrap.visible(str(tmp_path / "linked" / "my-agent"),
+                             {"ro_paths": [str(tmp_path / "linked")]})
+    assert not bwrap.visible(str(tmp_path / "tools" / "out"),
+                             {"ro_paths": [str(tmp_path / "tools")]})
+
+
+def test_a_program_its_interpreter_or_its_script_out_of_reach_is_said_by_the_preflight(
+        tmp_path):
+    tools, hidden = tmp_path / "tools", tmp_path / "hidden"
+
+    def visible(path: str) -> bool:  # a sandbox that shows all but `hidden`
+        return not path.startswith(f"{hidden}/")
+
+    _program(hidden, "my-agent")
+    said = command.preflight({"argv": "my-agent {prompt}", "path": [str(hidden)]}, visible)
+    assert said == (f"its program 'my-agent' is at {hidden}/my-agent here, which the "
+                    "sandbox does not show: mount its directory read-only with "
+                    f"--sandbox-option ro_paths={hidden} (or ro_paths under "
+                    "[sandbox_options] in evalctl.toml)")
+    _program(tools, "my-agent")  # a later one on PATH that the sandbox shows will do
+    assert command.preflight({"argv": "my-agent", "path": [str(hidden), str(tools)]},
+                             visible) is None
+    _program(hidden, "node-ish")
+    _program(tools, "by-env", "#!/usr/bin/env node-ish\n")
+    said = command.preflight({"argv": "by-env", "path": [str(tools), str(hidden)]}, visible)
+    assert said and said.startswith(f"the interpreter 'node-ish' its program's #! line "
+                                    f"names is at {hidden}/node-ish here")
+    _program(tools, "by-path", f"#!{hidden}/node-ish -x\n")
+    said = command.preflight({"argv": "by-path", "path": [str(tools)]}, visible)
+    assert said and said.startswith(f"the interpreter its program's #! line names is at "
+                                    f"{hidden}/node-ish here")
+    (hidden / "agent.py").write_text("print('hi')\n")
+    said = command.preflight({"argv": f"{sys.executable} {hidden}/agent.py {{prompt}}"},
+                             visible)
+    assert said and said.startswith(f"the script it is given is at {hidden}/agent.py here")
+    # Under a sandbox that shows everything (local), none of it is a problem.
+    assert command.preflight({"argv": "by-path", "path": [str(tools)]}) is None
+
+
+def test_a_program_bwrap_does_not_show_stops_the_run_before_any_task(
+        tmp_path, write_suite, require_bwrap):
+    """Found by a newcomer: each attempt ended agent_not_started, one by one."""
+    tools = tmp_path / "tools"
+    _program(tools, "my-agent")
+    suite = write_suite("- id: hello\n  prompt: Write hello.txt.\n  checks:\n"
+                        "    - type: file_exists\n      path: hello.txt\n")
+    options = ["--agent", "command", "--agent-option", "argv=my-agent",
+               "--agent-option", "model_proxy=false", "--agent-option", f"path={tools}",
+               "--sandbox", "bwrap", "--out", str(tmp_path / "out")]
+    refused = run_cli(tmp_path, str(suite), *options)
+    assert refused.exit_code == 2, refused.output
+    assert f"error: agent 'command': its program 'my-agent' is at {tools}/my-agent here, " \
+           "which the sandbox does not show: mount its directory read-only with " \
+           f"--sandbox-option ro_paths={tools}" in refused.output
+    assert not (tmp_path / "out").exists()  # no task ran
+    mounted = run_cli(tmp_path, str(suite), *options, "--sandbox-option", f"ro_paths={tools}")
+    assert mounted.exit_code == 0, mounted.output

@@ -221,7 +221,11 @@ class SandboxSpec:
     out_dir)`, when given, is called once before any task with the run's options and
     the directory its reports and workspaces go to, and returns None or why those
     options cannot work here (a read-only path that does not exist): the run then stops
-    with exit 2, instead of every attempt ending as a sandbox error.
+    with exit 2, instead of every attempt ending as a sandbox error. `visible(path,
+    options)`, when given, says whether a command in the sandbox sees the host's `path`
+    (absolute) at that same path with these options, for an agent's preflight to find a
+    program installed here that the sandbox does not show (bwrap shows /usr, the Python
+    installation, evalctl's code and `ro_paths`); None: every path is (local).
     """
 
     name: str
@@ -236,13 +240,15 @@ class SandboxSpec:
     available: Callable[[], str | None] = _always_available
     limits: Callable[[], Mapping[str, str]] = _no_limits
     preflight: Callable[[Mapping[str, Any], Path], str | None] | None = None
+    visible: Callable[[str, Mapping[str, Any]], bool] | None = None
 
     def __post_init__(self) -> None:
         _check_name("sandbox", self.name)
         if self.name == "auto":
             raise ValueError("sandbox name 'auto' is reserved for choosing one")
-        if self.preflight is not None and not callable(self.preflight):
-            raise TypeError(f"sandbox {self.name!r}: preflight must be callable")
+        for optional in ("preflight", "visible"):
+            if getattr(self, optional) is not None and not callable(getattr(self, optional)):
+                raise TypeError(f"sandbox {self.name!r}: {optional} must be callable")
         for attribute in ("create", "available", "limits"):
             if not callable(getattr(self, attribute)):
                 raise TypeError(f"sandbox {self.name!r}: {attribute} must be callable")
@@ -268,7 +274,10 @@ class AgentSpec:
     hold hyphens (`claude-code`). `preflight(options)`, when given, is called once
     before any task with the run's options (presets merged) and returns None or why
     the agent cannot run here (its program is not installed): the run then stops with
-    exit 2, instead of every attempt ending as an error. `check_option(key, value)`,
+    exit 2, instead of every attempt ending as an error. A preflight that takes a
+    second argument, `preflight(options, visible)`, is given `visible(path) -> bool`:
+    whether the run's sandbox shows the host's absolute `path` to its commands (its
+    program may be installed here but out of bwrap's reach). `check_option(key, value)`,
     when given, says what is wrong with one option's value on any machine (command:
     shell syntax in `argv`, which no shell reads), or None: it is called on every option
     of every preset and of `[agent_options]` in evalctl.toml when the file is read, used
@@ -284,7 +293,7 @@ class AgentSpec:
         default_factory=lambda: {"type": "object", "properties": {}})
     description: str = ""
     version: str | None = None
-    preflight: Callable[[Mapping[str, Any]], str | None] | None = None
+    preflight: Callable[..., str | None] | None = None
     check_option: Callable[[str, Any], str | None] | None = None
 
     def __post_init__(self) -> None:

@@ -11,7 +11,8 @@ word wins. `version` is not an option of the agent but of the report: the preset
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,6 +174,21 @@ def validate_agent_options(spec: AgentSpec, name: str, options: Mapping[str, Any
             for problem in [option_value_problem(spec, key, value)] if problem]
     if said:
         raise UsageError("\n".join(f"agent '{name}'{via} option {problem}" for problem in said))
+
+
+def agent_preflight(spec: AgentSpec, options: Mapping[str, Any],
+                    visible: Callable[[str], bool]) -> str | None:
+    """What the agent's preflight says stops it here, or None: called as
+    `preflight(options, visible)` when it takes a second argument (`visible(path)`:
+    whether the run's sandbox shows that host path), else as `preflight(options)`."""
+    preflight = spec.preflight
+    if preflight is None:
+        return None
+    try:
+        inspect.signature(preflight).bind(options, visible)
+    except (TypeError, ValueError):  # takes the options alone, or has no signature to read
+        return preflight(options)
+    return preflight(options, visible)
 
 
 def option_value_problem(spec: AgentSpec, key: str, value: Any) -> str | None:

@@ -50,7 +50,7 @@ from evalctl._report.results import (
     plugin_parts,
     plugin_shown,
 )
-from evalctl._run.agents import AgentChoice, choose_agent
+from evalctl._run.agents import AgentChoice, agent_preflight, choose_agent
 from evalctl._run.budget import RunBudget
 from evalctl._run.executors import ExecutorChoice, choose_executor
 from evalctl._run.grading import (
@@ -318,8 +318,14 @@ def prepare_run(suite: Suite, registry: Registry, options: RunOptions) -> Prepar
                          config_presets=options.config_agents)
     if agent.spec.preflight is not None:
         # An agent that cannot start here stops the run now, not each attempt as an
-        # error (found by a newcomer: `claude` not installed).
-        problem = agent.spec.preflight(agent.options)
+        # error (found by a newcomer: `claude` not installed, or installed where the
+        # sandbox does not show it).
+        shows, sandbox_options = sandbox.spec.visible, sandbox.options
+
+        def visible(path: str) -> bool:
+            return True if shows is None else bool(shows(path, sandbox_options))
+
+        problem = agent_preflight(agent.spec, agent.options, visible)
         if problem:
             raise UsageError(f"agent '{agent.name}': {problem}")
     tool_validators()  # one-time setup belongs before the first task, not inside it

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import evalctl
@@ -179,14 +179,15 @@ def check_option(key: str, value: Any) -> str | None:
     return None
 
 
-def preflight(options: Mapping[str, Any]) -> str | None:
+def preflight(options: Mapping[str, Any],
+              visible: Callable[[str], bool] = lambda path: True) -> str | None:
     """Why the agent cannot run as given, or None: a program not found on this machine,
     looked up as the sandbox's PATH is made (the agent's `path` option, evalctl's
-    interpreter's directory, then yours). A program found here may still be out of
-    bwrap's reach (then each attempt says so, agent_not_started); one found nowhere
-    fails every attempt. Its argv's own mistakes are `check_option`'s, said before."""
-    import shutil
-
+    interpreter's directory, then yours), or found here but out of the sandbox's reach
+    (`visible`: what the run's sandbox shows), as are the interpreter its `#!` line names
+    and a script it is given first (`python /opt/agent/agent.py`). Found by newcomers:
+    `claude` not installed, or installed outside what bwrap mounts, failed every attempt
+    one by one. Its argv's own mistakes are `check_option`'s, said before."""
     argv = str(options.get("argv", ""))
     try:
         words = shlex.split(argv)
@@ -194,17 +195,80 @@ def preflight(options: Mapping[str, Any]) -> str | None:
         return None  # check_option's to say, before any preflight
     if not words:
         return None
+    search = [*options.get("path", ()), *evalctl.command_path().split(os.pathsep)]
     program = words[0]
     if "/" in program:
         if not (os.path.isfile(program) and os.access(program, os.X_OK)):
             return f"its program {program} is not an executable file here"
-        return None
-    search = os.pathsep.join([*options.get("path", ()), evalctl.command_path()])
-    if shutil.which(program, path=search) is None:
-        return (f"its program {program!r} is not found on PATH here: install it, or give "
-                "its directory with --agent-option path=DIR (and, under bwrap, "
-                "--sandbox-option ro_paths=DIR)")
+        found = [program]
+    else:
+        found = _on_path(program, search)
+        if not found:
+            return (f"its program {program!r} is not found on PATH here: install it, or "
+                    "give its directory with --agent-option path=DIR (and, under bwrap, "
+                    "--sandbox-option ro_paths=DIR)")
+    shown = [path for path in found if not os.path.isabs(path) or visible(path)]
+    if not shown:
+        return _unseen("its program" if "/" in program else f"its program {program!r}",
+                       found[0])
+    interpreter = _interpreter(shown[0], search, visible)
+    if interpreter is not None:
+        return interpreter
+    script = words[1] if len(words) > 1 else ""
+    if os.path.isabs(script) and os.path.isfile(script) and not visible(script):
+        return _unseen("the script it is given", script)
     return None
+
+
+def _on_path(program: str, search: list[str]) -> list[str]:
+    """Every executable file named `program` in the directories of `search`, in order."""
+    found = []
+    for directory in search:
+        candidate = os.path.join(directory, program)
+        if directory and os.path.isfile(candidate) and os.access(candidate, os.X_OK) \
+                and candidate not in found:
+            found.append(candidate)
+    return found
+
+
+def _interpreter(program: str, search: list[str], visible: Callable[[str], bool]
+                 ) -> str | None:
+    """Why the interpreter `program`'s `#!` line names is out of the sandbox's reach,
+    or None (found by a newcomer: `#!/usr/bin/env node`, node installed in HOME)."""
+    try:
+        with open(program, "rb") as stream:
+            head = stream.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+    if not words or not os.path.isabs(words[0]):
+        return None
+    named = words[0]
+    if os.path.basename(named) == "env":
+        rest = [word for word in words[1:] if not word.startswith("-") and "=" not in word]
+        if not rest:
+            return None
+        found = _on_path(rest[0], search)
+        if found and not any(visible(path) for path in found if os.path.isabs(path)):
+            return _unseen(f"the interpreter {rest[0]!r} its program's #! line names",
+                           found[0])
+        return None
+    if os.path.isfile(named) and not visible(named):
+        return _unseen("the interpreter its program's #! line names", named)
+    return None
+
+
+def _unseen(what: str, path: str) -> str:
+    """The message for a host path the sandbox does not show, with what to mount."""
+    written, real = os.path.dirname(os.path.abspath(path)), os.path.dirname(os.path.realpath(path))
+    common = os.path.commonpath([written, real])
+    mount = written if real == written else \
+        common if common.count("/") > 1 else f"{written},{real}"
+    return (f"{what} is at {path} here, which the sandbox does not show: mount its "
+            f"directory read-only with --sandbox-option ro_paths={mount} (or ro_paths "
+            "under [sandbox_options] in evalctl.toml)")
 
 
 @evalctl.hookimpl

@@ -169,6 +169,31 @@ def preflight(options: Mapping[str, Any], out_dir: Path) -> str | None:
     return "; ".join(problems) or None
 
 
+def _under(path: str, tops: Sequence[str]) -> bool:
+    return any(path == top or path.startswith(top.rstrip("/") + "/") for top in tops)
+
+
+def visible(path: str, options: Mapping[str, Any]) -> bool:
+    """Whether a command in the sandbox sees the host's `path` at that same path: as
+    written and as its links resolve, it lies in a directory every jail mounts read-only
+    at its own place (/usr and the /bin and /lib* directories, the Python installation,
+    evalctl's and its plugins' code, `ro_paths` as they resolve), and not in one a jail
+    hides (the built-in suites). The /bin and /lib* links are made again inside, so
+    /bin/sh is seen where /usr/bin/sh is. Found by a newcomer: an agent's program
+    installed here outside them failed every attempt, one by one."""
+    roots = [directory for directory in bwrap_jail.SYSTEM_RO_DIRS if os.path.isdir(directory)]
+    roots += [link for link in bwrap_jail.SYSTEM_LINKS
+              if os.path.isdir(link) and not os.path.islink(link)]
+    roots += [str(directory) for directory in bwrap_jail.python_paths()]
+    roots += [*_plugin_code_paths(), *(os.path.realpath(p) for p in options.get("ro_paths", ()))]
+    links = [link for link in bwrap_jail.SYSTEM_LINKS if os.path.islink(link)]
+    written = os.path.normpath(os.path.abspath(path))
+    real = os.path.realpath(path)
+    if _under(real, [str(hidden) for hidden in _hidden_paths()]):
+        return False
+    return _under(real, roots) and _under(written, [*roots, *links])
+
+
 async def create(request: evalctl.SandboxRequest) -> BwrapSandbox:
     options = request.options
 
@@ -225,4 +250,5 @@ def evalctl_register_sandboxes(register):
         available=available,
         limits=bwrap_jail.enforced_limits,
         preflight=preflight,
+        visible=visible,
     ))
