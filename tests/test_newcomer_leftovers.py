@@ -1,14 +1,17 @@
 """Newcomers' leftovers: a CLI agent's argv with shell syntax in evalctl.toml said without
 its line, and not at all in a preset the run does not use; a CLI agent's program
-installed here but out of the sandbox's reach, said by every attempt in turn."""
+installed here but out of the sandbox's reach, said by every attempt in turn; a script
+whose last turn calls tools, which runs out, passed validate."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from evalctl._suite.loader import validate_suite
 from evalctl.plugins.agents import command
 from evalctl.plugins.sandboxes import bwrap
+from evalctl.testing import run_suite
 
 from .conftest import run_cli
 from .test_newcomer_r22 import WRITE_HELLO
@@ -135,3 +138,53 @@ def test_a_program_bwrap_does_not_show_stops_the_run_before_any_task(
     assert not (tmp_path / "out").exists()  # no task ran
     mounted = run_cli(tmp_path, str(suite), *options, "--sandbox-option", f"ro_paths={tools}")
     assert mounted.exit_code == 0, mounted.output
+
+
+# ---------------------------------- 2: a script whose last turn calls tools runs out
+
+RUNS_OUT = """\
+- id: runs-out
+  prompt: Write a.txt.
+{limits}  script:
+    - text: Writing it.
+      tool_calls:
+        - tool: write_file
+          input:
+            path: a.txt
+            content: "a\\n"
+  agent_script:
+    - text: Pausing.
+      stop_reason: pause_turn
+  checks:
+    - type: file_exists
+      path: a.txt
+"""
+
+
+def test_a_script_that_runs_out_is_said_by_validate_at_its_last_turn_as_the_run_says_it(
+        tmp_path, write_suite):
+    """validate passed it; the run then ended the attempt script_error."""
+    suite = write_suite(RUNS_OUT.format(limits=""))
+    problems = validate_suite(suite)
+    assert [(p.line, p.severity) for p in problems] == [(4, "warning"), (11, "warning")]
+    assert problems[0].message == (
+        "the script of task 'runs-out' has 1 turn(s) and its last calls tools: the agent "
+        "loop sends their results and asks for turn 2, which the script does not have, so "
+        "the attempt ends script_error (an error, not graded); add a final text turn "
+        "(`- text: ...`, without tool calls) to end it")
+    assert problems[1].message.startswith(
+        "the agent_script of task 'runs-out' has 1 turn(s) and its last pauses "
+        "(stop_reason: pause_turn): a CLI agent asks for turn 2, which the agent_script "
+        "does not have, so the agent is refused that request (HTTP 400) and its attempt "
+        "is graded; add a final text turn")
+    run = run_suite(suite, sandbox="local", out_dir=tmp_path / "out")
+    assert run.tasks[0].exit_status == "script_error"
+    assert run.tasks[0].error == (
+        f"{suite}:4: the script of task 'runs-out' has 1 turn(s) and the agent asked for "
+        "turn 2; add a final text turn (`- text: ...`, without tool calls) to end it")
+    # A limit that ends the attempt first: the script does not run out.
+    for limits in ("  limits:\n    turns: 1\n", "  limits:\n    cost: 0.5\n"):
+        text = RUNS_OUT.format(limits=limits).replace(
+            "    - text: Writing it.\n", "    - text: Writing it.\n      cost: 0.75\n")
+        assert validate_suite(write_suite(text.replace("      stop_reason: pause_turn\n",
+                                                       ""))) == []

@@ -138,7 +138,7 @@ def test_junit_marks_infrastructure_errors_as_errors(tmp_path, write_suite):
     assert result.exit_code == 1
     xml = report_of(tmp_path, "xml")
     xmlschema.XMLSchema(str(Path(__file__).parent / "data" / "junit.xsd")).validate(str(xml))
-    assert '<error message="the script of task' in xml.read_text()
+    assert f'<error message="{suite}:7: the script of task' in xml.read_text()
     report = json.loads(report_of(tmp_path).read_text())
     assert report["summary"]["errors"] == 1 and report["summary"]["failed"] == 0
 

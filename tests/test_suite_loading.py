@@ -624,6 +624,7 @@ def test_numbers_no_json_holds_are_problems_at_their_line(write_suite):
           input:
             command: sleep 1
             timeout: -.inf
+    - text: Slept.
 - id: three
   prompt: Three
   limits:
@@ -632,7 +633,7 @@ def test_numbers_no_json_holds_are_problems_at_their_line(write_suite):
     - type: file_exists
       path: a.txt
 """))
-    assert [p.line for p in problems] == [7, 13, 19, 23], problems
+    assert [p.line for p in problems] == [7, 13, 19, 24], problems
     assert all("is not a finite number" in p.message for p in problems[:3])
     assert "too long to write out" in problems[3].message and "task 'three'" in \
         problems[3].message

@@ -4,7 +4,7 @@ and executor must provide."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,7 +141,13 @@ class ProviderSpec:
     `ProviderError(status=...)`) that make a task an error rather than a failure.
     `live` is False for a provider whose turns come from the suite itself (scripted):
     only such a provider may run in a sandbox that does not isolate, unless the user
-    chose that sandbox by name.
+    chose that sandbox by name. `task_problems(task)`, when given, finds what the
+    schema cannot in the task keys it reads (a script that runs out): it is called by
+    `evalctl validate` and every load of a suite with each task that holds one of its
+    `task_schema` keys, as written but with `limits` as a run applies them (the suite's
+    defaults and evalctl's filled in: `turns`, `seconds`, `cost`), and yields
+    `(path, message, severity)`: the path of the node in the task (("script", 2)), said
+    at its line, and "error" or "warning".
     """
 
     name: str
@@ -153,11 +159,15 @@ class ProviderSpec:
     error_statuses: tuple[str, ...] = ()
     options_schema: Mapping[str, Any] = field(
         default_factory=lambda: {"type": "object", "properties": {}})
+    task_problems: Callable[[Mapping[str, Any]],
+                            Iterable[tuple[tuple[str | int, ...], str, str]]] | None = None
 
     def __post_init__(self) -> None:
         _check_name("provider", self.name)
         if not callable(self.create):
             raise TypeError(f"provider {self.name!r}: create must be callable")
+        if self.task_problems is not None and not callable(self.task_problems):
+            raise TypeError(f"provider {self.name!r}: task_problems must be callable")
         schema = self.options_schema
         if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
             raise ValueError(f"provider {self.name!r}: options_schema must be an object schema")

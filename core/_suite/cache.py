@@ -29,8 +29,10 @@ from typing import Any
 # holds, names no workspace can hold and regexes refused: what 6 found valid is not;
 # 8: lone surrogates, and a NUL in a setup command, refused; 9: checks built-in graders'
 # preflights refuse (python code that does not compile, regexes RE2 cannot match);
-# 10: task ids a run directory holds already (journal.jsonl) refused
-FORMAT = "10"  # the plugins loaded are in the key itself (plugin_inputs)
+# 10: task ids a run directory holds already (journal.jsonl) refused; 11: providers'
+# task_problems (a script that runs out) warned of. The plugins loaded are in the key
+# itself (plugin_inputs).
+FORMAT = "11"
 
 
 def cache_dir() -> Path:

@@ -17,6 +17,7 @@ from typing import Any
 from evalctl._errors import Problem, UsageError
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.tooldefs import TOOL_NAMES
+from evalctl._suite.model import DEFAULT_SECONDS, DEFAULT_TURNS
 from evalctl._suite.problems import shown
 from evalctl._suite.schema import FILE_PATH_PATTERN, RESERVED_TASK_IDS
 from evalctl._suite.yamlsource import Located
@@ -85,6 +86,7 @@ def rule_problems(located: Located, label: str, registry: Registry) -> Iterable[
         yield from _patch_problems(located, label, path, task)
         yield from _file_name_problems(located, label, path, task)
         yield from _check_problems(located, label, path, task, registry)
+        yield from _provider_problems(located, label, path, task, registry)
         types = [check["type"] for check in task["checks"]]
         if not any(counts_for_rule_one(registry.graders[t]) for t in types):
             yield Problem(label, line, (
@@ -120,6 +122,31 @@ def _check_problems(located: Located, label: str, path: tuple, task: dict,
                           f"{exc}")
         except Exception:  # noqa: S112 - the run's own preflight reports it, with its plugin
             continue
+
+
+def _provider_problems(located: Located, label: str, path: tuple, task: dict,
+                       registry: Registry) -> Iterable[Problem]:
+    """What each provider's `task_problems` finds in the task keys it reads (the
+    scripted provider: a script whose last turn calls tools, so that the agent asks for
+    a turn it does not have), at the line of the node it names: found by a newcomer to
+    pass validate and end every attempt of the task script_error."""
+    defaults = located.data.get("defaults") if isinstance(located.data, dict) else None
+    written = [limits for limits in ((defaults or {}).get("limits"), task.get("limits"))
+               if isinstance(limits, dict)]
+    limits = {"turns": DEFAULT_TURNS, "seconds": DEFAULT_SECONDS, "cost": None}
+    for given in written:
+        limits.update(given)
+    seen = {**task, "limits": limits}
+    for spec in registry.providers.values():
+        if spec.task_problems is None or not set(spec.task_schema) & set(task):
+            continue
+        try:
+            found = list(spec.task_problems(seen))
+        except Exception:  # noqa: S112 - a plugin's bug must not stop validation
+            continue
+        for node, message, severity in found:
+            yield Problem(label, located.line_of((*path, *node)), str(message),
+                          severity="warning" if severity == "warning" else "error")
 
 
 # The longest name of one file or directory that Linux file systems take, in bytes.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import evalctl
@@ -193,16 +193,15 @@ class ScriptedProvider:
         if script is None:
             turn: Mapping[str, Any] = {"text": CANNED_REPLY}
         elif request.turn_index >= len(script):
-            message = (f"the {key} of task '{task_id}' has {len(script)} turn(s) and the "
+            message = (f"{_located(request, (key, len(script) - 1) if script else (key,))}"
+                       f"the {key} of task '{task_id}' has {len(script)} turn(s) and the "
                        f"agent asked for turn {request.turn_index + 1}")
             if request.api_request is not None:
                 # How many requests a CLI agent sends is the agent's own doing: it hears
                 # the refusal and its attempt is graded, or an agent could take a task it
                 # fails out of the score by asking once more than its script holds.
                 raise evalctl.RequestRejected(message)
-            raise evalctl.ProviderError(
-                f"{message}; end the script with a turn without tool calls",
-                status=SCRIPT_ERROR)
+            raise evalctl.ProviderError(f"{message}; {RUN_OUT_FIX}", status=SCRIPT_ERROR)
         else:
             turn = script[request.turn_index]
         known = {t.name: t for t in request.tools}
@@ -243,6 +242,54 @@ class ScriptedProvider:
                                  cost=float(turn.get("cost", 0.0)), model="scripted")
 
 
+# What to do about a script that runs out, said by validate and by the run alike.
+RUN_OUT_FIX = "add a final text turn (`- text: ...`, without tool calls) to end it"
+
+
+def task_problems(task: Mapping[str, Any]) -> Iterator[tuple[tuple[str | int, ...], str, str]]:
+    """Each script of the task that runs out, at its last turn (or its key, when it has
+    none), as a warning: that turn calls tools (or pauses), so the agent sends their
+    results and asks for a turn the script does not have, unless the task's turn or cost
+    limit ends it first. The built-in loop's attempt then ends script_error (an error,
+    not graded); a CLI agent is refused that request (HTTP 400) and its attempt graded.
+    Found by a newcomer: such a script passed `evalctl validate`."""
+    limits = task.get("limits")
+    limits = limits if isinstance(limits, Mapping) else {}
+    turns, cost_limit = limits.get("turns"), limits.get("cost")
+    for key, who in (("script", "the agent loop"), ("agent_script", "a CLI agent")):
+        script = task.get(key)
+        if not isinstance(script, list) or not all(isinstance(t, Mapping) for t in script):
+            continue
+        if isinstance(turns, int | float) and len(script) >= turns:
+            continue  # the turn limit ends the attempt before the script runs out
+        spent, stopped = 0.0, False
+        for turn in script:
+            cost = turn.get("cost", 0)
+            spent += cost if isinstance(cost, int | float) else 0
+            if isinstance(cost_limit, int | float) and spent > cost_limit:
+                stopped = True  # the cost limit ends it there
+        if stopped:
+            continue
+        name = f"the {key} of task '{task.get('id')}'"
+        if not script:
+            why, where = f"has no turn: {who} asks for turn 1", (key,)
+        else:
+            last = script[-1]
+            if last.get("tool_calls"):
+                does = f"calls tools: {who} sends their results and asks"
+            elif last.get("stop_reason") == "pause_turn":
+                does = f"pauses (stop_reason: pause_turn): {who} asks"
+            else:
+                continue
+            why = (f"has {len(script)} turn(s) and its last {does} for turn "
+                   f"{len(script) + 1}, which the {key} does not have")
+            where = (key, len(script) - 1)
+        outcome = "so the attempt ends script_error (an error, not graded)" \
+            if key == "script" else \
+            "so the agent is refused that request (HTTP 400) and its attempt is graded"
+        yield where, f"{name} {why}, {outcome}; {RUN_OUT_FIX}", "warning"
+
+
 def create(options: Mapping[str, Any]) -> ScriptedProvider:
     try:
         latency = float(options.get("latency", 0))
@@ -263,6 +310,7 @@ def evalctl_register_providers(register):
         live=False,
         task_schema={"script": SCRIPT, "agent_script": AGENT_SCRIPT},
         error_statuses=(SCRIPT_ERROR,),
+        task_problems=task_problems,
         options_schema={"type": "object", "properties": {
             "latency": {"type": "number", "minimum": 0,
                         "description": "Seconds to wait before each turn (for benchmarks)."},
