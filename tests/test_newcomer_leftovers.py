@@ -1,14 +1,18 @@
 """Newcomers' leftovers: a CLI agent's argv with shell syntax in evalctl.toml said without
 its line, and not at all in a preset the run does not use; a CLI agent's program
 installed here but out of the sandbox's reach, said by every attempt in turn; a script
-whose last turn calls tools, which runs out, passed validate."""
+whose last turn calls tools, which runs out, passed validate; flow style (`tags: [a, b]`)
+stopped the parse."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+import pytest
+
 from evalctl._suite.loader import validate_suite
+from evalctl._suite.yamlsource import YamlSyntaxError, parse
 from evalctl.plugins.agents import command
 from evalctl.plugins.sandboxes import bwrap
 from evalctl.testing import run_suite
@@ -188,3 +192,44 @@ def test_a_script_that_runs_out_is_said_by_validate_at_its_last_turn_as_the_run_
             "    - text: Writing it.\n", "    - text: Writing it.\n      cost: 0.75\n")
         assert validate_suite(write_suite(text.replace("      stop_reason: pause_turn\n",
                                                        ""))) == []
+
+
+# ------------------------------------------- 3: flow style is read, its mistakes worded
+
+@pytest.mark.parametrize(("text", "data"), [
+    ("a: [b, 'c d', 1]\n", {"a": ["b", "c d", 1]}),
+    ("a: {b: [1, 2], c: {d: e}}\n", {"a": {"b": [1, 2], "c": {"d": "e"}}}),
+    ("a: [\n  b,\n  c,\n]\nb: []\nc: {}\n", {"a": ["b", "c"], "b": [], "c": {}}),
+    # a flow mapping may start in any column after its key; block ones keep one column
+    ("short: {x: 1}\nvery_long_key: {x: 1}\n", {"short": {"x": 1}, "very_long_key": {"x": 1}}),
+])
+def test_flow_collections_are_read(text, data):
+    assert parse(text, "s.yaml").data == data
+
+
+@pytest.mark.parametrize(("text", "line", "said"), [
+    ("a: [b, c\nd: e\n", 1, "a list written in [...] (flow style) starts on this line and "
+                            "is not closed where expected: separate its items with ', ' and "
+                            "end it with ']'"),
+    ("a: {b: 1\nc: 2\n", 1, "a mapping written in {...} (flow style) starts on this line"),
+    ("a: [b, c]]\n", 1, "a ']' that closes nothing"),
+    ("prompt: [WIP] fix it\n", 1, "'[' starts a list (flow style), so quote the whole text"),
+    ("a: {[1]: 2}\n", 1, "a list or mapping cannot be a key"),
+    ("a: {{x}}\n", 1, "a list or mapping cannot be a key"),
+    ("a:\n  x: 1\nb:\n    y: 2\n", 4, "inconsistent with previous mapping"),
+])
+def test_flow_style_mistakes_are_said_in_the_authors_words(text, line, said):
+    with pytest.raises(YamlSyntaxError) as raised:
+        parse(text, "s.yaml")
+    assert raised.value.line == line and said in raised.value.message, raised.value.message
+
+
+def test_a_suite_in_flow_style_runs(tmp_path, write_suite):
+    """`tags: [a, b]` stopped the parse (strictyaml refuses flow style)."""
+    suite = write_suite("- id: a\n  prompt: Write a.txt.\n  tags: [x, y]\n"
+                        "  limits: {turns: 3}\n  checks: [{type: file_exists, path: a.txt}]\n"
+                        "  script:\n    - tool_calls: [{tool: write_file, input: {path: a.txt, "
+                        "content: hi}}]\n    - text: Wrote a.txt.\n")
+    assert validate_suite(suite) == []
+    run = run_suite(suite, sandbox="local", out_dir=tmp_path / "out", tags=("y",))
+    assert run.tasks[0].status == "passed"

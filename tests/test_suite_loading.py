@@ -329,10 +329,14 @@ def test_the_schema_accepts_the_built_in_suites_as_an_editor_would_see_them():
 # -- A corpus of malformed suites: exit 2 and file:line, never a traceback ------------
 
 MALFORMED: dict[str, tuple[bytes, int, str]] = {
-    "flow-mapping": (b"- id: a\n  prompt: p\n  checks: [{type: succeeded}]\n", 3,
-                     "write a list as lines starting with '- '"),
-    "flow-in-check": (b"- id: a\n  prompt: p\n  checks:\n    - {type: file_exists}\n", 4,
-                      "write a mapping as lines of 'key: value'"),
+    # Flow style is read (`tags: [a, b]`); a bracket left open, or text after a closed
+    # one, is said in the author's words.
+    "flow-unclosed": (b"- id: a\n  prompt: p\n  tags: [a, b\n  checks:\n"
+                      b"    - type: succeeded\n", 3,
+                      "a list written in [...] (flow style) starts on this line and is not "
+                      "closed where expected"),
+    "flow-then-text": (b"- id: a\n  prompt: [WIP] fix it\n  checks:\n    - type: succeeded\n",
+                       2, "'[' starts a list (flow style), so quote the whole text"),
     "duplicate-key": (b"- id: a\n  prompt: p\n  prompt: q\n  checks:\n    - type: succeeded\n",
                       3, "key 'prompt' is given twice in the same mapping"),
     "anchor": (b"- id: a\n  prompt: &p hello\n  checks:\n    - type: succeeded\n", 2, "anchor"),
@@ -455,7 +459,7 @@ def test_malformed_suites_exit_2_with_file_and_line(name, tmp_path):
 
 def test_the_run_command_refuses_a_malformed_suite_before_starting(tmp_path):
     path = tmp_path / "bad.yaml"
-    path.write_bytes(MALFORMED["flow-mapping"][0])
+    path.write_bytes(MALFORMED["flow-unclosed"][0])
     result = CliRunner().invoke(cli, ["run", str(path), "--out", str(tmp_path / "out")])
     assert result.exit_code == 2
     assert f"{path}:3:" in result.output

@@ -158,20 +158,34 @@ def test_a_file_that_turns_into_a_fifo_after_the_first_look_is_refused(tmp_path,
     assert len(problems) == 1 and "it is a named pipe (FIFO)" in problems[0].message, problems
 
 
-# -- 3. Flow style is refused with what to write instead -----------------------------
+# -- 3. Flow style is read as block style is (it was refused) --------------------------
 
-@pytest.mark.parametrize(("text", "line", "advice"), [
-    ("- id: a\n  prompt: p\n  tags: [x, y]\n  checks:\n    - type: file_exists\n"
-     "      path: x\n", 3, "write a list as lines starting with '- ' (block style)"),
-    ("name: x\ntasks: []\n", 2, "write a list as lines starting with '- ' (block style)"),
-    ("- id: a\n  prompt: p\n  files: {a.txt: hi}\n", 3,
-     "write a mapping as lines of 'key: value' (block style)"),
+@pytest.mark.parametrize(("flow", "block"), [
+    ("  tags: [x, 'y z']\n", "  tags:\n    - x\n    - y z\n"),
+    ("  limits: {turns: 3, seconds: 20}\n", "  limits:\n    turns: 3\n    seconds: 20\n"),
+    ("  files: {a.txt: hi}\n", "  files:\n    a.txt: hi\n"),
 ])
-def test_flow_style_says_to_write_block_style(write_suite, text, line, advice):
-    [problem] = validate_suite(write_suite(text))
-    assert problem.line == line and problem.message.startswith("flow style ("), problem
-    assert problem.message.endswith(advice) and "JSONesque" not in problem.message
-    assert "surround with" not in problem.message
+def test_flow_style_is_read_as_the_block_style_it_stands_for(write_suite, flow, block):
+    head = "- id: a\n  prompt: p\n"
+    checks = "  checks: [{type: file_exists, path: x}, {type: file_contains, path: x, " \
+        "text: 'a, b'}]\n"
+    written = write_suite(head + flow + checks, "flow.yaml")
+    assert validate_suite(written) == []
+    blocked = write_suite(head + block + "  checks:\n    - type: file_exists\n      path: x\n"
+                          "    - type: file_contains\n      path: x\n      text: a, b\n",
+                          "block.yaml")
+    [read], [meant] = load_suite(written).tasks, load_suite(blocked).tasks
+    assert (read.tags, read.limits, read.files, read.checks) == \
+        (meant.tags, meant.limits, meant.files, meant.checks)
+    assert read.check_lines == (4, 4)  # each check at the line it is written on
+
+
+def test_a_flow_value_where_text_is_wanted_says_to_quote_it(write_suite):
+    [problem] = validate_suite(write_suite("- id: a\n  prompt: [WIP]\n  checks:\n"
+                                           "    - type: file_exists\n      path: x\n"))
+    assert (problem.line, problem.message) == (2, (
+        "task 'a', 'prompt': expected text, got a list (written [...], flow style); a text "
+        "that starts with '[' must be quoted to be text"))
 
 
 # -- 4. Numbers typed as YAML 1.2's core schema types them ---------------------------
@@ -262,8 +276,8 @@ tasks:
 
 def test_sources_are_not_looked_for_when_the_yaml_cannot_be_read(write_suite):
     problems = validate_suite(write_suite("- id: a\n  source:\n    dir: nowhere\n"
-                                          "  tags: [x]\n"))
-    assert len(problems) == 1 and problems[0].message.startswith("flow style"), problems
+                                          "  tags: [x\n"))
+    assert len(problems) == 1 and problems[0].message.startswith("invalid YAML"), problems
 
 
 @pytest.mark.parametrize(("written", "why"), [

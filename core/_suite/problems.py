@@ -347,6 +347,10 @@ def _explain(error: Any, located: Located, registry: Registry,
         message = f"{where}: expected {words}, got {_describe_value(instance)}"
         if expected == "string" and not isinstance(instance, dict | list):
             message += "; quote it to make it text"
+        elif expected == "string" and path in located.flow:
+            brackets = "[...]" if isinstance(instance, list) else "{...}"
+            message += (f" (written {brackets}, flow style); a text that starts with "
+                        f"'{brackets[0]}' must be quoted to be text")
         return [(line, message)]
     if kind == "required":
         missing = [k for k in error.validator_value if k not in instance]

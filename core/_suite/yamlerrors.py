@@ -9,6 +9,7 @@ recognised here is left as the parser wrote it.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 # Characters that cannot start a plain (unquoted) text in YAML.
@@ -68,6 +69,21 @@ def _plain(problem: str, context: str, line: int, opened: int,
     if problem.startswith("Duplicate key "):
         key = problem[len("Duplicate key "):].removesuffix(" found")
         return line, f"key {key} is given twice in the same mapping: keep one of them"
+    if problem.startswith(("expected ',' or ']'", "expected ',' or '}'")):
+        closing = problem[len("expected ',' or '")]
+        opening = "[" if closing == "]" else "{"
+        return opened, (f"a {_FLOW_KINDS[opening]} written in {opening}...{closing} (flow "
+                        "style) starts on this line and is not closed where expected: "
+                        f"separate its items with ', ' and end it with '{closing}' (a "
+                        f"text that starts with '{opening}' must be quoted)")
+    if problem.startswith("Found mapping with indentation inconsistent"):
+        return line, ("this mapping's keys are indented differently from those of the "
+                      "mapping before it at the same level (found mapping with indentation "
+                      "inconsistent with previous mapping): indent them alike"
+                      + _indent_note(text, line))
+    if problem == "found unhashable key":
+        return line, ("a list or mapping cannot be a key ({{x}} is a mapping used as a "
+                      "key): a text that starts with '{' or '[' must be quoted")
     if problem == "could not find expected ':'":
         return opened, ("a line that is neither 'key: value' nor a list item ('- '): a "
                         "key needs ': ' after it, with a space after the colon")
@@ -80,6 +96,16 @@ def _plain(problem: str, context: str, line: int, opened: int,
             return line, ("a list item ('- ') where a key was expected: a list belongs "
                           "under a key (checks:), on the lines after it, indented"
                           + _indent_note(text, line))
+        if found in ("']'", "'}'"):
+            closing = found[1]
+            return line, (f"a '{closing}' that closes nothing: a list is written "
+                          "[a, b] and a mapping {k: v}, each closed once; quote a text "
+                          f"that holds '{closing}' after a value")
+        if found == "'<scalar>'" and _flow_start(text, line):
+            opening = _flow_start(text, line)
+            return line, (f"text goes on after a value that starts with '{opening}' ends: "
+                          f"'{opening}' starts a {_FLOW_KINDS[opening]} (flow style), so "
+                          "quote the whole text (prompt: \"[WIP] fix it\")")
         if found == "'<scalar>'":
             return line, ("text goes on after a value ends: a value that starts with a "
                           "quote must end with it, so quote the whole text "
@@ -87,6 +113,24 @@ def _plain(problem: str, context: str, line: int, opened: int,
         return line, "this line's indentation does not fit the lines above it" + \
             _indent_note(text, line)
     return None
+
+
+_FLOW_KINDS = {"[": "list", "{": "mapping"}
+
+
+def _flow_start(text: str, line: int) -> str:
+    """'[' or '{' when the value on `line` (after its '- ' and 'key: ') starts with it,
+    else ""."""
+    lines = text.splitlines()
+    if not 1 <= line <= len(lines):
+        return ""
+    rest = lines[line - 1].lstrip(" ")
+    while rest.startswith("- "):
+        rest = rest[2:].lstrip(" ")
+    key = re.match(r"[^'\"\[{#][^#]*?:\s+", rest)
+    if key:
+        rest = rest[key.end():]
+    return rest[:1] if rest[:1] in _FLOW_KINDS else ""
 
 
 def _indent_note(text: str, line: int) -> str:

@@ -1,7 +1,10 @@
 """Suite YAML parsed into plain data, keeping the line of every node.
 
-The rules are strictyaml's: its loader rejects flow style, anchors, tags and duplicate
-keys. The common shape of a suite is read by libyaml instead (`yamlfast`), which
+The rules are strictyaml's: its loader rejects anchors, tags and duplicate keys. Flow
+style (`tags: [a, b]`, `limits: {turns: 5}`) is read, as newcomers wrote it (refused, a
+suite stopped at its first one); strictyaml's rule that a mapping's values that are
+block mappings start in one column is kept, and a list or mapping as a key refused. The
+common shape of a suite is read by libyaml instead (`yamlfast`), which
 builds the same result fifty times faster and hands everything else to strictyaml. Its
 schema layer is skipped: it grows quadratically with the document, and the JSON
 Schema does that job. Plain scalars are then typed as YAML 1.2's core schema types
@@ -88,6 +91,9 @@ class Located:
     # only then is the data walked to say where (a walk of every suite cost a sixth of a
     # cold 10,000-task load).
     odd_numbers: bool = False
+    # The lists and mappings written in flow style (`[a, b]`, `{k: v}`): a text that
+    # starts with `[` or `{` and was not quoted is one, which a message then says.
+    flow: set[Path_] = field(default_factory=set)
 
     def too_deep(self) -> Path_ | None:
         """The path of the first node, in document order, nested deeper than MAX_DEPTH,
@@ -107,10 +113,31 @@ class Located:
 
 
 def _loader_class(label: str) -> type:
+    from strictyaml.exceptions import InconsistentIndentationDisallowed
     from strictyaml.parser import StrictYAMLLoader
+    from strictyaml.ruamel.nodes import MappingNode
+
+    def construct_mapping(self: Any, node: Any, maptyp: Any, deep: bool = False) -> None:
+        StrictYAMLLoader.construct_mapping(self, node, maptyp, deep=deep)
+        # strictyaml drops its rule that a mapping's values that are mappings start in
+        # one column when it allows flow style (`{...}` may start anywhere after its
+        # key); the rule is kept for block mappings, which it is about.
+        column = None
+        for _, value in node.value:
+            if not isinstance(value, MappingNode) or value.flow_style:
+                continue
+            if column is None:
+                column = value.start_mark.column
+            elif value.start_mark.column != column:
+                # At the mapping's first line (strictyaml names the line after its end).
+                raise InconsistentIndentationDisallowed(
+                    "While parsing", value.start_mark,
+                    "Found mapping with indentation inconsistent with previous mapping",
+                    value.start_mark)
 
     return type("EvalctlSuiteLoader", (StrictYAMLLoader,),
-                {"label": label, "allow_flow_style": False})
+                {"label": label, "allow_flow_style": True,
+                 "construct_mapping": construct_mapping})
 
 
 def parse(text: str, label: str) -> Located:
@@ -129,16 +156,9 @@ def parse(text: str, label: str) -> Located:
 def parse_document(text: str, label: str) -> Located:
     """Parse one YAML document with strictyaml's loader."""
     from strictyaml import ruamel
-    from strictyaml.exceptions import FlowMappingDisallowed
 
     try:
         document = ruamel.load(text, Loader=_loader_class(label), preserve_quotes=True)
-    except FlowMappingDisallowed as exc:
-        # strictyaml calls `[...]` a flow mapping too and advises quoting, which is wrong
-        # for someone who wants a list: say what to write instead.
-        mark = exc.context_mark
-        raise YamlSyntaxError(mark.line + 1 if mark is not None else 1, _flow_style_message(
-            text, getattr(mark, "index", -1))) from None
     except ruamel.YAMLError as exc:
         raise YamlSyntaxError(*explained(exc, text)) from None
     except RecursionError:
@@ -156,22 +176,18 @@ def parse_document(text: str, label: str) -> Located:
     return located
 
 
-def _flow_style_message(text: str, index: int) -> str:
-    """What to write instead of the flow collection that starts at `index`."""
-    if index >= 0 and text[index:index + 1] == "{":
-        return ("flow style ({...} or [...]) is not allowed: write a mapping as lines of "
-                "'key: value' (block style)")
-    return ("flow style ([...] or {...}) is not allowed: write a list as lines starting "
-            "with '- ' (block style)")
-
-
 def _plain(node: Any, path: Path_, located: Located) -> Any:
     from strictyaml.ruamel.comments import CommentedMap, CommentedSeq
 
+    if isinstance(node, CommentedMap | CommentedSeq) and node.fa.flow_style():
+        located.flow.add(path)
     if isinstance(node, CommentedMap):
         out: dict[str, Any] = {}
         for key, value in node.items():
             key_line = node.lc.data[key][0] + 1
+            if isinstance(key, tuple):  # `{[a]: b}` or `? [a]`: a list as a key
+                raise YamlSyntaxError(key_line, "invalid YAML: a list or mapping cannot "
+                                                "be a key: write the key as text")
             child = (*path, str(key))
             # A value is reported at its key's line: a block value or an empty one
             # starts on a later line, and the key is what a reader looks for.

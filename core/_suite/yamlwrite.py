@@ -1,6 +1,6 @@
 """Writing suites as YAML that evalctl's own loader reads back to the same data.
 
-Block style only (strictyaml refuses flow style), multi-line text as literal blocks,
+Block style only (the shape libyaml's fast path reads), multi-line text as literal blocks,
 and any scalar that YAML would type as something else, or that cannot be written plain,
 double-quoted. `dump` checks its own output by parsing it back; text it cannot write as
 a literal block is double-quoted instead.
