@@ -381,7 +381,9 @@ def test_every_builtin_example_is_a_valid_check(registry, write_suite):
 
     for name, spec in registry.graders.items():
         assert spec.example, f"{name} has no example"
-        lines = ["- id: t", "  prompt: p", "  checks:", "    - type: file_exists",
+        # The examples name test_slugify.py, which a prompt must ask for (tests_pass).
+        lines = ["- id: t", "  prompt: Write tests/test_slugify.py.", "  checks:",
+                 "    - type: file_exists",
                  "      path: x"]
         lines += ["    " + line for line in spec.example.strip().splitlines()]
         path = write_suite("\n".join(lines) + "\n", name=f"{name}.yaml")

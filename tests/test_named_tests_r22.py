@@ -187,24 +187,48 @@ WRITES = """\
 """
 
 
-def test_in_a_task_that_hides_no_tests_the_named_file_is_the_agents_to_write(tmp_path):
-    """With no verify_files nor verify_patch, the tests a check names can only be the
-    seed's or the agent's: a name the task does not give is the agent's to write (a
-    shape of honest solution the witness's tests use), not refused; an agent that wrote
-    it passes, one that did not fails (never an error). Near a test file the task gives,
-    validate warns with the did-you-mean."""
+def test_in_a_task_that_hides_no_tests_a_named_file_the_prompt_does_not_ask_for_is_refused(
+        tmp_path):
+    """A task that hides no tests took a name it does not give for a file the agent was
+    to write (a typo near no test path passed validate, and failed the attempt as the
+    agent's); but the agent cannot write a file by a name nobody told it. As in a task
+    that hides tests, the prompt must ask for it: else validate refuses it at its line,
+    and a name only setup could make that it did not is an error while grading, not the
+    agent's failure. Asked for, an agent that wrote it passes, one that did not fails."""
     suite = tmp_path / "s.yaml"
     suite.write_text(AGENTS_OWN_TESTS.format(given="", named="tests/test_own.py", writes=WRITES))
-    assert validate_suite(suite) == []
-    run = evalctl.testing.run_suite(suite, sandbox="local", out_dir=tmp_path / "out")
-    assert run.tasks[0].status == "passed", run.tasks[0].checks
-    suite.write_text(AGENTS_OWN_TESTS.format(given="", named="tests/test_own.py", writes=""))
-    run = evalctl.testing.run_suite(suite, sandbox="local", out_dir=tmp_path / "out2")
-    assert run.tasks[0].status == "failed" and not any(c.error for c in run.tasks[0].checks)
+    problems = validate_suite(suite)
+    assert [(p.line, p.severity) for p in problems] == [(8, "error")], problems
+    assert problems[0].message == (
+        "task 'own', checks[0] (tests_pass): `tests:` names 'tests/test_own.py', which the "
+        "task does not give (it is not in files, verify_files or verify_patch); no `setup:` "
+        "makes it, and the prompt does not ask the agent to write it (a file the agent is "
+        "to write must be named in the prompt)")
+    with pytest.raises(SuiteError):  # the run refuses it before any task: exit 2
+        evalctl.testing.run_suite(suite, sandbox="local", out_dir=tmp_path / "out")
+    # Near a test file the task gives: a typo, refused with the did-you-mean.
     suite.write_text(AGENTS_OWN_TESTS.format(
         given="    tests/test_calc.py: \"def test_ok():\\n    pass\\n\"\n",
         named="tests/test_clac.py", writes=""))
     problems = validate_suite(suite)
-    assert [p.severity for p in problems] == ["warning"], problems
+    assert [p.severity for p in problems] == ["error"], problems
     assert "did you mean 'tests/test_calc.py'?" in problems[0].message
-    assert "The agent must write it" in problems[0].message
+    # With setup, which may make it: a warning, and an error of the check when it did not.
+    suite.write_text(AGENTS_OWN_TESTS.format(
+        given="  setup:\n    commands:\n      - 'true'\n", named="tests/test_own.py",
+        writes=""))
+    assert [p.severity for p in validate_suite(suite)] == ["warning"]
+    run = evalctl.testing.run_suite(suite, sandbox="local", out_dir=tmp_path / "out")
+    task = run.tasks[0]
+    check = next(c for c in task.checks if c.type == "tests_pass")
+    assert (task.status, check.error) == ("error", True), check.detail
+    assert "not the agent's failure" in check.detail
+    # Asked for by the prompt: the agent's to write.
+    asked = AGENTS_OWN_TESTS.replace("Fix add().", "Fix add(), tested in tests/test_own.py.")
+    suite.write_text(asked.format(given="", named="tests/test_own.py", writes=WRITES))
+    assert validate_suite(suite) == []
+    run = evalctl.testing.run_suite(suite, sandbox="local", out_dir=tmp_path / "out2")
+    assert run.tasks[0].status == "passed", run.tasks[0].checks
+    suite.write_text(asked.format(given="", named="tests/test_own.py", writes=""))
+    run = evalctl.testing.run_suite(suite, sandbox="local", out_dir=tmp_path / "out3")
+    assert run.tasks[0].status == "failed" and not any(c.error for c in run.tasks[0].checks)

@@ -83,8 +83,8 @@ class GraderSpec:
     the task must provide or the prompt ask the agent to write (the test files
     `tests_pass` runs), each as (where in the check, path): `(("tests", 0),
     "tests/test_api.py")`. A path the task gives nowhere (source, files, verify_files,
-    verify_patch) and that is not the agent's job (named by the prompt, or in a task that
-    hides no tests) stops the run before any task, at its `file:line` (a warning with
+    verify_patch) and that is not the agent's job (named by the prompt) stops the run
+    before any task, at its `file:line` (a warning with
     `setup:`, which may make it), and one still missing while grading makes the check an
     error, not a failure (evalctl._suite.provided).
     """

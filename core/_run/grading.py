@@ -201,9 +201,9 @@ def _unprovided(task: Task, check: Mapping[str, Any], spec: GraderSpec,
     was provided by nothing: not in the workspace nor the seed (setup's work included),
     not created or deleted by the agent, and not asked of it by the prompt (found by a
     newcomer: a typo in `tests:` failed the attempt of an agent that had fixed the bug).
-    A path that is the agent's to write (`provided.agents_job`: the prompt names it, or
-    the task hides no tests) is left to its grader, whose failure says so. Called only
-    for a check whose grader names paths (`spec.named_paths`), of a task naming some."""
+    A path that is the agent's to write (`provided.agents_job`: the prompt names it) is
+    left to its grader, whose failure says so. Called only for a check whose grader names
+    paths (`spec.named_paths`), of a task naming some."""
     index = next((i for i, written in enumerate(task.checks) if written is check), None)
     missing = [(path, key) for at, path, _, key in task.named_paths
                if at == index and not provided.agents_job(task, path)

@@ -140,9 +140,9 @@ def _named_paths(located: Located, registry: Registry) -> list[list[list[Any]]]:
 
 
 def _check_named_paths(suite: Suite, label: str) -> None:
-    """Each path a check names that the task provides nowhere (evalctl._suite.provided):
-    an error at its entry's line, a warning when `setup:` may make it or (near a test
-    path the task gives) when it is the agent's to write; SuiteError if any is an error.
+    """Each path a check names that the task provides nowhere (evalctl._suite.provided)
+    and the prompt does not ask the agent to write: an error at its entry's line, a
+    warning when `setup:` may make it; SuiteError if any is an error.
     A task whose source's files cannot be known now is passed over (its grading says
     so, if the path is still missing then)."""
     listed: dict[Source, list[str] | None] = {}
@@ -154,22 +154,15 @@ def _check_named_paths(suite: Suite, label: str) -> None:
         if files is None:
             continue
         for index, path, line, key in task.named_paths:
-            if provided.is_provided(path, files) or provided.asks_for(task.prompt, path):
+            if provided.is_provided(path, files) or provided.agents_job(task, path):
                 continue
             near = provided.nearest(path, files)
             hint = f"; did you mean '{near}'?" if near else ""
-            ours = provided.agents_job(task, path)
-            if ours and not near:
-                continue  # the agent's to write: its check fails if it does not
             gives = f"the source {task.source.describe()}, " if task.source else ""
             what = f"task '{task.id}', checks[{index}] ({task.checks[index]['type']}): " \
                 f"{f'`{key}:` names ' if key else ''}'{path}', which the task does not give " \
                 f"(it is not in {gives}files, verify_files or verify_patch)"
-            if ours:
-                found.append(Problem(label, line, (
-                    f"{what}{hint} The agent must write it (the task hides no tests), "
-                    "else the check fails as the agent's"), severity="warning"))
-            elif task.setup is not None:
+            if task.setup is not None:
                 found.append(Problem(label, line, (
                     f"{what}{hint or '.'} `setup:` must make it: if it does not, the check is "
                     "an error, not the agent's failure"), severity="warning"))

@@ -6,16 +6,16 @@ its source at its commit (a git source's tree as the cache holds it, a directory
 files, an archive's members), `files`, `verify_files`, and the files `verify_patch`
 touches. One that is none of these may still come from `setup:`, or from the agent
 when writing it is the agent's job (`agents_job`): the prompt names it (its path, its
-file name or, for a .py file, its module name), or the task hides no tests of its own
-(no verify_files, no verify_patch), so the tests it runs can only be the seed's or the
-agent's. In a task that hides tests, a name that is none of these is a typo of the
-suite's (found by a newcomer: `tests/test_addd.py` passed validate and failed, as the
-agent's failure, an attempt whose agent had fixed the bug):
+file name or, for a .py file, its module name), since an agent cannot write a file by
+a name nobody told it. A name that is none of these is a mistake of the suite's, a
+typo most often, whether or not the task hides tests (found by newcomers:
+`tests/test_addd.py` passed validate and failed, as the agent's failure, an attempt
+whose agent had fixed the bug; and in a task that hides no tests, so did a typo near
+no test path, then taken for a file the agent was to write):
 
 - Before any task (`evalctl validate` and `evalctl run` alike) it is an error at the
   entry's `file:line`, with the nearest test path the task does give; with `setup:` it
-  is a warning (setup may make it). A name that is the agent's job is a warning only
-  when a test path the task gives is near it (a did-you-mean).
+  is a warning (setup may make it).
 - While grading, a named path that is not in the workspace, was not in the seed (what
   setup made is in it), and that the agent neither created nor deleted, is an error of
   the check (not counted as the agent's failure), unless writing it was the agent's
@@ -76,9 +76,11 @@ def asks_for(prompt: str, path: str) -> bool:
 
 
 def agents_job(task: Any, path: str) -> bool:
-    """Whether writing `path` is the agent's job: the prompt asks for it, or the task
-    hides no tests of its own (then the tests it runs are the seed's or the agent's)."""
-    return asks_for(task.prompt, path) or not (task.verify_files or task.verify_patch)
+    """Whether writing `path` is the agent's job: the prompt asks for it. (A task that
+    hides no tests made it the agent's too, the tests it runs being the seed's or the
+    agent's; but the agent cannot know a name the prompt does not give, and a typo
+    failed its attempt.)"""
+    return asks_for(task.prompt, path)
 
 
 def nearest(path: str, files: Iterable[str]) -> str | None:

@@ -21,16 +21,16 @@ evaluation wrote the workspace:
 
 - A file `tests:` names must come from somewhere: the task (its source at its commit,
   `files`, `verify_files`, `verify_patch`), its `setup:`, or the agent, when writing it
-  is the agent's job: the prompt names it (its path, file name or module name), or the
-  task hides no tests (no verify_files, no verify_patch: the tests it runs can only be
-  the seed's or the agent's). In a task that hides tests, a name none of these gives (a
-  typo) stops the run before any task, exit 2, at the entry's `file:line` with the
-  nearest test path the task gives (`evalctl validate` says the same; with `setup:`,
-  which may make it, validate warns). One still missing when the check runs — not in
-  the workspace, not made by setup, neither written nor deleted by the agent — makes
-  the check an error, not the agent's failure, unless writing it was the agent's job:
-  then the agent did not, and the check fails. (evalctl checks this from `named_paths`,
-  below; a git source no run has fetched yet is checked while grading only.)
+  is the agent's job: the prompt names it (its path, file name or module name). A name
+  none of these gives (a typo, or a file the prompt never told the agent to write, in a
+  task that hides tests or not) stops the run before any task, exit 2, at the entry's
+  `file:line` with the nearest test path the task gives (`evalctl validate` says the
+  same; with `setup:`, which may make it, validate warns). One still missing when the
+  check runs — not in the workspace, not made by setup, neither written nor deleted by
+  the agent — makes the check an error, not the agent's failure, unless writing it was
+  the agent's job: then the agent did not, and the check fails. (evalctl checks this
+  from `named_paths`, below; a git source no run has fetched yet is checked while
+  grading only.)
 
 - With `python:`, pytest runs under that interpreter (a virtual environment the task's
   setup made, say) instead of evalctl's own; one the agent created, changed or deleted
@@ -784,15 +784,13 @@ PARAMS = {
                                  "and PASS_TO_PASS): only these run, and each must run and "
                                  "pass; a node id also names its parametrized cases. The "
                                  "detail lists each that did not pass or did not run. A "
-                                 "file named here that a task with hidden tests (verify_files, "
-                                 "verify_patch) gives nowhere (source, files, verify_files, "
-                                 "verify_patch), and that the prompt does not ask the agent to "
-                                 "write, stops the run before any task, exit 2, at its line, "
-                                 "with the nearest test path (a warning with `setup:`, which "
-                                 "may make it; if it does not, the check is an error, not the "
-                                 "agent's failure). In a task that hides no tests, a file the "
-                                 "task does not give is the agent's to write. Default: the "
-                                 "whole suite pytest finds."},
+                                 "file named here that the task gives nowhere (source, files, "
+                                 "verify_files, verify_patch), and that the prompt does not "
+                                 "ask the agent to write, stops the run before any task, exit "
+                                 "2, at its line, with the nearest test path (a warning with "
+                                 "`setup:`, which may make it; if it does not, the check is an "
+                                 "error, not the agent's failure). Default: the whole suite "
+                                 "pytest finds."},
         "trust_agent_conftest": {"type": "boolean",
                                  "description": "Run even when the agent created or changed a "
                                                 "conftest.py (default false: that fails the "
