@@ -424,15 +424,16 @@ def test_the_built_in_graders_examples_are_checks_a_suite_takes(registry):
 
 
 @pytest.mark.parametrize("example, said", [
-    ("- type: listed\n  argv: [cat, out.txt]",
-     "grader 'listed': its example is not YAML a suite takes (line 2): flow style"),
+    ("- type: listed\n  argv: [cat, out.txt",
+     "grader 'listed': its example is not YAML a suite takes (line 2): invalid YAML: a list "
+     "written in [...] (flow style) starts on this line and is not closed"),
     ("- type: listed\n  argv:\n    - 3",
      "grader 'listed': its example is not a valid check: invalid listed check (evalctl "
      "validate refuses it too): argv[0]: expected text"),
     ("type: listed", "its example must be one check, as it is written under `checks:`"),
 ])
 def test_registry_with_refuses_a_grader_whose_example_a_suite_would_refuse(example, said):
-    """Found by a newcomer: an example in flow style, which suites refuse, went into the
+    """Found by a newcomer: an example suites refused (then, flow style) went into the
     generated docs unchecked."""
     from evalctl.testing import registry_with as plugin_registry
 
