@@ -32,8 +32,10 @@ def sandbox_name(request):
     return request.param
 
 
-def graded(tmp_path, sandbox_name, check, seed=BUGGY, agent_files=None, final_text="Done."):
-    """Seed a workspace, apply what the agent wrote, and grade one check as a run does."""
+def graded(tmp_path, sandbox_name, check, seed=BUGGY, agent_files=None, final_text="Done.",
+           **sandbox_options):
+    """Seed a workspace, apply what the agent wrote, and grade one check as a run does
+    (in a sandbox opened with `sandbox_options`)."""
     workspace = create_workspace(new_run_directory(tmp_path), "task", seed)
     for relative, content in (agent_files or {}).items():
         target = workspace.root / relative
@@ -42,7 +44,8 @@ def graded(tmp_path, sandbox_name, check, seed=BUGGY, agent_files=None, final_te
     result = evalctl.AgentResult(final_text, "completed", 1, 1, evalctl.TokenUsage(), 0.0, 0.1,
                                  workspace.changed_files(), workspace.ledger_path,
                                  seed_path=workspace.seed_path,
-                                 sandbox=sandbox_for(workspace, sandbox_name))
+                                 sandbox=sandbox_for(workspace, sandbox_name,
+                                                     **sandbox_options))
     spec = evalctl.testing.registry_with().graders[check["type"]]
     return asyncio.run(grade(check, spec, workspace.root, result))
 
@@ -1153,6 +1156,113 @@ def test_a_bytecode_cache_forged_while_the_tests_run_is_never_read(tmp_path):
         tests = next(c for c in task.checks if c.type == "tests_pass")
         assert not tests.passed, (task.task_id, tests.detail)
         assert "tests/test_calc.py::test_add (failed)" in tests.detail, tests.detail
+
+
+# Run by a test run's tests: module `name` in `directory`, whose source binds VALUE to
+# "source", and a forged bytecode cache of it (in `caches`, its __pycache__ by default)
+# that binds "forged": unchecked, hash-based, which Python reads whatever the source holds.
+FORGE = """\
+import importlib, importlib.util, marshal, os, sys, tempfile
+
+
+def forge(directory, name, caches=None, source=True):
+    path = os.path.join(directory, name + ".py")
+    if source:
+        with open(path, "w") as handle:
+            handle.write('VALUE = "source"\\n')
+    caches = caches or os.path.join(directory, "__pycache__")
+    os.makedirs(caches, exist_ok=True)
+    code = compile('VALUE = "forged"\\n', path, "exec", dont_inherit=True)
+    with open(os.path.join(caches, f"{name}.{sys.implementation.cache_tag}.pyc"), "wb") as f:
+        f.write(importlib.util.MAGIC_NUMBER + b"\\x01\\x00\\x00\\x00" + bytes(8)
+                + marshal.dumps(code))
+    if directory not in sys.path:
+        sys.path.append(directory)
+    importlib.invalidate_caches()
+    return importlib.import_module(name).VALUE
+"""
+
+
+def test_the_forge_makes_a_cache_python_reads(tmp_path):
+    """The tests' forged cache is one Python reads without the witness (else the tests
+    below that it is not read show nothing)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "forge.py").write_text(FORGE)
+    ran = subprocess.run([sys.executable, "-c", "import forge, sys; print(forge.forge("
+                          "sys.argv[1], 'evalctl_forged'))", str(tmp_path)], cwd=tmp_path,
+                         capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == "forged", ran
+
+
+def test_a_forged_cache_the_test_run_could_write_is_never_read(tmp_path, sandbox_name):
+    """The witness reads a module's bytecode cache only where the test run could not
+    have written it: one written by the tests' own process (the agent's code) in the
+    workspace or in the run's TMPDIR, where a source beside it is imported for the
+    first time, is not read: the module runs its source."""
+    test = FORGE + """
+
+def test_not_in_the_workspace():
+    assert forge(os.getcwd(), "evalctl_forged_here") == "source"
+
+
+def test_not_in_tmpdir():
+    assert forge(tempfile.mkdtemp(), "evalctl_forged_in_tmp") == "source"
+"""
+    result = graded(tmp_path, sandbox_name, TESTS_PASS, seed={"test_forged.py": test})
+    assert result.passed, result.detail
+    assert "2 passed" in result.detail, result.detail
+
+
+def _plant(directory: Path, name: str, cached: str) -> None:
+    """Module `name` in `directory`, whose source binds VALUE to "source", and a bytecode
+    cache of it beside it, valid for that source (by its time and size), that binds
+    `cached`: which of the two an import sees says whether the cache was read."""
+    import importlib.util
+    import marshal
+    import sys
+
+    source = directory / f"{name}.py"
+    source.write_text('VALUE = "source"\n')
+    info = source.stat()
+    code = compile(f"VALUE = {cached!r}\n", str(source), "exec", dont_inherit=True)
+    (directory / "__pycache__").mkdir(exist_ok=True)
+    (directory / "__pycache__" / f"{name}.{sys.implementation.cache_tag}.pyc").write_bytes(
+        importlib.util.MAGIC_NUMBER + bytes(4)
+        + (int(info.st_mtime) & 0xFFFFFFFF).to_bytes(4, "little")
+        + (info.st_size & 0xFFFFFFFF).to_bytes(4, "little") + marshal.dumps(code))
+
+
+def test_a_read_only_installations_bytecode_cache_is_read(tmp_path, require_bwrap):
+    """Under `bwrap`, the Python installation (and `ro_paths`) is mounted read-only: no
+    code of the test run can have written a cache there, so the witness reads it rather
+    than compile the module again (what made a test run that imports much twice as
+    slow). A module there whose cache binds another value than its source shows which
+    one was run. Beside a source there whose `__pycache__` is a link to a writable
+    place, a cache the test run forged there is not read."""
+    installed, linked = tmp_path / "installed", tmp_path / "linked"
+    installed.mkdir()
+    linked.mkdir()
+    _plant(installed, "evalctl_installed", "cache")
+    (linked / "evalctl_linked.py").write_text('VALUE = "source"\n')
+    (linked / "__pycache__").symlink_to("/tmp/evalctl-linked-caches")  # the sandbox's /tmp
+    test = FORGE + f"""
+
+def test_the_installations_cache_is_read():
+    sys.path.append({str(installed)!r})
+    import evalctl_installed
+    assert evalctl_installed.VALUE == "cache"
+
+
+def test_a_cache_reached_through_a_link_to_a_writable_place_is_not():
+    assert forge({str(linked)!r}, "evalctl_linked", caches="/tmp/evalctl-linked-caches",
+                 source=False) == "source"
+"""
+    result = graded(tmp_path / "run", "bwrap", TESTS_PASS, seed={"test_caches.py": test},
+                    ro_paths=[str(installed), str(linked)])
+    assert result.passed, result.detail
+    assert "2 passed" in result.detail, result.detail
 
 
 NAMES_THE_HIDDEN_TEST = """\

@@ -31,6 +31,7 @@ import json
 import operator
 import os
 import secrets
+import stat
 import sys
 import types
 from typing import Any
@@ -366,17 +367,98 @@ def _function(impl: Any) -> Any:
     return getattr(impl, "function", None)
 
 
-_BINDINGS = _Bindings()
-_BINDINGS.take()  # as they are before any conftest.py is imported; settled at collection
-# No bytecode cache is read or written from here on, by Python's import or by pytest's
-# assertion rewriter: both look for caches under sys.pycache_prefix, and no directory can
-# be made below the null device. A cache beside a test file is read by its source's hash
-# or time, not checked against what the file compiles to: one the agent's code wrote
-# there (where the sandbox lets it: `local`) for a test file not yet imported ran another
-# module body with the test's own functions (found by an attacker round). Changed back,
-# the next check says so.
+# No bytecode cache is written from here on, and none is read that the test run could
+# have written: Python's import and pytest's assertion rewriter look for caches under
+# sys.pycache_prefix, and no directory can be made below the null device. A cache beside
+# a test file is read by its source's hash or time, not checked against what the file
+# compiles to: one the agent's code wrote there (where the sandbox lets it: `local`) for
+# a test file not yet imported ran another module body with the test's own functions
+# (found by an attacker round). Changed back, the next check says so.
 sys.pycache_prefix = os.path.join(os.devnull, "evalctl-witness-no-bytecode")
 _PYCACHE_PREFIX = sys.pycache_prefix
+
+
+def _workspace_prefix() -> str:
+    """The workspace (the test run's directory, as evalctl starts it), ending in a
+    separator: nothing below it is read from a cache, even where the sandbox binds it
+    read-only (the agent wrote there before). "/" where it cannot be told: nothing is."""
+    try:
+        return os.path.join(os.path.realpath(os.getcwd()), "")
+    except OSError:
+        return os.sep
+
+
+_WORKSPACE = _workspace_prefix()
+_EXTERNAL = sys.modules["_frozen_importlib_external"]  # importlib's loaders
+_SourceFileLoader = _EXTERNAL.SourceFileLoader
+_READ_FILE = _EXTERNAL.FileLoader.get_data
+_CACHE_FROM_SOURCE = _EXTERNAL.cache_from_source
+_fstat, _fstatvfs, _geteuid, _realpath = os.fstat, os.fstatvfs, os.geteuid, os.path.realpath
+_os_open, _os_close = os.open, os.close
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def _unchangeable(fd: int) -> bool:
+    """Whether no code of this process can change what the open file or directory `fd`
+    holds: it is on a read-only mount (the Python installation under `bwrap`), or it is
+    another user's, writable by its owner alone, and this process is not root (a system
+    Python's under `local`). Asked of the open file, not of its path: a path can be made
+    to lead elsewhere between a look and a read."""
+    if _fstatvfs(fd).f_flag & os.ST_RDONLY:
+        return True
+    info = _fstat(fd)
+    user = _geteuid()
+    return user != 0 and info.st_uid != user and not info.st_mode & 0o022
+
+
+def _trusted_cache(source: str, name: str) -> bytes:
+    """The bytecode cache `name` in the `__pycache__` beside `source` (where Python keeps
+    it without sys.pycache_prefix), if no code of the test run could have written it or
+    put it there: the source's directory (its entries are the source and `__pycache__`),
+    the source, `__pycache__` and the cache all unchangeable, by their real paths, each
+    opened inside the directory opened before it (a parent renamed or linked elsewhere
+    since changes nothing then); none in the workspace. Else an OSError, and the module
+    is compiled from its source."""
+    real = _realpath(source)
+    if real.startswith(_WORKSPACE):
+        raise FileNotFoundError(f"no bytecode cache is read in the workspace: {source}")
+    directory, base = os.path.split(real)
+    opened: list[int] = []
+    try:
+        # (name, the index in `opened` of the directory it is in, flags)
+        for entry, inside, flags in ((directory, None, os.O_DIRECTORY), (base, 0, 0),
+                                     ("__pycache__", 0, os.O_DIRECTORY), (name, 2, 0)):
+            opened.append(_os_open(entry, _OPEN_FLAGS | flags,
+                                   dir_fd=None if inside is None else opened[inside]))
+            if not _unchangeable(opened[-1]):
+                raise FileNotFoundError(f"a bytecode cache the test run could write: {source}")
+        if not stat.S_ISREG(_fstat(opened[-1]).st_mode):
+            raise FileNotFoundError(f"not a file: {name}")
+        with _ORIGINAL_OPEN(opened[-1], "rb", closefd=False) as handle:
+            return handle.read()
+    finally:
+        for fd in opened:
+            _os_close(fd)
+
+
+def _get_data(self: Any, path: Any) -> bytes:
+    """importlib's SourceFileLoader.get_data, through which its get_code reads a module's
+    bytecode cache (looked for under the witness's sys.pycache_prefix, where there is
+    none) and its source: the cache from beside the source when no code of the test run
+    could have written it (_trusted_cache), any other file as Python reads it. The
+    Python installation's own caches, under `bwrap` (and a system Python's under
+    `local`), spare a test run compiling all it imports; nothing the agent could write is
+    read."""
+    if isinstance(path, str) and path.startswith(_PYCACHE_PREFIX + os.sep):
+        if path != _CACHE_FROM_SOURCE(self.path):
+            raise FileNotFoundError(path)
+        return _trusted_cache(self.path, os.path.basename(path))
+    return _READ_FILE(self, path)
+
+
+_SourceFileLoader.get_data = _get_data
+_BINDINGS = _Bindings()
+_BINDINGS.take()  # as they are before any conftest.py is imported; settled at collection
 # The run's own fresh HOME and TMPDIR: nothing there defines a plugin or a test but code
 # the run itself wrote there. The Python installation and this module's directory may lie
 # below them (mounted read-only, as a test's site-packages under the host's /tmp): not
