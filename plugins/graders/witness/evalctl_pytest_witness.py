@@ -448,7 +448,7 @@ def _get_data(self: Any, path: Any) -> bytes:
     could have written it (_trusted_cache), any other file as Python reads it. The
     Python installation's own caches, under `bwrap` (and a system Python's under
     `local`), spare a test run compiling all it imports; nothing the agent could write is
-    read."""
+    read. Replaced or taken away, the next check says so."""
     if isinstance(path, str) and path.startswith(_PYCACHE_PREFIX + os.sep):
         if path != _CACHE_FROM_SOURCE(self.path):
             raise FileNotFoundError(path)
@@ -1510,6 +1510,12 @@ def _note_tampering() -> None:
     _note(_PLUGIN_STATE.changed())
     if sys.pycache_prefix != _PYCACHE_PREFIX:
         _note(["sys.pycache_prefix"])
+    # How a module's bytecode cache is found and read (_get_data): whatever put them back
+    # or replaced them before collection started, when everything else is taken anew.
+    if vars(_SourceFileLoader).get("get_data") is not _get_data:
+        _note(["_frozen_importlib_external.SourceFileLoader.get_data"])
+    if vars(_EXTERNAL).get("cache_from_source") is not _CACHE_FROM_SOURCE:
+        _note(["_frozen_importlib_external.cache_from_source"])
     _note(_namespaces_changed())
     _note(_states_changed())
 
