@@ -1265,6 +1265,35 @@ def test_a_cache_reached_through_a_link_to_a_writable_place_is_not():
     assert "2 passed" in result.detail, result.detail
 
 
+def test_no_cache_is_read_in_the_workspace_or_through_a_linked_source(tmp_path,
+                                                                       require_bwrap):
+    """A read-only directory is no proof where the agent wrote before: the witness reads
+    no cache below the test run's directory (the workspace, where evalctl starts it), nor
+    one beside a source that is a link. The same planted module, imported by a process
+    with the witness loaded, runs its cache from elsewhere, its source from inside."""
+    import sys
+
+    from evalctl.plugins.graders.tests_pass import WITNESS_DIR
+
+    installed = tmp_path / "installed"
+    installed.mkdir()
+    _plant(installed, "evalctl_installed", "cache")
+    _plant(installed, "evalctl_linked", "cache")
+    (installed / "evalctl_linked.py").rename(installed / "evalctl_target.py")
+    (installed / "evalctl_linked.py").symlink_to("evalctl_target.py")
+    workspace = create_workspace(new_run_directory(tmp_path / "run"), "task", {})
+    sandbox = sandbox_for(workspace, "bwrap", ro_paths=[str(installed)])
+    values = (f"import sys; sys.path.append({str(WITNESS_DIR)!r}); import pytest, "
+              f"evalctl_pytest_witness; sys.path.append({str(installed)!r}); import "
+              "evalctl_installed, evalctl_linked; "
+              "print(evalctl_installed.VALUE, evalctl_linked.VALUE)")
+    python = shlex.quote(sys.executable)
+    ran = asyncio.run(sandbox.run(
+        f"{python} -I -c {shlex.quote(values)}; cd {shlex.quote(str(installed))} && "
+        f"{python} -I -c {shlex.quote(values)}", timeout=120, merge_stderr=True))
+    assert ran.stdout.split() == ["cache", "source", "source", "source"], ran.stdout
+
+
 @pytest.mark.parametrize("undoing", [
     "import importlib.machinery\n\ndel importlib.machinery.SourceFileLoader.get_data\n",
     "import functools, importlib._bootstrap_external as loaders\n\n"

@@ -393,9 +393,10 @@ _EXTERNAL = sys.modules["_frozen_importlib_external"]  # importlib's loaders
 _SourceFileLoader = _EXTERNAL.SourceFileLoader
 _READ_FILE = _EXTERNAL.FileLoader.get_data
 _CACHE_FROM_SOURCE = _EXTERNAL.cache_from_source
-_fstat, _fstatvfs, _geteuid, _realpath = os.fstat, os.fstatvfs, os.geteuid, os.path.realpath
-_os_open, _os_close = os.open, os.close
-_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+_fstat, _fstatvfs, _geteuid, _readlink, _realpath = (
+    os.fstat, os.fstatvfs, os.geteuid, os.readlink, os.path.realpath)
+_os_open, _os_read, _os_close = os.open, os.read, os.close
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 def _unchangeable(fd: int) -> bool:
@@ -411,31 +412,44 @@ def _unchangeable(fd: int) -> bool:
     return user != 0 and info.st_uid != user and not info.st_mode & 0o022
 
 
+def _opened_where(fd: int, path: str) -> str:
+    """The real path of the directory `fd`, opened by `path`: the kernel's name for what
+    was opened (a link or a renamed parent since changes nothing), else `path` resolved."""
+    try:
+        return _readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return _realpath(path)
+
+
 def _trusted_cache(source: str, name: str) -> bytes:
     """The bytecode cache `name` in the `__pycache__` beside `source` (where Python keeps
     it without sys.pycache_prefix), if no code of the test run could have written it or
     put it there: the source's directory (its entries are the source and `__pycache__`),
-    the source, `__pycache__` and the cache all unchangeable, by their real paths, each
-    opened inside the directory opened before it (a parent renamed or linked elsewhere
-    since changes nothing then); none in the workspace. Else an OSError, and the module
-    is compiled from its source."""
-    real = _realpath(source)
-    if real.startswith(_WORKSPACE):
-        raise FileNotFoundError(f"no bytecode cache is read in the workspace: {source}")
-    directory, base = os.path.split(real)
+    the source, `__pycache__` and the cache all unchangeable, each opened inside the
+    directory opened before it (a link or a renamed parent changes nothing once the
+    directory is open; the three inside it are not followed if links), and none in the
+    workspace. Else an OSError, and the module is compiled from its source."""
+    directory, base = os.path.split(source)
     opened: list[int] = []
     try:
         # (name, the index in `opened` of the directory it is in, flags)
-        for entry, inside, flags in ((directory, None, os.O_DIRECTORY), (base, 0, 0),
-                                     ("__pycache__", 0, os.O_DIRECTORY), (name, 2, 0)):
+        for entry, inside, flags in ((directory or ".", None, os.O_DIRECTORY),
+                                     (base, 0, os.O_NOFOLLOW),
+                                     ("__pycache__", 0, os.O_NOFOLLOW | os.O_DIRECTORY),
+                                     (name, 2, os.O_NOFOLLOW)):
             opened.append(_os_open(entry, _OPEN_FLAGS | flags,
                                    dir_fd=None if inside is None else opened[inside]))
+            if inside is None and os.path.join(_opened_where(opened[0], entry), "") \
+                    .startswith(_WORKSPACE):
+                raise FileNotFoundError(f"no bytecode cache is read in the workspace: {source}")
             if not _unchangeable(opened[-1]):
                 raise FileNotFoundError(f"a bytecode cache the test run could write: {source}")
         if not stat.S_ISREG(_fstat(opened[-1]).st_mode):
             raise FileNotFoundError(f"not a file: {name}")
-        with _ORIGINAL_OPEN(opened[-1], "rb", closefd=False) as handle:
-            return handle.read()
+        data = []
+        while chunk := _os_read(opened[-1], 1 << 20):
+            data.append(chunk)
+        return b"".join(data)
     finally:
         for fd in opened:
             _os_close(fd)
