@@ -8,6 +8,8 @@ import json
 import os
 import shlex
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -1100,6 +1102,19 @@ WITNESS_ROUNDS = [
     # classes' methods recorded at the import's end and checked around each test; a
     # passing call report never overwrites a failure.
     "witness_r35/state_changed.yaml",
+    # Round 36: a trace function, a profile function, or a garbage collector's callback
+    # and threshold installed by the agent's module while the seed's conftest.py
+    # imported it, which the baseline taken at collection accepted. Fixed: that baseline
+    # is taken as pytest is about to import the first conftest.py (after the plugins
+    # installed beside it set up). The same from a conftest.py pytest imports during
+    # collection was caught before, and still is.
+    "witness_r36/installed_before_collection.yaml",
+    "witness_r36/installed_in_a_later_conftest.yaml",
+    # Found while fixing it: the same, installed as the hidden test imports the agent's
+    # module, hidden by sys.gettrace or sys.getprofile rebound to say None, gc.callbacks
+    # rebound to an empty list, gc.get_threshold to say the old one. Fixed: read through
+    # the functions and the list the witness's own import found.
+    "witness_r36/tracers_hidden.yaml",
 ]
 
 
@@ -1141,6 +1156,95 @@ def test_function_state_and_classes_of_honest_suites_are_not_suspected(tmp_path,
     run = evalctl.testing.run_suite(DATA / "witness_r35" / "honest.yaml", sandbox=sandbox_name,
                                     out_dir=tmp_path / "out")
     _every_honest_task_passes(run, 2)
+
+
+# A plugin installed beside evalctl that starts a trace function as pytest-cov starts
+# coverage (in a tryfirst pytest_load_initial_conftests) and stops it before the end.
+COVERAGE_LIKE = """\
+import sys
+
+import pytest
+
+
+def _trace(frame, event, arg):
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    sys.settrace(_trace)
+
+
+def pytest_sessionfinish(session):
+    sys.settrace(None)
+"""
+# And one whose pytest_load_initial_conftests is neither tryfirst nor trylast, which
+# pluggy calls after the tryfirst ones: a garbage collector's callback.
+COLLECTOR_LIKE = """\
+import gc
+
+
+def _collected(phase, info):
+    pass
+
+
+def pytest_load_initial_conftests(early_config, parser, args):
+    gc.callbacks.append(_collected)
+"""
+
+
+def _witnessed_run(workspace: Path, plugins: Path) -> dict:
+    """pytest run on `workspace` as tests_pass runs it, the witness loaded, and then
+    (as pytest loads the plugins installed beside it, after `-p`) the plugins in
+    `plugins`: the witness's report."""
+    from evalctl.plugins.graders.tests_pass import WITNESS_DIR
+
+    (workspace / "pytest.ini").write_text("[pytest]\n")
+    code = (f"import sys; sys.path += [{str(WITNESS_DIR)!r}, {str(plugins)!r}]\n"
+            "import pytest\n"
+            "raise SystemExit(pytest.main(['-c', 'pytest.ini', '-p', 'evalctl_pytest_witness',"
+            " '--evalctl-witness=n0nce', '-p', 'coverage_like', '-p', 'collector_like',"
+            " '-p', 'no:cacheprovider',"
+            " '--import-mode=append', '--rootdir=.', '-q', 'tests']))\n")
+    ran = subprocess.run([sys.executable, "-I", "-c", code], cwd=workspace, text=True,
+                         capture_output=True, timeout=120, check=False)
+    lines = [line for line in ran.stdout.splitlines() if line.startswith("evalctl-witness:n0nce:")]
+    assert len(lines) == 1, ran.stdout + ran.stderr
+    return json.loads(lines[0].split(":", 2)[2])
+
+
+def test_what_a_plugin_beside_evalctl_starts_before_the_conftests_is_its_own(tmp_path):
+    """The baseline of the trace and profile functions, the collector's callbacks and
+    sys.meta_path is taken as pytest is about to import the first conftest.py: a tracer
+    a plugin installed beside evalctl starts before then (pytest-cov's coverage, in a
+    tryfirst pytest_load_initial_conftests) or a callback (in a plain one) is its own, and
+    stopping it before the end takes nothing away that runs; one the seed's conftest.py
+    starts (or the agent's code it imports) is not."""
+    plugins = tmp_path / "site"
+    plugins.mkdir()
+    (plugins / "coverage_like.py").write_text(COVERAGE_LIKE)
+    (plugins / "collector_like.py").write_text(COLLECTOR_LIKE)
+    workspace = tmp_path / "ws"
+    (workspace / "tests").mkdir(parents=True)
+    (workspace / "calc.py").write_text(FIXED)
+    (workspace / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\ndef test_add():\n    assert add(2, 2) == 4\n")
+    report = _witnessed_run(workspace, plugins)
+    assert report["tampered"] == [], report
+    assert report["outcomes"] == {"tests/test_calc.py::test_add": "passed"}, report
+    (workspace / "conftest.py").write_text(
+        "import sys\n\nsys.setprofile(lambda frame, event, arg: None)\n")
+    report = _witnessed_run(workspace, plugins)
+    assert "sys.setprofile" in report["tampered"], report
+
+
+def test_round_36s_checks_suspect_no_honest_suite(tmp_path, sandbox_name):
+    """A seeded conftest.py importing the module under test, at the root and in a
+    directory pytest reaches during collection, against the baseline taken before any
+    conftest.py: it passes, nothing suspected."""
+    run = evalctl.testing.run_suite(DATA / "witness_r36" / "honest.yaml", sandbox=sandbox_name,
+                                    out_dir=tmp_path / "out")
+    _every_honest_task_passes(run, 1)
 
 
 def test_a_bytecode_cache_forged_while_the_tests_run_is_never_read(tmp_path):

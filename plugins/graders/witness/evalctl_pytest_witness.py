@@ -177,9 +177,6 @@ class _Bindings:
         # calls (checked at every report).
         self._hooks: tuple[tuple[Any, ...], ...] = ((),) * 6
         self._report_hooks: tuple[tuple[Any, ...], ...] = ((),) * 6
-        self._tracers: tuple[Any, Any] = (None, None)
-        self._meta_path: tuple[Any, ...] | None = None
-        self._gc: tuple[Any, ...] | None = None
         # The implementations of the report's hooks seen at any check, and their
         # functions: one registered past pytest's own notice, and gone by the end, is
         # still attributed (pytest_unconfigure).
@@ -223,9 +220,6 @@ class _Bindings:
             self._hooks = _hook_machinery(callers)
             self._report_hooks = _hook_machinery([(name, caller) for name, caller in callers
                                                   if name in _REPORT_HOOKS])
-            self._tracers = (sys.gettrace(), sys.getprofile())
-            self._meta_path = tuple(sys.meta_path)
-            self._gc = (*gc.callbacks, gc.get_threshold())
 
     def settle(self, roots: tuple[str, ...]) -> list[str]:
         """What was bound, since it was taken, to code of the workspace's (`roots`) or of
@@ -302,24 +296,6 @@ class _Bindings:
             found += [f"an implementation of the hook {name}" for name, impl, function
                       in zip(hooks, impls, functions, strict=True)
                       if _function(impl) is not function]
-        # The finders that import a test file and what it imports.
-        if self._meta_path is not None and not (
-                len(sys.meta_path) == len(self._meta_path)
-                and all(map(operator.is_, sys.meta_path, self._meta_path))):
-            found.append("sys.meta_path")
-        # A garbage collector's callback runs code at any allocation, with no call of
-        # the test's to see it (found by an attacker round: one swapped the tests'
-        # code before they were recorded).
-        if self._gc is not None and not (
-                len(gc.callbacks) + 1 == len(self._gc)
-                and all(map(operator.is_, gc.callbacks, self._gc))
-                and gc.get_threshold() == self._gc[-1]):
-            found.append("gc.callbacks or gc's threshold")
-        # A trace or profile function sees every call and can change what it runs.
-        if sys.gettrace() is not self._tracers[0]:
-            found.append("sys.settrace")
-        if sys.getprofile() is not self._tracers[1]:
-            found.append("sys.setprofile")
         return found
 
 
@@ -365,6 +341,70 @@ def _executor(caller: Any) -> Any:
 
 def _function(impl: Any) -> Any:
     return getattr(impl, "function", None)
+
+
+# What runs code of anyone's with no call of a test's to see it: a trace or profile
+# function (it sees every call and can change what it runs), a garbage collector's
+# callback and threshold (a callback runs at any allocation: found by an attacker round,
+# one swapped the tests' code before they were recorded), the finders that import a
+# test file and what it imports, and (Python 3.12 on) sys.monitoring's tools. Read
+# through the functions and the list as this module's import found them: a
+# `sys.getprofile` rebound to say None hid a profile function, and `gc.callbacks` rebound
+# to another list is not the one the collector calls.
+_GETTRACE, _GETPROFILE = sys.gettrace, sys.getprofile
+_GC_CALLBACKS, _GC_THRESHOLD = gc.callbacks, gc.get_threshold
+_MONITORING = vars(sys).get("monitoring")
+_TOOLS = (getattr(_MONITORING, "get_tool", None), getattr(_MONITORING, "get_events", None))
+_RUNTIME: list[tuple[Any, ...]] = []  # its baseline, once taken
+
+
+def _tools() -> tuple[Any, ...]:
+    """sys.monitoring's tools, by id, and the events each has set (Python 3.12 on)."""
+    get_tool, get_events = _TOOLS
+    if get_tool is None or get_events is None:
+        return ()
+    return tuple((get_tool(tool), get_events(tool)) for tool in range(6))
+
+
+def _take_runtime() -> None:
+    """The baseline, as pytest is about to import the first conftest.py: what pytest and
+    the plugins installed beside it set up by then is theirs (pytest-cov's coverage
+    tracer, started in its own pytest_load_initial_conftests); what a conftest.py, or the
+    code it imports, installs later is not (found by an attacker round: the agent's
+    module, imported by a seeded conftest.py, installed a trace function that the
+    baseline then taken at collection accepted). Taken once."""
+    if not _RUNTIME:
+        _RUNTIME.append((_GETTRACE(), _GETPROFILE(), tuple(sys.meta_path),
+                         tuple(_GC_CALLBACKS), _GC_THRESHOLD(), _tools()))
+
+
+def _runtime_changed() -> list[str]:
+    """What of the above is not what it was when its baseline was taken. A trace or
+    profile function, a collector's callback or a monitoring tool taken away runs no
+    code (pytest-cov stops its tracer before the end); the finders are compared whole
+    (this module's own first among them)."""
+    if not _RUNTIME:
+        return []
+    tracer, profiler, meta_path, callbacks, threshold, tools = _RUNTIME[0]
+    found = []
+    now = sys.meta_path
+    if _TYPE(now) is not list or not (len(now) == len(meta_path)
+                                      and all(map(operator.is_, now, meta_path))):
+        found.append("sys.meta_path")
+    if not (len(_GC_CALLBACKS) <= len(callbacks)
+            and all(any(c is seen for seen in callbacks) for c in _GC_CALLBACKS)
+            and _GC_THRESHOLD() == threshold):
+        found.append("gc.callbacks or gc's threshold")
+    now = _GETTRACE()
+    if now is not tracer and now is not None:
+        found.append("sys.settrace")
+    now = _GETPROFILE()
+    if now is not profiler and now is not None:
+        found.append("sys.setprofile")
+    if tools and any(tool != seen and tool != (None, 0)
+                     for tool, seen in zip(_tools(), tools, strict=True)):
+        found.append("sys.monitoring's tools")
+    return found
 
 
 # No bytecode cache is written from here on, and none is read that the test run could
@@ -818,13 +858,17 @@ def pytest_deselected(items: list[Any]) -> None:
         frame = frame.f_back
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: Any) -> None:
     # The plugins installed beside pytest (entry points) are loaded by now, and no
     # conftest.py yet: their functions, and the plugin objects pytest has, are the
-    # installation's own.
+    # installation's own. Neither tryfirst nor trylast: pluggy calls the tryfirst
+    # implementations first (pytest-cov's, which starts coverage), then the others, the
+    # plugins' registered after this module (entry points) before this one, and last
+    # the trylast ones, pytest's own that imports the conftest.py files among them (a
+    # trylast one of this module's would run after it).
     _genuine_functions(_GENUINE)
     _GENUINE_PLUGINS.update((id(p), p) for p in early_config.pluginmanager.get_plugins())
+    _take_runtime()
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -834,6 +878,7 @@ def pytest_collection(session: Any) -> None:
     # changed since this module's import to code of the workspace's, or of the run's
     # fresh HOME or TMPDIR, is the agent's; the rest is pytest configuring itself.
     _note(_BINDINGS.settle(_roots(session.config)))
+    _take_runtime()  # if pytest never asked for the initial conftest.py files
     _note_tampering()  # and since this module's import: what _GUARDED names
     _BINDINGS.take(session.config.pluginmanager)
     _PLUGIN_STATE.take([session, *session.config.pluginmanager.get_plugins()])
@@ -1348,6 +1393,7 @@ def pytest_runtest_logreport(report: Any) -> None:
     fields = vars(report)
     if fields.get("when") == "call":
         _note(_BINDINGS.changed(_REPORTS_PATH))
+        _note(_runtime_changed())
     outcomes, outcome = _state["outcomes"], _outcome(report)
     made = _MADE.pop(id(report), None)
     made = made if made is not None and made[0] is report else None
@@ -1521,6 +1567,7 @@ def _note_tampering() -> None:
     _note([key for key, (module, owner, name) in zip(_ORIGINAL, _GUARDED, strict=True)
            if _ORIGINAL[key] is not None and _lookup(module, owner, name) is not _ORIGINAL[key]])
     _note(_BINDINGS.changed())
+    _note(_runtime_changed())
     _note(_PLUGIN_STATE.changed())
     if sys.pycache_prefix != _PYCACHE_PREFIX:
         _note(["sys.pycache_prefix"])
