@@ -1115,6 +1115,14 @@ WITNESS_ROUNDS = [
     # rebound to an empty list, gc.get_threshold to say the old one. Fixed: read through
     # the functions and the list the witness's own import found.
     "witness_r36/tracers_hidden.yaml",
+    # Round 36: the agent's os.environ, of a subclass of os._Environ, gave the hidden test
+    # a no-op's code as pytest's runner set PYTEST_CURRENT_TEST to "(call)", after the
+    # witness's checks before the call, and put it back at "(teardown)", after the call's
+    # report, where only the report's path was checked; the same through logging.getLogger,
+    # which pytest's logging plugin calls at each phase. Fixed: the test's function and
+    # code are checked at its call report too.
+    "witness_r36/environ_trigger.yaml",
+    "witness_r36/logging_trigger.yaml",
 ]
 
 

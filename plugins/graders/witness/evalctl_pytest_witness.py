@@ -1366,6 +1366,12 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Any:
     raised = [phase[1]] if phase is not None and phase[0] is item else []
     raised.append(_raised(call))
     _note(_namespaces_changed(item))
+    if when == "call" and item not in _CANARIES:
+        # The test's function and code as it ran, as they were checked before its call:
+        # one swapped after that check and put back after this report (found by an
+        # attacker round: by the agent's os.environ, as pytest's runner set
+        # PYTEST_CURRENT_TEST to "(call)" and then to "(teardown)").
+        _note(_replaced_test_code(item))
     report = yield
     raised.append(_raised(call))
     fields = _VARS(report)
