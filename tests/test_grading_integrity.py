@@ -1123,6 +1123,15 @@ WITNESS_ROUNDS = [
     # code are checked at its call report too.
     "witness_r36/environ_trigger.yaml",
     "witness_r36/logging_trigger.yaml",
+    # Found while fixing it: the same swap through os.environ (its type, or a key of its
+    # data whose hash is PYTEST_CURRENT_TEST's), os.putenv, inspect.iscoroutinefunction
+    # (asked by pytest_pyfunc_call), contextlib's context manager (entered by pytest's
+    # capture) or an audit hook, the swapped code putting the test's own back as it
+    # runs. Fixed: what pytest's runner calls of the standard library's in a test's
+    # call phase (but what honest tests patch too), os.environ's type and data, and
+    # audit hooks added after the witness's, checked at each call report and the other
+    # checks.
+    "witness_r36/runner_triggers.yaml",
 ]
 
 
@@ -1249,10 +1258,14 @@ def test_what_a_plugin_beside_evalctl_starts_before_the_conftests_is_its_own(tmp
 def test_round_36s_checks_suspect_no_honest_suite(tmp_path, sandbox_name):
     """A seeded conftest.py importing the module under test, at the root and in a
     directory pytest reaches during collection, against the baseline taken before any
-    conftest.py: it passes, nothing suspected."""
+    conftest.py; os.environ monkeypatched with a dict, patched in place, made a plain
+    dict by the agent's module; the standard library's modules pytest's runner calls
+    used as tests use them (logging.getLogger monkeypatched among them), a trace
+    function set and taken away within a test, ctypes: each passes, nothing
+    suspected."""
     run = evalctl.testing.run_suite(DATA / "witness_r36" / "honest.yaml", sandbox=sandbox_name,
                                     out_dir=tmp_path / "out")
-    _every_honest_task_passes(run, 1)
+    _every_honest_task_passes(run, 3)
 
 
 def test_a_bytecode_cache_forged_while_the_tests_run_is_never_read(tmp_path):

@@ -379,14 +379,15 @@ def _take_runtime() -> None:
 
 
 def _runtime_changed() -> list[str]:
-    """What of the above is not what it was when its baseline was taken. A trace or
+    """What of the above is not what it was when its baseline was taken (and what of
+    what pytest's runner calls is not as imported: below). A trace or
     profile function, a collector's callback or a monitoring tool taken away runs no
     code (pytest-cov stops its tracer before the end); the finders are compared whole
     (this module's own first among them)."""
+    found = _runner_calls_changed() + _audit_hooks_added()
     if not _RUNTIME:
-        return []
+        return found
     tracer, profiler, meta_path, callbacks, threshold, tools = _RUNTIME[0]
-    found = []
     now = sys.meta_path
     if _TYPE(now) is not list or not (len(now) == len(meta_path)
                                       and all(map(operator.is_, now, meta_path))):
@@ -405,6 +406,135 @@ def _runtime_changed() -> list[str]:
                      for tool, seen in zip(_tools(), tools, strict=True)):
         found.append("sys.monitoring's tools")
     return found
+
+
+# What pytest's runner calls of the standard library's in every test's call phase, after
+# the witness's checks before the call and before the test's body (and up to its report):
+# code put there runs with no call of the test's to see it, and can swap the test's code
+# for its call alone (found by an attacker round: os.environ replaced by an object whose
+# __setitem__ did it as pytest set PYTEST_CURRENT_TEST to "(call)"; the swapped code can
+# put the test's own back as it runs, before any check). Those nothing honest has reason
+# to change, each binding as this module's import found it (a name missing then is not
+# looked for): os's functions that os.environ and pytest's capture call, and os._Environ
+# with the mapping classes it inherits pop() and get() from; the context managers
+# pytest's capture enters; what pytest_pyfunc_call asks whether a test is a coroutine
+# function (inspect, functools, types); isinstance() against an abstract class (abc);
+# what pytest's logging plugin calls as it attaches its handlers, but for
+# logging.getLogger, which honest tests patch; pathlib's PurePath, whose comparisons it
+# makes; sys.exc_info and sys._getframe. (module, class or None, names or None: all)
+_RUNNER_CALLS: tuple[tuple[str, str | None, tuple[str, ...] | None], ...] = (
+    ("os", None, ("putenv", "unsetenv", "dup", "dup2", "fstat", "_Environ")),
+    ("os", "_Environ", None),
+    ("_collections_abc", "MutableMapping", None),
+    ("_collections_abc", "Mapping", None),
+    ("contextlib", None, ("_GeneratorContextManager", "contextmanager")),
+    ("contextlib", "_GeneratorContextManager", None),
+    ("contextlib", "_GeneratorContextManagerBase", None),
+    ("contextlib", "AbstractContextManager", None),
+    ("contextlib", "ContextDecorator", None),
+    ("inspect", None, ("iscoroutinefunction", "isasyncgenfunction", "_has_code_flag",
+                       "_has_coroutine_mark", "ismethod", "isfunction",
+                       "_signature_is_functionlike", "functools", "types")),
+    ("functools", None, ("_unwrap_partial", "partial")),
+    ("types", None, ("FunctionType", "MethodType")),
+    ("abc", None, ("ABCMeta", "_abc_instancecheck", "_abc_subclasscheck")),
+    ("abc", "ABCMeta", None),
+    ("logging", None, ("root", "_lock", "_acquireLock", "_releaseLock")),
+    ("logging", "Logger", ("addHandler", "removeHandler", "setLevel")),
+    ("logging", "Handler", ("setLevel",)),
+    ("pathlib", "PurePath", None),
+    ("sys", None, ("exc_info", "_getframe")),
+)
+_OWN_DICT = type.__dict__["__dict__"].__get__  # a class's namespace, no code of its run
+_OWN_QUALNAME = type.__dict__["__qualname__"].__get__
+
+
+def _namespaces_as_imported() -> tuple[tuple[str, Any, tuple[str, ...], tuple[Any, ...]], ...]:
+    """(label, namespace, names, objects) of _RUNNER_CALLS now."""
+    taken = []
+    for module, owner, names in _RUNNER_CALLS:
+        found: Any = sys.modules.get(module)
+        if found is not None and owner is not None:
+            found = vars(found).get(owner)
+            if not isinstance(found, type):
+                continue
+        if found is None:
+            continue
+        namespace = _OWN_DICT(found) if owner is not None else vars(found)
+        present = tuple(name for name in (namespace if names is None else names)
+                        if name in namespace)
+        taken.append((f"{module}.{owner}" if owner else module, namespace, present,
+                      tuple(namespace[name] for name in present)))
+    return tuple(taken)
+
+
+_RUNNER_NAMESPACES = _namespaces_as_imported()
+# os.environ as imported: its object, and what that holds (the functions that encode
+# and decode its keys and values, the dict of its data).
+_ENVIRON = os.environ
+_ENVIRON_TYPE = type(os.environ)
+_ENVIRON_HELD = tuple(vars(os.environ).items())
+_PLAIN = frozenset({str, bytes})  # compared, as keys, by C code of their own
+
+
+def _environ_changed() -> list[str]:
+    """os.environ not an object of os._Environ, holding what os's own held, nor a plain
+    dict (a test may monkeypatch it with one): pytest's runner writes
+    PYTEST_CURRENT_TEST into it at each phase, and reads it back at the end. Their keys
+    (and the data's values, which os._Environ decodes) must be str or bytes: an object
+    of the agent's whose hash is that of the key pytest writes runs its `__eq__` there."""
+    environ = vars(os).get("environ")
+    kind = _TYPE(environ)
+    if kind is dict:
+        return [] if _PLAIN.issuperset(map(_TYPE, environ)) else \
+            ["os.environ (a dict with keys of another type than str or bytes)"]
+    if kind is not _ENVIRON_TYPE:
+        where = _OWN_DICT(kind).get("__module__")
+        return [f"os.environ (an object of {where}.{_OWN_QUALNAME(kind)}, not of os._Environ "
+                "or dict)"]
+    held = vars(environ)
+    if environ is _ENVIRON:
+        same = len(held) == len(_ENVIRON_HELD) and all(
+            held.get(name, _MISSING) is value for name, value in _ENVIRON_HELD)
+    else:  # another os._Environ: os's functions, any data
+        same = held.keys() == dict(_ENVIRON_HELD).keys() and all(
+            held[name] is value for name, value in _ENVIRON_HELD if name != "_data")
+    data = held.get("_data")
+    if not same or _TYPE(data) is not dict or not (
+            _PLAIN.issuperset(map(_TYPE, data)) and _PLAIN.issuperset(map(_TYPE,
+                                                                          data.values()))):
+        return ["os.environ (not os's functions and data)"]
+    return []
+
+
+def _runner_calls_changed() -> list[str]:
+    """What of _RUNNER_CALLS and os.environ is not as imported."""
+    found = []
+    for label, namespace, names, values in _RUNNER_NAMESPACES:
+        if not all(map(operator.is_, map(namespace.get, names, itertools.repeat(_MISSING)),
+                       values)):
+            found += [f"{label}.{name}" for name, value in zip(names, values, strict=True)
+                      if namespace.get(name, _MISSING) is not value]
+    return found + _environ_changed()
+
+
+# An audit hook runs at every audited event (os.putenv among them, as pytest's runner sets
+# PYTEST_CURRENT_TEST), and none can be listed or taken away: one added after this one is
+# seen by this one as it is added.
+_AUDIT_HOOKS_ADDED = [0]
+
+
+def _audited(event: str, args: Any) -> None:
+    if event == "sys.addaudithook":
+        _AUDIT_HOOKS_ADDED[0] += 1
+
+
+sys.addaudithook(_audited)
+
+
+def _audit_hooks_added() -> list[str]:
+    return ["sys.addaudithook (an audit hook added after the witness loaded)"] \
+        if _AUDIT_HOOKS_ADDED[0] else []
 
 
 # No bytecode cache is written from here on, and none is read that the test run could
