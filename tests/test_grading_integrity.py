@@ -1132,6 +1132,12 @@ WITNESS_ROUNDS = [
     # audit hooks added after the witness's, checked at each call report and the other
     # checks.
     "witness_r36/runner_triggers.yaml",
+    # Round 36: through ctypes, int's immutable flag cleared and int.__eq__ set to a
+    # function that says yes in the hidden test's frames. Not stoppable in process (code
+    # that writes the interpreter's memory can change the C slot alone, and put it back);
+    # seen when left in place: builtin types' namespaces compared by identity at the
+    # witness's checks (not at each call report: some 700 names).
+    "witness_r36/builtin_type_slot.yaml",
 ]
 
 

@@ -378,13 +378,13 @@ def _take_runtime() -> None:
                          tuple(_GC_CALLBACKS), _GC_THRESHOLD(), _tools()))
 
 
-def _runtime_changed() -> list[str]:
+def _runtime_changed(builtin_types: bool = True) -> list[str]:
     """What of the above is not what it was when its baseline was taken (and what of
     what pytest's runner calls is not as imported: below). A trace or
     profile function, a collector's callback or a monitoring tool taken away runs no
     code (pytest-cov stops its tracer before the end); the finders are compared whole
     (this module's own first among them)."""
-    found = _runner_calls_changed() + _audit_hooks_added()
+    found = _runner_calls_changed(builtin_types) + _audit_hooks_added()
     if not _RUNTIME:
         return found
     tracer, profiler, meta_path, callbacks, threshold, tools = _RUNTIME[0]
@@ -445,6 +445,16 @@ _RUNNER_CALLS: tuple[tuple[str, str | None, tuple[str, ...] | None], ...] = (
     ("pathlib", "PurePath", None),
     ("sys", None, ("exc_info", "_getframe")),
 )
+# The builtin types whose methods a test's own code calls, compared the same way (their
+# namespaces, which Python keeps unchanged: found by an attacker round, int.__eq__ set to
+# a function that said yes in the hidden test's frames, through ctypes clearing int's
+# immutable flag). Code that writes the interpreter's memory can change a type's C slot
+# without its namespace, and put either back before a check: only a change left in place
+# in the namespace is seen.
+_BUILTIN_TYPES = (object, type, int, bool, float, complex, str, bytes, bytearray, list,
+                  tuple, dict, set, frozenset, type(None), range, slice, BaseException,
+                  Exception, AssertionError, types.FunctionType, types.MethodType,
+                  types.CodeType)
 _OWN_DICT = type.__dict__["__dict__"].__get__  # a class's namespace, no code of its run
 _OWN_QUALNAME = type.__dict__["__qualname__"].__get__
 
@@ -469,6 +479,8 @@ def _namespaces_as_imported() -> tuple[tuple[str, Any, tuple[str, ...], tuple[An
 
 
 _RUNNER_NAMESPACES = _namespaces_as_imported()
+_BUILTIN_NAMESPACES = tuple((kind.__name__, _OWN_DICT(kind), tuple(_OWN_DICT(kind)),
+                             tuple(_OWN_DICT(kind).values())) for kind in _BUILTIN_TYPES)
 # os.environ as imported: its object, and what that holds (the functions that encode
 # and decode its keys and values, the dict of its data).
 _ENVIRON = os.environ
@@ -507,10 +519,13 @@ def _environ_changed() -> list[str]:
     return []
 
 
-def _runner_calls_changed() -> list[str]:
-    """What of _RUNNER_CALLS and os.environ is not as imported."""
+def _runner_calls_changed(builtin_types: bool) -> list[str]:
+    """What of _RUNNER_CALLS and os.environ (and of _BUILTIN_TYPES, some 700 names,
+    checked at the witness's other checks, not at each call report) is not as
+    imported."""
     found = []
-    for label, namespace, names, values in _RUNNER_NAMESPACES:
+    for label, namespace, names, values in _RUNNER_NAMESPACES + (
+            _BUILTIN_NAMESPACES if builtin_types else ()):
         if not all(map(operator.is_, map(namespace.get, names, itertools.repeat(_MISSING)),
                        values)):
             found += [f"{label}.{name}" for name, value in zip(names, values, strict=True)
@@ -1529,7 +1544,7 @@ def pytest_runtest_logreport(report: Any) -> None:
     fields = vars(report)
     if fields.get("when") == "call":
         _note(_BINDINGS.changed(_REPORTS_PATH))
-        _note(_runtime_changed())
+        _note(_runtime_changed(builtin_types=False))
     outcomes, outcome = _state["outcomes"], _outcome(report)
     made = _MADE.pop(id(report), None)
     made = made if made is not None and made[0] is report else None
