@@ -1274,6 +1274,25 @@ def test_round_36s_checks_suspect_no_honest_suite(tmp_path, sandbox_name):
     _every_honest_task_passes(run, 3)
 
 
+def test_a_tracer_the_c_api_installed_unseen_is_taken_off_before_each_call(tmp_path,
+                                                                           sandbox_name):
+    """Round 36: a profile or trace function installed through ctypes
+    (PyEval_SetProfile, PyEval_SetTrace) with no object, which sys.getprofile() and
+    sys.gettrace() do not show, swapped the hidden test's code as pytest called it and
+    put it back. Nothing in the process can tell it from none; the witness sets none
+    before each test's call where none was installed before the conftest.py files, which
+    takes it off: the attacks fail on the test's own assertion, as the control does
+    (not suspected: nothing is seen). Installed again during the call phase, it would
+    not be: a documented limit."""
+    run = evalctl.testing.run_suite(DATA / "witness_r36" / "invisible_profile.yaml",
+                                    sandbox=sandbox_name, out_dir=tmp_path / "out")
+    assert len(run.tasks) == 3
+    for task in run.tasks:
+        tests = next(c for c in task.checks if c.type == "tests_pass")
+        assert not tests.passed, (task.task_id, tests.detail)
+        assert "tests/test_calc.py::test_add (failed)" in tests.detail, tests.detail
+
+
 def test_a_bytecode_cache_forged_while_the_tests_run_is_never_read(tmp_path):
     """Found by an attacker round, under `local` (where the tests' process can write beside
     the hidden tests): the agent's module wrote pytest's cache of the next test file, with

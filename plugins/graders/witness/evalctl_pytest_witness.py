@@ -352,6 +352,7 @@ def _function(impl: Any) -> Any:
 # `sys.getprofile` rebound to say None hid a profile function, and `gc.callbacks` rebound
 # to another list is not the one the collector calls.
 _GETTRACE, _GETPROFILE = sys.gettrace, sys.getprofile
+_SETTRACE, _SETPROFILE = sys.settrace, sys.setprofile
 _GC_CALLBACKS, _GC_THRESHOLD = gc.callbacks, gc.get_threshold
 _MONITORING = vars(sys).get("monitoring")
 _TOOLS = (getattr(_MONITORING, "get_tool", None), getattr(_MONITORING, "get_events", None))
@@ -376,6 +377,22 @@ def _take_runtime() -> None:
     if not _RUNTIME:
         _RUNTIME.append((_GETTRACE(), _GETPROFILE(), tuple(sys.meta_path),
                          tuple(_GC_CALLBACKS), _GC_THRESHOLD(), _tools()))
+
+
+def _take_off_unseen_tracers() -> None:
+    """A trace or profile function that sys.gettrace() and sys.getprofile() do not show
+    (one the interpreter's C API installed with no object: found by an attacker round,
+    through ctypes, swapping a test's code as pytest called it) cannot be told from none,
+    but setting none takes off whatever the interpreter holds: done where the baseline
+    had none either, at each test's call, before the witness's checks (a tracer can watch
+    them too). One installed again after that (by code pytest calls in the call phase)
+    is not seen."""
+    if _RUNTIME:
+        tracer, profiler = _RUNTIME[0][:2]
+        if tracer is None and _GETTRACE() is None:
+            _SETTRACE(None)
+        if profiler is None and _GETPROFILE() is None:
+            _SETPROFILE(None)
 
 
 def _runtime_changed(builtin_types: bool = True) -> list[str]:
@@ -2548,6 +2565,7 @@ def pytest_fixture_post_finalizer(fixturedef: Any, request: Any) -> None:
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_call(item: Any) -> Any:
+    _take_off_unseen_tracers()
     _sweep_hooks()
     if item not in _CANARIES:
         _note(_arguments_not_produced(item))
