@@ -1293,6 +1293,27 @@ def test_a_tracer_the_c_api_installed_unseen_is_taken_off_before_each_call(tmp_p
         assert "tests/test_calc.py::test_add (failed)" in tests.detail, tests.detail
 
 
+PYTHON_312 = Path(__file__).resolve().parent.parent / ".cache" / "python-3.12"
+PYTHON_312_COMMAND = f"python3.12 -m venv {PYTHON_312} && {PYTHON_312}/bin/pip install " \
+    "'pytest==9.2.0'"  # as .ci/run does where the machine has a Python 3.12
+
+
+def test_a_monitoring_tool_is_a_tracer_too(tmp_path):
+    """Found while fixing round 36: on Python 3.12 and later, a tool registered with
+    sys.monitoring swaps a test's code as a trace function does, and sys.gettrace()
+    never shows it. The tools and their events are part of the baseline taken before
+    any conftest.py: the attack is suspected, the control fails plainly."""
+    python = PYTHON_312 / "bin" / "python"
+    if not python.exists():  # .ci/run makes it where the machine has a Python 3.12
+        pytest.skip(f"no Python 3.12 environment at {PYTHON_312}; make it with: "
+                    f"{PYTHON_312_COMMAND}")
+    suite = (DATA / "witness_r36" / "monitoring_tool.yaml").read_text()
+    run = evalctl.testing.run_suite(suite.replace("{python}", str(python)), sandbox="local",
+                                    out_dir=tmp_path / "out")
+    assert len(run.tasks) == 2
+    _attacks_seen_controls_not(run)
+
+
 def test_a_bytecode_cache_forged_while_the_tests_run_is_never_read(tmp_path):
     """Found by an attacker round, under `local` (where the tests' process can write beside
     the hidden tests): the agent's module wrote pytest's cache of the next test file, with
