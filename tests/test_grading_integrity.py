@@ -1261,6 +1261,53 @@ def test_what_a_plugin_beside_evalctl_starts_before_the_conftests_is_its_own(tmp
     assert "sys.setprofile" in report["tampered"], report
 
 
+FINDER_LIB = """\
+import importlib.abc
+import sys
+
+
+class LibFinder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        return None
+
+
+FINDER = LibFinder()
+sys.meta_path.append(FINDER)
+"""
+
+
+@pytest.mark.parametrize("test_code, tampered", [
+    ("import finder_lib\n", False),
+    ("import finder_lib\nfinder_lib.FINDER.find_spec = lambda *a, **k: None\n", True),
+    ("import sys, finder_lib\nsys.meta_path.remove(finder_lib.FINDER)\n"
+     "sys.meta_path.insert(0, finder_lib.FINDER)\n", True),
+    ("import sys\nclass Mine:\n    def find_spec(self, *a):\n        return None\n"
+     "sys.meta_path.append(Mine())\n", True),
+    ("import sys, finder_lib\nfinder_lib.LibFinder.find_spec = lambda *a, **k: None\n", True),
+], ids=["installed", "method-set-on-it", "put-first", "the-tests-own", "class-method-replaced"])
+def test_a_finder_an_installed_library_adds_is_its_own(tmp_path, test_code, tampered):
+    """Found by checking an honest test that imports six (pandas does, through dateutil):
+    a finder an installed library appends to sys.meta_path as it is imported was taken
+    for tampering. It is accepted when it is an object of the library's own class with
+    the methods its file compiles to; one the test run's code made, or changed, or put
+    ahead of the witness's own, is not."""
+    plugins = tmp_path / "site"  # on sys.path before the witness loads: installed
+    plugins.mkdir()
+    (plugins / "coverage_like.py").write_text("")
+    (plugins / "collector_like.py").write_text("")
+    (plugins / "finder_lib.py").write_text(FINDER_LIB)
+    workspace = tmp_path / "ws"
+    (workspace / "tests").mkdir(parents=True)
+    (workspace / "tests" / "test_finder.py").write_text(
+        test_code + "\n\ndef test_it():\n    assert True\n")
+    report = _witnessed_run(workspace, plugins)
+    if tampered:
+        assert any("sys.meta_path" in found for found in report["tampered"]), report
+    else:
+        assert report["tampered"] == [], report
+        assert report["outcomes"] == {"tests/test_finder.py::test_it": "passed"}, report
+
+
 def test_round_36s_checks_suspect_no_honest_suite(tmp_path, sandbox_name):
     """A seeded conftest.py importing the module under test, at the root and in a
     directory pytest reaches during collection, against the baseline taken before any
@@ -1305,6 +1352,9 @@ def test_a_monitoring_tool_is_a_tracer_too(tmp_path):
     any conftest.py: the attack is suspected, the control fails plainly."""
     python = PYTHON_312 / "bin" / "python"
     if not python.exists():  # .ci/run makes it where the machine has a Python 3.12
+        if os.environ.get("CI"):  # CI's machine has one (pyenv's): the test must run there
+            pytest.fail(f"no Python 3.12 environment at {PYTHON_312} in CI: .ci/run makes it "
+                        "from a python3.12 on PATH or one pyenv holds")
         pytest.skip(f"no Python 3.12 environment at {PYTHON_312}; make it with: "
                     f"{PYTHON_312_COMMAND}")
     suite = (DATA / "witness_r36" / "monitoring_tool.yaml").read_text()

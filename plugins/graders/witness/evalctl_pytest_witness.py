@@ -20,6 +20,7 @@ This module imports nothing from evalctl: it runs inside the sandbox.
 
 from __future__ import annotations
 
+import abc
 import builtins
 import contextlib
 import dis
@@ -395,6 +396,72 @@ def _take_off_unseen_tracers() -> None:
             _SETPROFILE(None)
 
 
+# The methods through which an import uses a finder on sys.meta_path (and the loader it
+# may be itself).
+_FINDER_METHODS = ("find_spec", "find_module", "create_module", "exec_module",
+                   "load_module", "invalidate_caches")
+# A finder's class may be plain or abstract (importlib.abc.MetaPathFinder's subclasses).
+_PLAIN_METACLASSES = (type, abc.ABCMeta)
+# Code objects found to be what their installed file compiles to (by id, kept alive).
+_INSTALLED_CODES: dict[int, Any] = {}
+
+
+def _finders_added_by_the_installation(now: list[Any], baseline: tuple[Any, ...]) -> bool:
+    """Whether sys.meta_path is its baseline, in order and with this module's finder still
+    first, and finders an installed library added (six adds one as it is imported: an
+    honest test importing pandas, which imports it through dateutil, was taken for
+    tampering). Such a finder can serve a test no more than a module put in sys.modules
+    can, a documented limit."""
+    if not now or not baseline or now[0] is not baseline[0]:
+        return False
+    kept = [finder for finder in now if any(finder is seen for seen in baseline)]
+    if len(kept) != len(baseline) or not all(map(operator.is_, kept, baseline)):
+        return False
+    return all(_installed_finder(finder) for finder in now
+               if not any(finder is seen for seen in baseline))
+
+
+def _installed_finder(finder: Any) -> bool:
+    """Whether `finder` is an object (not a class) of a plain class whose methods an
+    import calls are each, found in its classes' own namespaces (no code of its run),
+    a function of the installation as its file compiles it, with that file's module's
+    globals, and none is set on the object itself. Judged again at each check (a method
+    can be set on it later); a code object's comparison with its file is done once."""
+    kind = _TYPE(finder)
+    if _TYPE(kind) not in _PLAIN_METACLASSES or kind is type:
+        return False
+    try:
+        own = object.__getattribute__(finder, "__dict__")
+    except AttributeError:
+        own = {}
+    if _TYPE(own) is not dict:
+        return False
+    mro = type.__dict__["__mro__"].__get__(kind)
+    found_spec = False
+    for name in _FINDER_METHODS:
+        if name in own:
+            return False
+        holder = next((klass for klass in mro if name in _OWN_DICT(klass)), None)
+        if holder is None or holder is object:
+            continue
+        method = _OWN_DICT(holder)[name]
+        if _TYPE(method) in (staticmethod, classmethod):
+            method = method.__func__
+        if _TYPE(method) is not types.FunctionType:
+            return False
+        code = method.__code__
+        home = dict.get(method.__globals__, "__file__")
+        if not (_TYPE(home) is str and (home == code.co_filename or os.path.realpath(home)
+                                         == os.path.realpath(code.co_filename))):
+            return False
+        if _INSTALLED_CODES.get(id(code)) is not code:
+            if not (_installed_file(home) and _what_its_file_holds(code)):
+                return False
+            _INSTALLED_CODES[id(code)] = code
+        found_spec = found_spec or name == "find_spec"
+    return found_spec
+
+
 def _runtime_changed(builtin_types: bool = True) -> list[str]:
     """What of the above is not what it was when its baseline was taken (and what of
     what pytest's runner calls is not as imported: below). A trace or
@@ -407,7 +474,8 @@ def _runtime_changed(builtin_types: bool = True) -> list[str]:
     tracer, profiler, meta_path, callbacks, threshold, tools = _RUNTIME[0]
     now = sys.meta_path
     if _TYPE(now) is not list or not (len(now) == len(meta_path)
-                                      and all(map(operator.is_, now, meta_path))):
+                                      and all(map(operator.is_, now, meta_path))) \
+            and not _finders_added_by_the_installation(now, meta_path):
         found.append("sys.meta_path")
     if not (len(_GC_CALLBACKS) <= len(callbacks)
             and all(any(c is seen for seen in callbacks) for c in _GC_CALLBACKS)
