@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -96,3 +98,45 @@ class GraderUnavailable(Exception):
     installed: pip install pytest"). The check is then reported as an error with that
     message, never as a failure, and the attempt is left out of completion.
     """
+
+
+def stops_the_run(exc: BaseException) -> bool:
+    """Whether `exc`, caught around a plugin's code, is the run's own stop, to be raised
+    on: Ctrl-C (KeyboardInterrupt), a coroutine being closed (GeneratorExit), or the
+    cancellation of the task that called the plugin (asyncio.CancelledError while that
+    task is being cancelled: Ctrl-C, SIGTERM, a timeout around it). Anything else a
+    plugin raises is the plugin's failure, reported as any exception is: SystemExit too
+    (a helper's sys.exit(), an argparse main() called for its work), which caught as
+    nothing ended evalctl with exit 0, no reports and no word (found by a newcomer)."""
+    if isinstance(exc, KeyboardInterrupt | GeneratorExit):
+        return True
+    import asyncio  # here: `import evalctl` stays quick
+
+    if not isinstance(exc, asyncio.CancelledError):
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no loop runs here: nothing of the run's was cancelled
+        return False
+    return task is not None and task.cancelling() > 0
+
+
+def describe_crash(exc: BaseException) -> str:
+    """A plugin's exception in a line: its type and message, and for SystemExit, what
+    raises one (its message alone, `0`, says nothing)."""
+    if isinstance(exc, SystemExit):
+        return (f"SystemExit({exc.code!r}): sys.exit() or exit() was called, by the "
+                "plugin or code it calls (an argparse main(), say)")
+    return f"{type(exc).__name__}: {exc}"
+
+
+@contextlib.contextmanager
+def plugin_failure_ignored() -> Iterator[None]:
+    """contextlib.suppress(Exception) around a plugin's call whose failure changes
+    nothing (a provider's aclose()), that lets only the run's own stop through: a
+    plugin's SystemExit is ignored as well."""
+    try:
+        yield
+    except BaseException as exc:
+        if stops_the_run(exc):
+            raise

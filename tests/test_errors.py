@@ -256,6 +256,195 @@ def test_a_sandbox_that_cannot_start_is_an_error_of_kind_sandbox(tmp_path):
     assert "--sandbox" in report["errors"][0]["remedy"]
 
 
+EXITING = """\
+- id: exits
+  prompt: Create out.txt.
+  checks:
+    - type: file_exists
+      path: out.txt
+    - type: exits_grader
+  script:
+    - tool_calls:
+        - tool: bash
+          input:
+            command: "true"
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: out.txt
+            content: "x\\n"
+    - text: Created out.txt.
+"""
+
+
+def _exiting_plugin(where: str) -> types.ModuleType:
+    """A plugin each of whose parts raises SystemExit(0) when it is `where`; the others
+    work."""
+    import evalctl.plugins.providers.scripted as scripted
+    import evalctl.plugins.sandboxes.local as local
+
+    def exit_if(part: str) -> None:
+        if part == where:
+            raise SystemExit(0)  # a helper's sys.exit(), an argparse main()
+
+    def grade_exits(check, workspace, result):
+        exit_if("grader")
+        return evalctl.CheckResult(True, "fine")
+
+    def write_exits(run, path):
+        exit_if("reporter")
+        return evalctl.write_atomically(path, "fine\n")
+
+    class Provider:
+        def __init__(self, options):
+            self.inner = scripted.create(options)
+
+        async def complete(self, request):
+            exit_if("provider")
+            return await self.inner.complete(request)
+
+        async def aclose(self):
+            exit_if("provider aclose")
+
+    class Sandbox(local.LocalSandbox):
+        async def run(self, command, **options):
+            exit_if(f"{self.request.purpose} command")
+            return await super().run(command, **options)
+
+    def create_sandbox(request):
+        exit_if("sandbox")
+        exit_if(f"{request.purpose} sandbox")
+        return Sandbox(request)
+
+    class Executor:
+        async def execute(self, plan):
+            for attempt in plan.attempts:
+                if await attempt.start():
+                    yield await attempt.run()
+                exit_if("executor")  # after the first attempt: that one is reported
+
+    async def run_agent(context):
+        exit_if("agent")
+        return await context.run_builtin_loop()
+
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="exits_grader", grade=grade_exits))
+
+    @evalctl.hookimpl
+    def evalctl_register_reporters(register):
+        register(evalctl.ReporterSpec(name="exits_reporter", write=write_exits,
+                                      extension="txt"))
+
+    @evalctl.hookimpl
+    def evalctl_register_providers(register):
+        register(evalctl.ProviderSpec(name="exits_provider", create=Provider, live=False))
+
+    @evalctl.hookimpl
+    def evalctl_register_sandboxes(register):
+        register(evalctl.SandboxSpec(name="exits_sandbox", create=create_sandbox,
+                                     isolated=False))
+
+    @evalctl.hookimpl
+    def evalctl_register_agents(register):
+        register(evalctl.AgentSpec("exits-agent", run=run_agent))
+
+    @evalctl.hookimpl
+    def evalctl_register_executors(register):
+        register(evalctl.ExecutorSpec(name="exits_executor", create=lambda options: Executor()))
+
+    plugin = types.ModuleType("exiting")
+    for hook in (evalctl_register_graders, evalctl_register_reporters,
+                 evalctl_register_providers, evalctl_register_sandboxes,
+                 evalctl_register_agents, evalctl_register_executors):
+        setattr(plugin, hook.__name__, hook)
+    return plugin
+
+
+@pytest.mark.parametrize("where, status, exit_status, said", [
+    ("grader", "error", "completed",
+     "grader crashed: SystemExit(0): sys.exit() or exit() was called"),
+    ("provider", "error", "provider_error",
+     "the provider raised SystemExit(0): sys.exit() or exit() was called"),
+    ("sandbox", "error", "sandbox_error",
+     "the sandbox failed to start: SystemExit(0): sys.exit() or exit() was called"),
+    ("grading sandbox", "error", "sandbox_error",
+     "the sandbox failed to start: SystemExit(0): sys.exit() or exit() was called"),
+    ("agent", "error", "internal_error",
+     "internal error: SystemExit(0): sys.exit() or exit() was called"),
+    ("agent command", "passed", "completed", None),  # the bash tool's: the model is told
+    ("provider aclose", "passed", "completed", None),  # ignored, as its other failures
+])
+def test_a_plugin_that_exits_during_a_run_is_its_error_and_the_run_goes_on(
+        tmp_path, where, status, exit_status, said):
+    """Found by a newcomer: a grader's sys.exit() (caught by `except Exception` nowhere)
+    ended the whole run with exit 0, no reports and no message. A plugin's SystemExit is
+    its failure, as any exception is; the run says so and exits 1."""
+    set_registry(registry_with(("exiting", _exiting_plugin(where))))
+    (tmp_path / "suite.yaml").write_text(EXITING)
+    result = run_cli(tmp_path, "suite.yaml", "--provider", "exits_provider", "--sandbox",
+                     "exits_sandbox", "--agent", "exits-agent", "--report", "r.json")
+    assert result.exit_code == (0 if status == "passed" else 1), result.output
+    task = json.loads((tmp_path / "r.json").read_text())["tasks"][0]
+    assert (task["status"], task["exit_status"]) == (status, exit_status)
+    if said is not None:
+        shown = task["error"] if where != "grader" else \
+            next(c["detail"] for c in task["checks"] if c["type"] == "exits_grader")
+        assert shown.startswith(said), shown
+    if where == "grader":  # the agent's own work still graded
+        assert task["checks"][0]["passed"]
+    if where == "agent command":
+        ledger = Path(task["ledger"]).read_text()
+        assert "bash: failed: SystemExit(0): sys.exit() or exit() was called" in ledger
+
+
+def test_an_executor_that_exits_ends_the_run_with_what_finished(tmp_path):
+    set_registry(registry_with(("exiting", _exiting_plugin("executor"))))
+    (tmp_path / "suite.yaml").write_text(EXITING + EXITING.replace("id: exits", "id: later"))
+    result = run_cli(tmp_path, "suite.yaml", "--executor", "exits_executor", "--report",
+                     "r.json")
+    assert result.exit_code == 1, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [t["status"] for t in report["tasks"]] == ["passed", "not_run"]
+    assert report["tasks"][1]["error"].startswith(
+        "the exits_executor executor failed: SystemExit(0): sys.exit() or exit() was called")
+
+
+def test_a_reporter_that_exits_is_a_failed_reporter_and_the_others_write(tmp_path):
+    """Found by a newcomer: a reporter's SystemExit(0) ended evalctl with exit 0 after a
+    failed task, the reporters after it never written."""
+    set_registry(registry_with(("exiting", _exiting_plugin("reporter"))))
+    (tmp_path / "suite.yaml").write_text(EXITING.replace(  # a failed task
+        "- type: file_exists\n      path: out.txt", "- type: file_exists\n      path: no.txt"))
+    result = run_cli(tmp_path, "suite.yaml", "--reporter", "exits_reporter",
+                     "--reporter", "markdown", "--report", "r.json")
+    assert result.exit_code == 1, result.output
+    assert "reporter 'exits_reporter' from plugin 'exiting' (test-dist 1.0) failed" in \
+        result.output
+    assert "SystemExit(0): sys.exit() or exit() was called" in result.output
+    assert json.loads((tmp_path / "r.json").read_text())["tasks"][0]["status"] == "failed"
+    assert list((tmp_path / "eval_reports").glob("report-*.md"))  # written after it
+
+
+def test_a_grader_preflight_that_exits_stops_the_run_naming_it(tmp_path):
+    def exits(checks):
+        raise SystemExit(0)
+
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="exits_grader", preflight=exits,
+                                    grade=lambda c, w, r: evalctl.CheckResult(True)))
+
+    plugin = types.ModuleType("exiting")
+    plugin.evalctl_register_graders = evalctl_register_graders
+    set_registry(registry_with(("exiting", plugin)))
+    (tmp_path / "suite.yaml").write_text(EXITING)
+    result = run_cli(tmp_path, "suite.yaml")
+    assert result.exit_code == 2, result.output
+    assert "the exits_grader checks cannot run: the grader's preflight failed (plugin " \
+           "'exiting' (test-dist 1.0)): SystemExit(0)" in result.output
+
+
 def _run(*tasks: TaskResult) -> RunResult:
     return RunResult("s.yaml", "s", "0" * 64, "scripted", None, "", "", "0", {}, list(tasks),
                      repeat=max(t.attempt for t in tasks))

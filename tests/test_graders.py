@@ -349,6 +349,59 @@ def test_a_grader_that_raises_is_a_failed_check_and_the_run_goes_on(workspace):
     assert outcome.error and "expected evalctl.CheckResult" in outcome.detail
 
 
+def _exits(check, workspace, result):
+    raise SystemExit(0)  # a helper's sys.exit(), an argparse main() called for its work
+
+
+async def _exits_on_the_loop(check, workspace, result):
+    await asyncio.sleep(0)
+    raise SystemExit(0)
+
+
+def _interrupts(check, workspace, result):
+    raise KeyboardInterrupt  # in a pool thread: the grader's own, never a Ctrl-C
+
+
+async def _cancels_itself(check, workspace, result):
+    raise asyncio.CancelledError  # the run cancelled nothing: the grader's own
+
+
+@pytest.mark.parametrize("grader, said", [
+    (_exits, "grader crashed: SystemExit(0): sys.exit() or exit() was called"),
+    (_exits_on_the_loop, "grader crashed: SystemExit(0): sys.exit() or exit() was called"),
+    (_interrupts, "grader crashed: KeyboardInterrupt: "),
+    (_cancels_itself, "grader crashed: CancelledError: "),
+])
+def test_a_grader_that_exits_is_a_crashed_check_not_the_end_of_the_run(workspace, grader, said):
+    """Found by a newcomer: a grader's SystemExit went through `except Exception`, out
+    of the pool's thread and the event loop, and ended evalctl with exit 0, no reports."""
+    spec = evalctl.GraderSpec(name="exits", grade=grader)
+    outcome = asyncio.run(grade({"type": "exits"}, spec, workspace.root,
+                                agent_result(workspace)))
+    assert (outcome.passed, outcome.error) == (False, True)
+    assert outcome.detail.startswith(said), outcome.detail
+
+
+def test_the_runs_own_cancellation_still_stops_a_grader(workspace):
+    started = asyncio.Event()
+
+    async def waits(check, workspace, result):
+        started.set()
+        await asyncio.sleep(60)
+        return evalctl.CheckResult(True, "never")
+
+    async def main():
+        spec = evalctl.GraderSpec(name="waits", grade=waits)
+        grading = asyncio.ensure_future(grade({"type": "waits"}, spec, workspace.root,
+                                              agent_result(workspace)))
+        await started.wait()
+        grading.cancel()  # Ctrl-C, as the run's task is cancelled
+        with pytest.raises(asyncio.CancelledError):
+            await grading
+
+    asyncio.run(main())
+
+
 def test_async_graders_are_awaited(workspace):
     async def later(check, workspace, result):
         await asyncio.sleep(0)

@@ -142,6 +142,23 @@ def test_a_hook_that_raises_registers_nothing_and_others_still_work():
     assert "alpha" in registry.graders
 
 
+def test_a_hook_that_exits_is_a_failed_plugin_not_the_end_of_evalctl():
+    """As an import's SystemExit already was: a hook's (a helper's sys.exit()) ended
+    every evalctl command with exit 0 and no word."""
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        raise SystemExit(0)
+
+    registry = load_registry([
+        PluginSource.from_object("exits", _module("e", evalctl_register_graders=
+                                                  evalctl_register_graders)),
+        PluginSource.from_object("good", _grader_plugin("alpha")),
+    ])
+    assert registry.plugins[0].status == "failed"
+    assert "evalctl_register_graders raised SystemExit: 0" in registry.plugins[0].error
+    assert "alpha" in registry.graders
+
+
 def test_registering_something_that_is_not_a_spec_fails_the_plugin():
     @evalctl.hookimpl
     def evalctl_register_graders(register):

@@ -15,7 +15,7 @@ from typing import Any
 from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
 from evalctl._agent.throttle import ModelCalls
 from evalctl._agent.tools import Toolbox, ToolOutcome
-from evalctl._errors import ProviderError
+from evalctl._errors import ProviderError, describe_crash, stops_the_run
 from evalctl._plugin.tooldefs import TOOL_CALLS_AT_ONCE, TOOL_DEFINITIONS
 from evalctl._plugin.types import (
     AgentOutcome,
@@ -90,8 +90,10 @@ async def _converse(task: Task, calls: ModelCalls, toolbox: Toolbox, ledger: Led
             status = getattr(exc, "status", None) or ExitStatus.PROVIDER_ERROR
             ledger.append("provider_error", error=str(exc), status=status)
             return status, str(exc)
-        except Exception as exc:  # a broken provider plugin must not take the run down
-            error = f"the provider raised {type(exc).__name__}: {exc}"
+        except BaseException as exc:  # a broken provider plugin must not take the run down
+            if stops_the_run(exc):  # SystemExit is the plugin's: it ended evalctl, exit 0
+                raise
+            error = f"the provider raised {describe_crash(exc)}"
             ledger.append("provider_error", error=error, status=ExitStatus.PROVIDER_ERROR)
             return ExitStatus.PROVIDER_ERROR, error
         ledger.append(

@@ -34,7 +34,7 @@ from typing import Any
 from evalctl._agent.cassette import content_blocks
 from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
 from evalctl._agent.throttle import ModelCalls
-from evalctl._errors import ProviderError, RequestRejected
+from evalctl._errors import ProviderError, RequestRejected, describe_crash, stops_the_run
 from evalctl._plugin.types import (
     AgentLimits,
     AssistantMessage,
@@ -803,8 +803,10 @@ class ModelProxy:
             self.ledger.append("provider_error", error=str(exc), status=status, via="proxy")
             self._stop(status, str(exc))
             return _error(500, "api_error", f"evalctl model proxy: {exc}")
-        except Exception as exc:  # a broken provider plugin must not take the run down
-            error = f"the provider raised {type(exc).__name__}: {exc}"
+        except BaseException as exc:  # a broken provider plugin must not take the run down
+            if stops_the_run(exc):  # SystemExit is the plugin's: it ended evalctl, exit 0
+                raise
+            error = f"the provider raised {describe_crash(exc)}"
             self.ledger.append("provider_error", error=error, status=ExitStatus.PROVIDER_ERROR,
                                via="proxy")
             self._stop(ExitStatus.PROVIDER_ERROR, error)

@@ -28,6 +28,7 @@ from evalctl._agent.loop import SYSTEM_PROMPT, run_loop
 from evalctl._agent.proxy import SOCKET_NAME, ModelProxy, forwarder_source
 from evalctl._agent.throttle import UNTHROTTLED, CallThrottle, ModelCalls, SpendCallback
 from evalctl._blocking import off_loop
+from evalctl._errors import describe_crash, stops_the_run
 from evalctl._files import small_tree, write_new_file
 from evalctl._plugin.types import (
     AgentContext,
@@ -148,9 +149,11 @@ async def run_agent(task: Task, provider: Any, workspace: Workspace, sandbox: Sa
         ledger.append("task_end", status=ExitStatus.ABORTED, error="cancelled")
         ledger.close()
         raise
-    except Exception as exc:  # a bug: the ledger still ends honestly; the runner records it
-        ledger.append("task_end", status=ExitStatus.INTERNAL_ERROR,
-                      error=f"{type(exc).__name__}: {exc}")
+    except BaseException as exc:  # a bug: the ledger still ends honestly; the runner records it
+        if stops_the_run(exc):  # Ctrl-C
+            raise
+        # (an agent plugin's SystemExit too: the runner makes it the attempt's error)
+        ledger.append("task_end", status=ExitStatus.INTERNAL_ERROR, error=describe_crash(exc))
         ledger.close()
         raise
     finally:

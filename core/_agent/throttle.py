@@ -19,7 +19,13 @@ from typing import Any
 
 from evalctl._agent.cassette import CassetteRecorder
 from evalctl._agent.ledger import Ledger
-from evalctl._errors import ProviderError, RateLimited, RequestRejected
+from evalctl._errors import (
+    ProviderError,
+    RateLimited,
+    RequestRejected,
+    describe_crash,
+    stops_the_run,
+)
 from evalctl._plugin.tooldefs import ARGUMENTS_MAX_DEPTH, UNUSABLE_ARGUMENTS
 from evalctl._plugin.types import ModelRequest, ModelTurn, TokenUsage
 from evalctl._schema_check import odd_number, unusable_numbers
@@ -172,9 +178,9 @@ class ModelCalls:
             self.cassette.record(request, error=str(exc), status=RequestRejected.RECORDED
                                  if isinstance(exc, RequestRejected) else exc.status)
             raise
-        except Exception as exc:  # a broken provider: replayed as the error it was
-            self.cassette.record(request, error=f"the provider raised {type(exc).__name__}: "
-                                                f"{exc}")
+        except BaseException as exc:  # a broken provider: replayed as the error it was
+            if not stops_the_run(exc):
+                self.cassette.record(request, error=f"the provider raised {describe_crash(exc)}")
             raise
         if isinstance(turn, ModelTurn):
             self.cassette.record(request, turn)

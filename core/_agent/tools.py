@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._blocking import off_loop
+from evalctl._errors import describe_crash, stops_the_run
 from evalctl._files import ConfinementError, open_confined, walk
 from evalctl._plugin.tooldefs import (
     BASH_DEFAULT_TIMEOUT,
@@ -262,11 +263,14 @@ class Toolbox:
             outcome = _error(f"{name}: {exc.strerror or exc}: {arguments.get('path', '')}")
         except UnicodeError as exc:  # a lone surrogate in a path or a file's new content
             outcome = _error(f"{name}: cannot be written as UTF-8: {exc}")
-        except Exception as exc:
+        except BaseException as exc:
             # Whatever else a call raises is the call's failure, said to the model: an
             # attempt must never end in evalctl's own error (and out of the score)
-            # because of arguments the model chose (a loop of links, a NUL byte, ...).
-            outcome = _error(f"{name}: failed: {type(exc).__name__}: {exc}")
+            # because of arguments the model chose (a loop of links, a NUL byte, ...);
+            # a sandbox plugin's SystemExit too. Only the run's own stop goes on up.
+            if stops_the_run(exc):
+                raise
+            outcome = _error(f"{name}: failed: {describe_crash(exc)}")
         # Whatever it holds (a name that is not UTF-8, say), the outcome can be sent on.
         return ToolOutcome(escape_surrogates(outcome.content), outcome.is_error,
                            outcome.denied)

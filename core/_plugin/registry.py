@@ -23,7 +23,7 @@ from typing import Any
 
 import pluggy
 
-from evalctl._errors import PluginError, UsageError
+from evalctl._errors import PluginError, UsageError, stops_the_run
 from evalctl._plugin import hookspecs
 from evalctl._plugin.specs import (
     AgentSpec,
@@ -552,7 +552,9 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
                 arguments = {"register": register}
                 try:
                     returned = impl.function(**{a: arguments[a] for a in impl.argnames})
-                except Exception as exc:
+                except BaseException as exc:  # SystemExit too, as an import's is
+                    if stops_the_run(exc):
+                        raise
                     raise _PluginFault(f"{hook_name} raised {_describe_exception(exc)}") from exc
                 if returned is not None:
                     raise _PluginFault(

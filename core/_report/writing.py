@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalctl._errors import UsageError
+from evalctl._errors import UsageError, describe_crash, stops_the_run
 from evalctl._plugin.registry import Registry
 from evalctl._report.results import RunResult
 
@@ -65,7 +65,11 @@ def write_reports(run: RunResult, registry: Registry, names: tuple[str, ...] | l
         who = f" from {owner.label}" if owner else ""
         try:
             returned = spec.write(run, path)
-        except Exception as exc:  # a broken reporter must not cost the other reports
+        except BaseException as exc:  # a broken reporter must not cost the other reports
+            # SystemExit too (found by a newcomer: a reporter's sys.exit(0) ended evalctl
+            # with exit 0 after failed tasks, the later reporters never written).
+            if stops_the_run(exc):
+                raise
             failures.append(f"reporter '{name}'{who} failed writing {path}: {_reason(exc)}")
             continue
         # `write` returns the path it wrote (what write_atomically returns); None is
@@ -81,7 +85,7 @@ def write_reports(run: RunResult, registry: Registry, names: tuple[str, ...] | l
     return written, failures
 
 
-def _reason(exc: Exception) -> str:
+def _reason(exc: BaseException) -> str:
     """What went wrong, for the user. An OSError names the file it failed on, which for
     an atomic write is a hidden temporary file (`.r.json.x1y2.tmp`) the user never asked
     for: its reason alone is said, since the message names the report's path already."""
@@ -90,7 +94,7 @@ def _reason(exc: Exception) -> str:
         temporary = name.startswith(".") and name.endswith(".tmp")
         return exc.strerror if not exc.filename or temporary else \
             f"{exc.strerror}: {exc.filename}"
-    return f"{type(exc).__name__}: {exc}"
+    return describe_crash(exc)
 
 
 def free_path(path: Path) -> Path:

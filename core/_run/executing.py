@@ -12,7 +12,6 @@ run.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from evalctl._agent.throttle import CallThrottle
+from evalctl._errors import describe_crash, plugin_failure_ignored, stops_the_run
 from evalctl._plugin.types import Attempt, ExecutionPlan, ExitStatus
 from evalctl._report.journal import Journal, JournalContents
 from evalctl._report.results import ERROR, TaskResult
@@ -96,10 +96,13 @@ class RunAttempt(Attempt):
         try:
             result = await run_task(self.task, self.state.prepared, self.number,
                                     throttle=self.state.throttle, budget=self.state.budget)
-        except Exception as exc:
+        except BaseException as exc:
             # A bug in evalctl or a plugin: recorded as this attempt's error, so the run
-            # still reports everything else.
-            result = self._error(f"internal error: {type(exc).__name__}: {exc}",
+            # still reports everything else; a plugin's SystemExit too (an agent's, a
+            # sandbox's), which ended evalctl with exit 0 and no reports.
+            if stops_the_run(exc):
+                raise
+            result = self._error(f"internal error: {describe_crash(exc)}",
                                  ExitStatus.INTERNAL_ERROR)
         result.duration = round(time.monotonic() - begun, 4)
         return self._finish(result)
@@ -197,13 +200,15 @@ async def drive(state: RunState, plan: RunPlan) -> Driven:
         current = asyncio.current_task()
         if current is not None:
             current.uncancel()
-    except Exception as exc:  # the executor's own failure: the run reports what finished
+    except BaseException as exc:  # the executor's own failure: the run reports what finished
+        if stops_the_run(exc):  # a SystemExit is the executor's failure, as elsewhere
+            raise
         outcome.failure = (f"the {prepared.executor.spec.name} executor failed: "
-                           f"{type(exc).__name__}: {exc}")
+                           f"{describe_crash(exc)}")
     finally:
         close = getattr(stream, "aclose", None)
         if close is not None:
-            with contextlib.suppress(Exception):
+            with plugin_failure_ignored():
                 await close()
     # A result the executor had not yielded yet (the run stopped) is journaled anyway:
     # an attempt that finished is never lost.

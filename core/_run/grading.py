@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from evalctl._agent.ledger import Ledger
 from evalctl._blocking import off_loop
-from evalctl._errors import GraderUnavailable, UsageError
+from evalctl._errors import GraderUnavailable, UsageError, describe_crash, stops_the_run
 from evalctl._files import empty_directory, small_tree, walk_files
 from evalctl._plugin.registry import Registry
 from evalctl._plugin.specs import CheckResult, GraderSpec
@@ -76,9 +76,16 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
         return CheckOutcome(spec.name, spec.kind, False,
                             escape_text(f"the {spec.name} check cannot run: {exc}"),
                             error=True, rate=spec.rate, talk_only=spec.talk_only)
-    except Exception as exc:
+    except BaseException as exc:
+        # SystemExit too (a helper's sys.exit(), an argparse main()): a crash like any
+        # other, never the end of the run (found by a newcomer: it ended evalctl with
+        # exit 0, no reports). Only the run's own stop goes on up.
+        if isinstance(exc, _Raised):
+            exc = exc.raised
+        elif stops_the_run(exc):
+            raise
         return CheckOutcome(spec.name, spec.kind, False,
-                            escape_text(f"grader crashed: {type(exc).__name__}: {exc}"),
+                            escape_text(f"grader crashed: {describe_crash(exc)}"),
                             error=True, rate=spec.rate, talk_only=spec.talk_only)
     # Whatever text a grader returns (a file name that is not UTF-8, a control
     # character from a test's output) is kept, escaped, so every reporter can show it.
@@ -138,7 +145,9 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
         written_paths = [path for path, content in verify.items() if content is not None]
         agent.sandbox = await open_grading(state, read_only_paths(task, before_grading,
                                                                   written_paths))
-    except Exception as exc:
+    except BaseException as exc:  # a sandbox plugin's SystemExit too
+        if stops_the_run(exc):
+            raise
         raise GradingSandboxFailed(str(exc)) from exc
     try:
         checks = list(integrity)
@@ -284,12 +293,28 @@ def _both(first: Callable[[], object] | None, second: Callable[[], object] | Non
     return lambda: (first(), second())
 
 
+class _Raised(Exception):
+    """What a synchronous grader raised in its pool thread that is not an Exception
+    (SystemExit, KeyboardInterrupt...), carried back to the loop as one. In that thread
+    nothing is the run's own: a signal reaches the main thread only, and the run cancels
+    the await, not the thread's work; carried bare, a KeyboardInterrupt or a
+    CancelledError would stop the run as if it were."""
+
+    def __init__(self, raised: BaseException):
+        super().__init__(raised)
+        self.raised = raised
+
+
 def _around(before: Callable[[], object] | None, after: Callable[[], object] | None,
             func: Callable[..., T], *args: Any) -> T:
     if before is not None:
         before()
     try:
         return func(*args)
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise _Raised(exc) from None
     finally:
         if after is not None:
             after()

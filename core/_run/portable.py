@@ -14,7 +14,6 @@ with the run directory's paths.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalctl._errors import UsageError
+from evalctl._errors import UsageError, describe_crash, plugin_failure_ignored, stops_the_run
 from evalctl._files import remove_tree
 from evalctl._plugin.options import provider_options as checked_provider_options
 from evalctl._plugin.registry import Registry, active_registry, use_registry
@@ -228,14 +227,16 @@ async def run_portable(payload: PortableAttempt, throttle: Any = None,
             try:
                 result = await run_task(payload.task, prepared, payload.number,
                                         throttle=shared)
-            except Exception as exc:  # a bug in evalctl or a plugin: this attempt's error
-                result = _error(payload, f"internal error: {type(exc).__name__}: {exc}")
+            except BaseException as exc:  # a bug in evalctl or a plugin: this attempt's error
+                if stops_the_run(exc):  # a plugin's SystemExit is its error, as elsewhere
+                    raise
+                result = _error(payload, f"internal error: {describe_crash(exc)}")
         _relocate(result, scratch, Path(payload.run_dir))
         return _packed(_hosted(result, host, started), scratch, payload.name, workspace)
     finally:
         close = getattr(provider, "aclose", None)
         if close is not None:
-            with contextlib.suppress(Exception):
+            with plugin_failure_ignored():
                 await close()
         _remove(base)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import contextvars
 import inspect
 import os
@@ -28,7 +27,13 @@ from evalctl._agent.runtime import run_agent
 from evalctl._agent.throttle import CallThrottle
 from evalctl._agent.tools import tool_validators
 from evalctl._blocking import off_loop
-from evalctl._errors import ProviderSetupError, UsageError
+from evalctl._errors import (
+    ProviderSetupError,
+    UsageError,
+    describe_crash,
+    plugin_failure_ignored,
+    stops_the_run,
+)
 from evalctl._files import ConfinementError
 from evalctl._plugin.options import provider_options as checked_provider_options
 from evalctl._plugin.registry import DISABLE_ENV, Registry, use_registry
@@ -262,11 +267,12 @@ def _preflight(registry: Registry, tasks: list[Task], suite_path: str = "") -> N
                 f" and {len(where[name]) - 3} more" if len(where[name]) > 3 else "")
             problems.append(f"the {name} checks cannot run: {exc} (the {name} checks of "
                             f"{shown})")
-        except Exception as exc:  # a broken preflight must not let a doomed run start
+        except BaseException as exc:  # a broken preflight must not let a doomed run start
+            if stops_the_run(exc):  # SystemExit is the plugin's: it ended evalctl, exit 0
+                raise
             owner = registry.plugin_of("grader", name)
             problems.append(f"the {name} checks cannot run: the grader's preflight failed"
-                            f"{f' ({owner.label})' if owner else ''}: "
-                            f"{type(exc).__name__}: {exc}")
+                            f"{f' ({owner.label})' if owner else ''}: {describe_crash(exc)}")
     if problems:
         raise UsageError("\n".join(problems))
 
@@ -500,12 +506,11 @@ async def _run_task(task: Task, prepared: PreparedRun, attempt: int, *,
     sandbox_request = _sandbox_request(task, workspace, prepared, name, "agent")
     try:
         sandbox = await open_sandbox(prepared.sandbox, sandbox_request)
-    except Exception as exc:
+    except BaseException as exc:  # a sandbox plugin's SystemExit too
         _close(cassette, ledger)
+        if stops_the_run(exc):  # cancelled (Ctrl-C)
+            raise
         return _sandbox_failure(task, workspace, attempt, exc)
-    except BaseException:
-        _close(cassette, ledger)
-        raise
     try:
         if ledger is None:  # after setup's events: opened here, so its failure is seen
             ledger = await off_loop(Ledger, workspace.ledger_path)
@@ -608,13 +613,12 @@ def _result(task: Task, status: str, checks: list[CheckOutcome], agent: AgentRes
 
 
 def _sandbox_failure(task: Task, workspace: Workspace, attempt: int,
-                     exc: Exception) -> TaskResult:
+                     exc: BaseException) -> TaskResult:
     """A sandbox that cannot start is the machine's problem, not the agent's: an error."""
     return TaskResult(task.id, ERROR, exit_status=ExitStatus.SANDBOX_ERROR, tags=task.tags,
                       attempt=attempt, workspace=str(workspace.root),
                       ledger=str(workspace.ledger_path),
-                      error=escape_text(f"the sandbox failed to start: {type(exc).__name__}: "
-                                        f"{exc}"))
+                      error=escape_text(f"the sandbox failed to start: {describe_crash(exc)}"))
 
 
 async def execute(prepared: PreparedRun, progress: ProgressCallback | None = None) -> RunResult:
@@ -685,7 +689,7 @@ async def _execute(prepared: PreparedRun, progress: ProgressCallback | None) -> 
     for closable in (prepared.provider, prepared.executor and prepared.executor.executor):
         close = getattr(closable, "aclose", None)
         if close is not None:
-            with contextlib.suppress(Exception):
+            with plugin_failure_ignored():
                 await close()
 
     reason = "the run was interrupted" if driven.interrupted else \

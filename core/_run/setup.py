@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
 from evalctl._blocking import off_loop
+from evalctl._errors import describe_crash, stops_the_run
 from evalctl._files import ConfinementError
 from evalctl._plugin.types import Sandbox
 from evalctl._sources.git import SourceError
@@ -65,8 +66,10 @@ async def run_setup(task: Task, workspace: Workspace,
                       network=setup.network)
         try:
             sandbox = await open_sandbox()
-        except Exception as exc:
-            message = f"the setup sandbox failed to start: {type(exc).__name__}: {exc}"
+        except BaseException as exc:  # a sandbox plugin's SystemExit too
+            if stops_the_run(exc):
+                raise
+            message = f"the setup sandbox failed to start: {describe_crash(exc)}"
             ledger.append("setup_end", status="failed", error=message)
             raise SetupFailed(message) from None
         try:

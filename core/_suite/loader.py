@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from evalctl._errors import Problem, SuiteError
+from evalctl._errors import Problem, SuiteError, stops_the_run
 from evalctl._plugin.registry import Registry, get_registry, use_registry
 from evalctl._schema_check import SchemaCheck
 from evalctl._sources.model import COMMIT, Source, source_from_data
@@ -128,7 +128,9 @@ def _named_paths(located: Located, registry: Registry) -> list[list[list[Any]]]:
             try:
                 with use_registry(registry):
                     entries = list(spec.named_paths(dict(check)))
-            except Exception:  # noqa: S112 - a plugin's bug must not stop loading; its grade runs
+            except BaseException as exc:  # a plugin's bug must not stop loading; its grade runs
+                if stops_the_run(exc):  # SystemExit is the plugin's: it ended evalctl, exit 0
+                    raise
                 continue
             for key, written in entries:
                 path = provided.named_path(str(written))

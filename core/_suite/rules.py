@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from evalctl._errors import Problem, UsageError
+from evalctl._errors import Problem, UsageError, stops_the_run
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.tooldefs import TOOL_NAMES
 from evalctl._suite.model import DEFAULT_SECONDS, DEFAULT_TURNS
@@ -120,7 +120,9 @@ def _check_problems(located: Located, label: str, path: tuple, task: dict,
             yield Problem(label, located.line_of((*path, "checks", index)),
                           f"task '{shown(task['id'])}', checks[{index}] ({check['type']}): "
                           f"{exc}")
-        except Exception:  # noqa: S112 - the run's own preflight reports it, with its plugin
+        except BaseException as exc:  # the run's own preflight reports it, with its plugin
+            if stops_the_run(exc):  # SystemExit is the plugin's: it ended evalctl, exit 0
+                raise
             continue
 
 
