@@ -402,6 +402,56 @@ def test_the_runs_own_cancellation_still_stops_a_grader(workspace):
     asyncio.run(main())
 
 
+def test_a_check_result_is_passed_or_failed_by_a_bool_alone():
+    """Found by a newcomer: CheckResult("no", "the file is missing") passed, by the
+    truthiness of "no"."""
+    for value in ("no", 1, None, [], 0.0):
+        with pytest.raises(TypeError, match="passed must be True or False, not "):
+            evalctl.CheckResult(value, "x")
+    with pytest.raises(TypeError, match="suspected_gaming must be True or False, not str"):
+        evalctl.CheckResult(False, "x", suspected_gaming="yes")
+    with pytest.raises(TypeError, match="rated must be True or False, not NoneType"):
+        evalctl.CheckResult(True, "x", rated=None)
+    assert evalctl.CheckResult(True).passed is True
+
+
+def _says_no(check, workspace, result):
+    return evalctl.CheckResult("no", "the file is missing")
+
+
+async def _forgets_await(check, workspace, result):
+    return evalctl.CheckResult(result.sandbox.run(["true"], timeout=10), "ran")
+
+
+def _cannot_await(check, workspace, result):
+    ran = result.sandbox.run(["false"], timeout=10)  # a coroutine, never run
+    return evalctl.CheckResult(bool(ran), f"got {ran!r}")
+
+
+@pytest.mark.parametrize("grader, said", [
+    (_says_no, "grader crashed: TypeError: CheckResult's passed must be True or False, "
+               "not str: 'no'"),
+    (_forgets_await, "grader crashed: TypeError: CheckResult's passed must be True or "
+                     "False, not a coroutine (LocalSandbox.run): an `await` is missing"),
+    (_cannot_await, "grader crashed: TypeError: result.sandbox.run(...) was called "
+                    "without `await`, so its command never ran"),
+])
+def test_a_grader_answer_that_is_not_true_or_false_is_its_error(workspace, grader, said):
+    import gc
+    import warnings
+
+    spec = evalctl.GraderSpec(name="sloppy", grade=grader)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = asyncio.run(grade({"type": "sloppy"}, spec, workspace.root,
+                                    agent_result(workspace)))
+        gc.collect()
+    assert (outcome.passed, outcome.error) == (False, True)
+    assert outcome.detail.startswith(said), outcome.detail
+    # The coroutine never awaited was closed: Python has nothing to warn of.
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+
+
 def test_async_graders_are_awaited(workspace):
     async def later(check, workspace, result):
         await asyncio.sleep(0)

@@ -3,6 +3,7 @@ and executor must provide."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,11 @@ class CheckResult:
     rate (a summary that names no file, for `grounding`) sets `rated` False: it counts
     for completion, and is left out of its grader's named rate, which a vacuous pass
     would inflate (a failure is always rated).
+
+    `passed`, `suspected_gaming` and `rated` are True or False, nothing else: any other
+    value is a TypeError saying what it was (found by a newcomer: CheckResult("no",
+    "the file is missing") counted as a pass, by the truthiness of "no"; so did a
+    coroutine, result.sandbox.run(...) without its `await`).
     """
 
     passed: bool
@@ -44,6 +50,29 @@ class CheckResult:
     cost: float | None = None
     suspected_gaming: bool = False
     rated: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("passed", "suspected_gaming", "rated"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(_not_a_bool(f"CheckResult's {name}", value))
+
+
+def _not_a_bool(what: str, value: Any) -> str:
+    """Why `value` is refused where True or False must be, saying what it is. A coroutine
+    (an `await` forgotten) is closed: it will never run, and Python would warn of it."""
+    if inspect.iscoroutine(value):
+        value.close()
+        return (f"{what} must be True or False, not a coroutine ({value.__qualname__}): an "
+                "`await` is missing (a grader that runs commands is `async def` and awaits "
+                "result.sandbox.run(...))")
+    try:
+        shown = repr(value)
+    except Exception:  # an object whose repr is broken: its type says enough
+        shown = "(no repr)"
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return f"{what} must be True or False, not {type(value).__name__}: {shown}"
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ regrade means what the run's grading meant.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -55,6 +56,9 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
     """One check; a grader that raises is a failed check with the exception as detail.
     `before` and `after` (blocking file-system work) run first and last, in the same trip
     off the event loop as a synchronous grader (`after` only with one)."""
+    watched = _Watched(result.sandbox) if result.sandbox is not None else None
+    if watched is not None:  # a copy: the attempt's own result is left as it is
+        result = dataclasses.replace(result, sandbox=watched)
     try:
         if inspect.iscoroutinefunction(spec.grade):
             if before is not None:
@@ -66,8 +70,16 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
             answer = await off_loop(_around, before, after, spec.grade,
                                     dict(check), workspace, result)
         if not isinstance(answer, CheckResult):
+            if inspect.iscoroutine(answer):
+                answer.close()  # never to run: no warning of it at exit
             raise TypeError(f"grade() returned {type(answer).__name__}, expected "
                             "evalctl.CheckResult")
+        if watched is not None and watched.unawaited():
+            # Found by a newcomer: a synchronous grader's CheckResult(bool(ran), ...) over
+            # a command that never ran passed.
+            raise TypeError("result.sandbox.run(...) was called without `await`, so its "
+                            "command never ran (a grader that runs commands is `async def` "
+                            "and awaits them)")
     except GraderUnavailable as exc:  # not the agent's doing: an error that says the fix
         return CheckOutcome(spec.name, spec.kind, False,
                             escape_text(f"cannot run here: {exc}"), error=True, rate=spec.rate,
@@ -87,12 +99,53 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
         return CheckOutcome(spec.name, spec.kind, False,
                             escape_text(f"grader crashed: {describe_crash(exc)}"),
                             error=True, rate=spec.rate, talk_only=spec.talk_only)
+    finally:
+        if watched is not None:
+            watched.unawaited()  # those of a grader that raised are closed too
     # Whatever text a grader returns (a file name that is not UTF-8, a control
     # character from a test's output) is kept, escaped, so every reporter can show it.
-    return CheckOutcome(spec.name, spec.kind, bool(answer.passed), escape_text(str(answer.detail)),
+    # CheckResult refuses anything but True or False for its flags; read as such all
+    # the same (a subclass could skip its check): only True passes.
+    return CheckOutcome(spec.name, spec.kind, answer.passed is True,
+                        escape_text(str(answer.detail)),
                         usage=answer.usage, cost=answer.cost, rate=spec.rate,
-                        suspected_gaming=bool(answer.suspected_gaming),
+                        suspected_gaming=answer.suspected_gaming is True,
                         rated=answer.rated is not False, talk_only=spec.talk_only)
+
+
+class _Watched:
+    """The graders' sandbox as a check gets it: every coroutine its `run` makes is
+    kept, so one never awaited (a synchronous grader cannot await; an async one may
+    forget to) is found when the check ends, and closed: its command never ran, and
+    nothing the grader made of it is an answer. Anything else is the sandbox's own."""
+
+    def __init__(self, sandbox: Sandbox):
+        self._sandbox = sandbox
+        self._made: list[Any] = []
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        made = self._sandbox.run(*args, **kwargs)
+        if inspect.iscoroutine(made):
+            if len(self._made) >= 64:  # a check of many commands keeps only those to watch
+                self._made = [m for m in self._made
+                              if inspect.getcoroutinestate(m) == inspect.CORO_CREATED]
+            self._made.append(made)
+        return made
+
+    async def close(self) -> None:
+        await self._sandbox.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sandbox, name)
+
+    def unawaited(self) -> bool:
+        """Whether a coroutine `run` made was never started; each such is closed."""
+        never = [made for made in self._made
+                 if inspect.getcoroutinestate(made) == inspect.CORO_CREATED]
+        for made in never:
+            made.close()
+        self._made = [made for made in self._made if made not in never]
+        return bool(never)
 
 
 async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
