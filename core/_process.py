@@ -70,9 +70,13 @@ async def run_process(argv: Sequence[str], *, cwd: str | os.PathLike[str],
     `started(pid)`, if given, is called as soon as the command runs, in the thread that
     started it (it may block briefly: a sandbox uses it to put the process into its
     cgroups). If it raises, the command's process group is killed and reaped and the
-    exception is raised here. Cancelled while the command starts, this returns (raising
-    CancelledError) only once `started` has returned and the command is reaped, however
-    often it is cancelled meanwhile: the caller may then clean up what `started` used.
+    exception is raised here. A program that cannot be executed (not found, no
+    permission) raises the OSError, its `filename` the program: a sandbox whose `run`
+    starts the command's program directly returns exit 127 or 126 for it instead, as
+    a shell does (the Sandbox contract; `local` does). Cancelled while the command
+    starts, this returns (raising CancelledError) only once `started` has returned and
+    the command is reaped, however often it is cancelled meanwhile: the caller may then
+    clean up what `started` used.
     """
     import asyncio
 

@@ -452,6 +452,44 @@ def test_a_grader_answer_that_is_not_true_or_false_is_its_error(workspace, grade
     assert not [w for w in caught if "never awaited" in str(w.message)]
 
 
+@pytest.mark.parametrize("sandbox", ["local", "bwrap"])
+def test_a_program_that_is_not_there_is_exit_127_in_every_sandbox(workspace, sandbox,
+                                                                  request):
+    """Found by a newcomer: `result.sandbox.run(["mytool", ...])` with no mytool was
+    "exit 1: bwrap: execvp ..." under bwrap (the agent's failure) and a crashed grader
+    (FileNotFoundError) under local. Both say it as a shell does: 127 for no such
+    program, 126 for one that cannot be executed, the reason on stderr."""
+    if sandbox == "bwrap":
+        request.getfixturevalue("require_bwrap")
+    (workspace.root / "data.txt").write_text("not a program\n")
+    (workspace.root / "bin").mkdir()
+    script = workspace.root / "bin" / "no-hash-bang"
+    script.write_text("echo ran $1\n")
+    script.chmod(0o755)
+    box = sandbox_for(workspace, sandbox)
+    env = {**box.request.env, "PATH": f"{workspace.root / 'bin'}:{box.request.env['PATH']}"}
+
+    async def run_all():
+        ran = {}
+        for argv in (["mytool-not-installed", "x"], ["./missing"], ["./data.txt"], ["./bin"],
+                     ["no-hash-bang", "by sh"]):
+            apart = await box.run(argv, timeout=30, env=env)
+            merged = await box.run(argv, timeout=30, env=env, merge_stderr=True)
+            assert (merged.exit_code, merged.stdout) == (apart.exit_code, apart.stderr or
+                                                         apart.stdout)
+            ran[argv[0]] = (apart.exit_code, apart.stdout + apart.stderr)
+        return ran
+
+    assert asyncio.run(run_all()) == {
+        "mytool-not-installed": (127, "mytool-not-installed: command not found\n"),
+        "./missing": (127, "./missing: No such file or directory\n"),
+        "./data.txt": (126, "./data.txt: Permission denied\n"),
+        "./bin": (126, "./bin: Permission denied\n"),
+        # a file with no #! is run by /bin/sh, as execvp and a shell run it
+        "no-hash-bang": (0, "ran by sh\n"),
+    }
+
+
 def test_async_graders_are_awaited(workspace):
     async def later(check, workspace, result):
         await asyncio.sleep(0)

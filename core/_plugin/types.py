@@ -183,8 +183,11 @@ class Sandbox(Protocol):
 
     `run` runs `command` (a bash script as a string, or argv) in the workspace (or in
     `cwd`, a directory inside it) with exactly `env` (the sandbox's own environment
-    when None), feeding `stdin`, killed after `timeout` seconds. `close` ends the
-    sandbox: afterwards no process it started may be alive.
+    when None), feeding `stdin`, killed after `timeout` seconds. An argv whose program
+    cannot be run is a result, as a shell reports it, never an exception: exit 127 when
+    there is no such program ("NAME: command not found" on stderr), 126 when it cannot
+    be executed. `close` ends the sandbox: afterwards no process it started may be
+    alive.
     """
 
     async def run(self, command: str | Sequence[str], *, timeout: float,

@@ -591,7 +591,7 @@ async def _pytest_missing(sandbox: evalctl.Sandbox, interpreter: str) -> bool:
     whose tests print the message cannot pass a failure off as the harness's error."""
     try:
         probe = await sandbox.run([interpreter, "-I", "-c", "import pytest"], timeout=60)
-    except OSError:  # the interpreter itself is gone (under `local`: no shell to say 127)
+    except OSError:  # the interpreter itself is gone (a sandbox that raises, not 127)
         return True
     return not probe.timed_out and probe.exit_code != 0
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import evalctl
 from evalctl.plugins.sandboxes import bwrap_jail
+from evalctl.plugins.sandboxes.local import program_not_run
 
 ISOLATION = (
     "bubblewrap: only the workspace and the attempt's own HOME (/home/agent) and TMPDIR "
@@ -111,6 +112,33 @@ async def _ended(launch: bwrap_jail.Launch) -> None:
     launch.end()
 
 
+# How bubblewrap reports a program it could not execute (its execvp failed): exit 1 and
+# this one line, the only output, since nothing ran.
+_EXECVP_FAILED_EXIT = 1
+_EXECVP_MISSING = ("No such file or directory", "Not a directory")
+
+
+def _not_run(ran: evalctl.CommandResult, program: str,
+             merge_stderr: bool) -> evalctl.CommandResult | None:
+    """bubblewrap's report that `program` could not be executed, said as a shell (and
+    `local`) says it: exit 127 or 126 (found by a newcomer: a missing program was the
+    command's exit 1, the agent's failure, here and a grader's crash under local). None
+    for anything else. A program that ran and wrote that line and exited 1 is taken at its
+    word, as one that exits 127 is."""
+    if ran.exit_code != _EXECVP_FAILED_EXIT or ran.timed_out:
+        return None
+    text = ran.stdout if merge_stderr else ran.stderr
+    if not merge_stderr and ran.stdout:
+        return None
+    prefix = f"bwrap: execvp {program}: "
+    if not text.startswith(prefix) or not text.endswith("\n"):
+        return None
+    reason = text[len(prefix):-1]
+    if not reason or "\n" in reason:
+        return None
+    return program_not_run(program, reason in _EXECVP_MISSING, reason, merge_stderr)
+
+
 class BwrapSandbox:
     def __init__(self, request: evalctl.SandboxRequest, jail: bwrap_jail.BwrapJail):
         self.request = request
@@ -124,12 +152,13 @@ class BwrapSandbox:
         launch = self.jail.launch(argv, self.request.env if env is None else env, directory)
         try:
             # bwrap starts with an empty environment: nothing of evalctl's own reaches it.
-            return await evalctl.run_process(launch.argv, cwd=self.request.workspace, env={},
-                                             timeout=timeout, stdin=stdin,
-                                             merge_stderr=merge_stderr,
-                                             output_limit=output_limit,
-                                             pass_fds=launch.pass_fds,
-                                             started=launch.started)
+            ran = await evalctl.run_process(launch.argv, cwd=self.request.workspace, env={},
+                                            timeout=timeout, stdin=stdin,
+                                            merge_stderr=merge_stderr,
+                                            output_limit=output_limit,
+                                            pass_fds=launch.pass_fds,
+                                            started=launch.started)
+            return _not_run(ran, argv[0], merge_stderr) or ran
         except bwrap_jail.SandboxError as exc:
             # Failed closed: the command never ran. Reported as the limits' shell did.
             message = f"evalctl sandbox: {exc}\n"
