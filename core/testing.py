@@ -98,7 +98,7 @@ def grade_check(check: Mapping[str, Any], files: Mapping[str, str] | None = None
     on top of it (created or changed); `final_text` and `exit_status` are the agent's.
     The check runs through the installed grader (or one from `plugins`) exactly as in a
     run, in a fresh sandbox (`sandbox`, with `sandbox_options`) over the workspace, and
-    its outcome is returned.
+    its outcome is returned. A grader that crashes has its traceback written to stderr.
     """
     from evalctl._run.runner import grade
     from evalctl._run.sandboxing import choose_sandbox, open_sandbox
@@ -128,11 +128,30 @@ def grade_check(check: Mapping[str, Any], files: Mapping[str, str] | None = None
                                  ledger_path=workspace.ledger_path,
                                  seed_path=workspace.seed_path, sandbox=box)
             try:
-                return await grade(check, spec, workspace.root, result)
+                return await grade(check, spec, workspace.root, result,
+                                   ledger=workspace.ledger_path)
             finally:
                 await box.close()
 
-        return asyncio.run(graded())
+        outcome = asyncio.run(graded())
+        _show_crashes(workspace.ledger_path)
+        return outcome
+
+
+def _show_crashes(ledger: Path) -> None:
+    """A crashed grader's traceback, written to stderr (pytest shows it with a failing
+    test) before the scratch workspace and its ledger go."""
+    import json
+    import sys
+
+    try:
+        lines = ledger.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return
+    for line in lines:
+        event = json.loads(line)
+        if event.get("event") == "grader_crashed":
+            sys.stderr.write(f"evalctl.testing: {event['error']}\n{event['traceback']}")
 
 
 def _validate_check(check: Mapping[str, Any], spec: Any, registry: Registry) -> None:

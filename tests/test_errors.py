@@ -445,6 +445,58 @@ def test_a_grader_preflight_that_exits_stops_the_run_naming_it(tmp_path):
            "'exiting' (test-dist 1.0)): SystemExit(0)" in result.output
 
 
+def test_a_crashed_graders_traceback_is_kept_in_the_attempts_ledger(tmp_path):
+    """Found by a newcomer: only "grader crashed: KeyError: 'min'" survived a crash; the
+    plugin's author had no line to look at. The traceback is in the attempt's ledger,
+    and the detail says where."""
+    def needs_min(check, workspace, result):
+        return evalctl.CheckResult(check["min"] <= 3, "counted")
+
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="exits_grader", grade=needs_min))
+
+    plugin = types.ModuleType("crashing")
+    plugin.evalctl_register_graders = evalctl_register_graders
+    set_registry(registry_with(("crashing", plugin)))
+    (tmp_path / "suite.yaml").write_text(EXITING)
+    result = run_cli(tmp_path, "suite.yaml", "--report", "r.json")
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    task = json.loads((tmp_path / "r.json").read_text())["tasks"][0]
+    detail = task["checks"][1]["detail"]
+    assert detail == ("grader crashed: KeyError: 'min' (its traceback: the grader_crashed "
+                      "event of the attempt's ledger, .ledgers/exits.jsonl)")
+    events = [json.loads(line) for line in Path(task["ledger"]).read_text().splitlines()]
+    crashed = [e for e in events if e["event"] == "grader_crashed"]
+    assert [(e["grader"], e["error"]) for e in crashed] == [
+        ("exits_grader", "grader crashed: KeyError: 'min'")]
+    trace = crashed[0]["traceback"]
+    assert trace.startswith("Traceback (most recent call last):")
+    assert "in needs_min" in trace and 'check["min"] <= 3' in trace
+    assert trace.endswith("KeyError: 'min'\n")
+    assert events[-1]["seq"] == len(events)  # numbered on after the agent's events
+
+
+def test_grade_check_writes_a_crashed_graders_traceback_to_stderr(capsys):
+    from evalctl.testing import grade_check
+
+    def needs_min(check, workspace, result):
+        return evalctl.CheckResult(check["min"] <= 3, "counted")
+
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="needs_min", grade=needs_min))
+
+    plugin = types.ModuleType("crashing")
+    plugin.evalctl_register_graders = evalctl_register_graders
+    outcome = grade_check({"type": "needs_min"}, plugins=[plugin], sandbox="local")
+    assert outcome.error and outcome.detail.startswith("grader crashed: KeyError: 'min'")
+    shown = capsys.readouterr().err
+    assert "evalctl.testing: grader crashed: KeyError: 'min'" in shown
+    assert "in needs_min" in shown and 'check["min"] <= 3' in shown
+
+
 def _run(*tasks: TaskResult) -> RunResult:
     return RunResult("s.yaml", "s", "0" * 64, "scripted", None, "", "", "0", {}, list(tasks),
                      repeat=max(t.attempt for t in tasks))

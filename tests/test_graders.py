@@ -490,6 +490,18 @@ def test_a_program_that_is_not_there_is_exit_127_in_every_sandbox(workspace, san
     }
 
 
+def test_a_refused_answer_is_said_whole_with_no_traceback_to_look_for(workspace):
+    """What the grader returned is refused by evalctl's own code: the detail says it
+    all, and a traceback there would point at evalctl, not at the grader."""
+    spec = evalctl.GraderSpec(name="wrong", grade=lambda c, w, r: True)
+    outcome = asyncio.run(grade({"type": "wrong"}, spec, workspace.root,
+                                agent_result(workspace), ledger=workspace.ledger_path))
+    assert outcome.detail == ("grader crashed: TypeError: grade() returned bool, expected "
+                              "evalctl.CheckResult")
+    assert "grader_crashed" not in (workspace.ledger_path.read_text()
+                                    if workspace.ledger_path.exists() else "")
+
+
 def test_async_graders_are_awaited(workspace):
     async def later(check, workspace, result):
         await asyncio.sleep(0)

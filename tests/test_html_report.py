@@ -154,6 +154,9 @@ def test_a_transcript_pairs_each_call_with_its_result_and_keeps_the_notes(tmp_pa
         {"seq": 10, "event": "limit", "limit": "turns", "value": 3},
         {"seq": 11, "event": "something_new", "detail": "kept"},
         {"seq": 12, "event": "task_end", "status": "provider_error", "error": "503"},
+        {"seq": 13, "event": "grader_crashed", "grader": "mine",
+         "error": "grader crashed: KeyError: 'min'",
+         "traceback": "Traceback (most recent call last):\n  line 9\nKeyError: 'min'\n"},
     ])
     transcript = read_transcript(ledger)
     assert transcript.prompt == "Do it." and transcript.problem is None
@@ -167,9 +170,12 @@ def test_a_transcript_pairs_each_call_with_its_result_and_keeps_the_notes(tmp_pa
     assert write["denied"] == "read-only" and write["error"] and write["output"]["text"] == \
         "denied"
     assert [(n["level"], n["line"]) for n in notes] == [
-        ("error", 8), ("error", 9), ("error", 10), ("info", 11), ("error", 12)]
+        ("error", 8), ("error", 9), ("error", 10), ("info", 11), ("error", 12), ("error", 13)]
     assert notes[0]["text"] == "ledger line 8 is not a JSON event"
     assert notes[3]["text"].startswith("something_new: ") and "kept" in notes[3]["text"]
+    # a crashed grader's traceback, shown whole
+    assert notes[5]["text"] == ("grader crashed: KeyError: 'min'\nTraceback (most recent "
+                                "call last):\n  line 9\nKeyError: 'min'")
 
 
 def test_a_transcript_says_what_it_could_not_show(tmp_path, monkeypatch):

@@ -39,7 +39,7 @@ from evalctl._sources.git import SeedOrigin, neutralise_repository_config, seed_
 from evalctl._sources.model import Source
 from evalctl._suite import provided
 from evalctl._suite.model import Task
-from evalctl._text import escape_text
+from evalctl._text import escape_text, truncate
 from evalctl._workspace import Workspace, attempt_paths, grading_state
 
 T = TypeVar("T")
@@ -52,10 +52,13 @@ class GradingSandboxFailed(Exception):
 
 async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
                 result: AgentResult, *, before: Callable[[], object] | None = None,
-                after: Callable[[], object] | None = None) -> CheckOutcome:
+                after: Callable[[], object] | None = None,
+                ledger: Path | None = None) -> CheckOutcome:
     """One check; a grader that raises is a failed check with the exception as detail.
     `before` and `after` (blocking file-system work) run first and last, in the same trip
-    off the event loop as a synchronous grader (`after` only with one)."""
+    off the event loop as a synchronous grader (`after` only with one). A crash's
+    traceback is appended to `ledger` (the attempt's), as a `grader_crashed` event, and
+    the detail says so."""
     watched = _Watched(result.sandbox) if result.sandbox is not None else None
     if watched is not None:  # a copy: the attempt's own result is left as it is
         result = dataclasses.replace(result, sandbox=watched)
@@ -72,14 +75,14 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
         if not isinstance(answer, CheckResult):
             if inspect.iscoroutine(answer):
                 answer.close()  # never to run: no warning of it at exit
-            raise TypeError(f"grade() returned {type(answer).__name__}, expected "
-                            "evalctl.CheckResult")
+            raise _BadAnswer(f"grade() returned {type(answer).__name__}, expected "
+                             "evalctl.CheckResult")
         if watched is not None and watched.unawaited():
             # Found by a newcomer: a synchronous grader's CheckResult(bool(ran), ...) over
             # a command that never ran passed.
-            raise TypeError("result.sandbox.run(...) was called without `await`, so its "
-                            "command never ran (a grader that runs commands is `async def` "
-                            "and awaits them)")
+            raise _BadAnswer("result.sandbox.run(...) was called without `await`, so its "
+                             "command never ran (a grader that runs commands is `async def` "
+                             "and awaits them)")
     except GraderUnavailable as exc:  # not the agent's doing: an error that says the fix
         return CheckOutcome(spec.name, spec.kind, False,
                             escape_text(f"cannot run here: {exc}"), error=True, rate=spec.rate,
@@ -96,8 +99,16 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
             exc = exc.raised
         elif stops_the_run(exc):
             raise
-        return CheckOutcome(spec.name, spec.kind, False,
-                            escape_text(f"grader crashed: {describe_crash(exc)}"),
+        said = f"grader crashed: {describe_crash(exc)}" if not isinstance(exc, _BadAnswer) \
+            else f"grader crashed: TypeError: {exc}"
+        if ledger is not None and not isinstance(exc, _BadAnswer):
+            # Found by a newcomer: only "grader crashed: KeyError: 'min'" survived, and the
+            # plugin's author had no line to look at. The ledger is the attempt's audit
+            # trail, kept with the run (never in the sandbox's reach).
+            await off_loop(_record_crash, ledger, spec.name, said, exc)
+            said += (f" (its traceback: the grader_crashed event of the attempt's ledger, "
+                     f"{ledger.parent.name}/{ledger.name})")
+        return CheckOutcome(spec.name, spec.kind, False, escape_text(said),
                             error=True, rate=spec.rate, talk_only=spec.talk_only)
     finally:
         if watched is not None:
@@ -111,6 +122,23 @@ async def grade(check: Mapping[str, Any], spec: GraderSpec, workspace: Path,
                         usage=answer.usage, cost=answer.cost, rate=spec.rate,
                         suspected_gaming=answer.suspected_gaming is True,
                         rated=answer.rated is not False, talk_only=spec.talk_only)
+
+
+# A crash's traceback in the ledger: its frames, the last ones kept when there are many
+# (a recursion's thousand frames), cut to this many characters, head and tail.
+CRASH_TRACEBACK_LIMIT = 20_000
+
+
+def _record_crash(path: Path, grader: str, said: str, exc: BaseException) -> None:
+    """Append a grader's crash, with its traceback, to the attempt's ledger (closed with
+    the agent: opened again, numbering on)."""
+    import traceback
+
+    trace = "".join(traceback.format_exception(exc, limit=-100))
+    ledger = Ledger(path)
+    ledger.append("grader_crashed", grader=grader, error=said,
+                  traceback=truncate(trace, CRASH_TRACEBACK_LIMIT))
+    ledger.close()
 
 
 class _Watched:
@@ -189,7 +217,7 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
     for index in as_left:  # they read files in evalctl's own process: no cache to sweep
         check, spec = graded[index]
         outcomes[index] = earlier[spec.name].pop(0) if earlier.get(spec.name) else \
-            await grade(check, spec, workspace.root, agent)
+            await grade(check, spec, workspace.root, agent, ledger=workspace.ledger_path)
     if as_left and verify:
         written, before_grading = await off_loop(_write_hidden_files, task, workspace,
                                                  verify)
@@ -235,7 +263,7 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
                 continue
             stale = ran and not kept.issuperset(_names(home))
             outcomes[index] = await grade(
-                check, spec, workspace.root, agent, after=then,
+                check, spec, workspace.root, agent, after=then, ledger=workspace.ledger_path,
                 before=_both(None if swept else clean,
                              functools.partial(_fresh_home, home, kept) if stale else None))
             cleaned = then is not None
@@ -344,6 +372,11 @@ def _both(first: Callable[[], object] | None, second: Callable[[], object] | Non
     if first is None or second is None:
         return first or second
     return lambda: (first(), second())
+
+
+class _BadAnswer(TypeError):
+    """What a grader returned, refused here: the detail says it all, and a traceback of
+    this module's would point at nothing of the grader's."""
 
 
 class _Raised(Exception):

@@ -146,6 +146,10 @@ class _Reader:
         elif kind == "setup_end":
             if event.get("status") != "ok":
                 self.note("error", f"setup failed: {event.get('error')}", line)
+        elif kind == "grader_crashed":  # after the agent: a check's plugin, with its trace
+            trace = self.text(event.get("traceback") or "", line)["text"].rstrip("\n")
+            self.note("error", f"{event.get('error')}" + (f"\n{trace}" if trace else ""),
+                      line)
         elif kind == "pause_turn":
             self.note("info", "the model paused its turn; the loop went on", line)
         elif kind == "task_end":
