@@ -788,3 +788,46 @@ def test_only_the_owner_may_enter_a_run_directory(tmp_path: Path) -> None:
     run_dir = new_run_directory(tmp_path / "reports")
     assert run_dir.stat().st_mode & 0o077 == 0, oct(run_dir.stat().st_mode)
     assert run_dir.stat().st_mode & 0o700 == 0o700
+
+
+def test_the_tasks_seconds_are_the_agents_and_grading_keeps_its_own_time(tmp_path):
+    """What docs/suites.md says ("How long an attempt takes", found by a newcomer who
+    saw a task of `seconds: 3` grade for 15): `limits.seconds` stops the agent, not its
+    checks, each bounded by its own grader's timeout."""
+    async def grade_slowly(check, workspace, result):
+        ran = await result.sandbox.run("sleep 1", timeout=30)
+        return evalctl.CheckResult(ran.exit_code == 0, "slept")
+
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="slow_check", grade=grade_slowly))
+
+    plugin = types.ModuleType("slow")
+    plugin.evalctl_register_graders = evalctl_register_graders
+    set_registry(registry_with(("slow", plugin)))
+    (tmp_path / "suite.yaml").write_text("""\
+- id: quick-agent
+  prompt: Create out.txt.
+  limits:
+    seconds: 0.5
+  checks:
+    - type: file_exists
+      path: out.txt
+    - type: slow_check
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: out.txt
+            content: "x\\n"
+    - text: Created out.txt.
+""")
+    result = run_cli(tmp_path, "suite.yaml", "--report", "r.json")
+    assert result.exit_code == 0, result.output
+    task = json.loads((tmp_path / "r.json").read_text())["tasks"][0]
+    assert (task["status"], task["exit_status"]) == ("passed", "completed")
+    assert task["duration"] > 1  # the whole attempt, its grading included
+    from evalctl._suite.schema import LIMITS
+
+    assert LIMITS["properties"]["seconds"]["description"].startswith(
+        "The agent's wall-clock seconds; not setup's nor the checks'")

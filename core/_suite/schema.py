@@ -63,7 +63,9 @@ LIMITS = {
     "description": "When the agent loop is stopped. The exit status records which limit hit.",
     "properties": {
         "turns": {"type": "integer", "minimum": 1, "description": "Most model turns."},
-        "seconds": {"type": "number", "exclusiveMinimum": 0, "description": "Wall-clock limit."},
+        "seconds": {"type": "number", "exclusiveMinimum": 0,
+                    "description": "The agent's wall-clock seconds; not setup's nor the "
+                                   "checks', which have timeouts of their own."},
         "cost": {"type": "number", "minimum": 0, "description": "Most USD spent on the model."},
     },
     "additionalProperties": False,
