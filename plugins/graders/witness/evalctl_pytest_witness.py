@@ -396,10 +396,6 @@ def _take_off_unseen_tracers() -> None:
             _SETPROFILE(None)
 
 
-# The methods through which an import uses a finder on sys.meta_path (and the loader it
-# may be itself).
-_FINDER_METHODS = ("find_spec", "find_module", "create_module", "exec_module",
-                   "load_module", "invalidate_caches")
 # A finder's class may be plain or abstract (importlib.abc.MetaPathFinder's subclasses).
 _PLAIN_METACLASSES = (type, abc.ABCMeta)
 # Code objects found to be what their installed file compiles to (by id, kept alive).
@@ -422,11 +418,14 @@ def _finders_added_by_the_installation(now: list[Any], baseline: tuple[Any, ...]
 
 
 def _installed_finder(finder: Any) -> bool:
-    """Whether `finder` is an object (not a class) of a plain class whose methods an
-    import calls are each, found in its classes' own namespaces (no code of its run),
-    a function of the installation as its file compiles it, with that file's module's
-    globals, and none is set on the object itself. Judged again at each check (a method
-    can be set on it later); a code object's comparison with its file is done once."""
+    """Whether `finder` is an object (not a class) of a plain or abstract class whose
+    classes (its own and its bases, but object) define nothing callable but functions
+    of the installation as their files compile them, with those files' globals (found
+    by an attacker round: a class of the agent's deriving from an installed finder's,
+    with a __getattribute__ of its own, ran its code at every import), with a find_spec
+    among them, and that holds nothing callable itself. Judged again at each check
+    (anything can be set on it later); a code object's comparison with its file is done
+    once."""
     kind = _TYPE(finder)
     if _TYPE(kind) not in _PLAIN_METACLASSES or kind is type:
         return False
@@ -434,32 +433,40 @@ def _installed_finder(finder: Any) -> bool:
         own = object.__getattribute__(finder, "__dict__")
     except AttributeError:
         own = {}
-    if _TYPE(own) is not dict:
+    if _TYPE(own) is not dict or any(map(callable, own.values())):
         return False
     mro = type.__dict__["__mro__"].__get__(kind)
-    found_spec = False
-    for name in _FINDER_METHODS:
-        if name in own:
-            return False
-        holder = next((klass for klass in mro if name in _OWN_DICT(klass)), None)
-        if holder is None or holder is object:
+    for klass in mro:
+        if klass is object:
             continue
-        method = _OWN_DICT(holder)[name]
-        if _TYPE(method) in (staticmethod, classmethod):
-            method = method.__func__
-        if _TYPE(method) is not types.FunctionType:
-            return False
-        code = method.__code__
-        home = dict.get(method.__globals__, "__file__")
-        if not (_TYPE(home) is str and (home == code.co_filename or os.path.realpath(home)
-                                         == os.path.realpath(code.co_filename))):
-            return False
-        if _INSTALLED_CODES.get(id(code)) is not code:
-            if not (_installed_file(home) and _what_its_file_holds(code)):
+        for value in _OWN_DICT(klass).values():
+            if _TYPE(value) in (staticmethod, classmethod):
+                value = value.__func__
+            elif _TYPE(value) is property:
+                if not all(part is None or _installed_function(part)
+                           for part in (value.fget, value.fset, value.fdel)):
+                    return False
+                continue
+            if callable(value) and not _installed_function(value):
                 return False
-            _INSTALLED_CODES[id(code)] = code
-        found_spec = found_spec or name == "find_spec"
-    return found_spec
+    return any("find_spec" in _OWN_DICT(klass) for klass in mro if klass is not object)
+
+
+def _installed_function(function: Any) -> bool:
+    """Whether `function` is a plain function whose code is what its installed file
+    compiles to, with that file's globals."""
+    if _TYPE(function) is not types.FunctionType:
+        return False
+    code = function.__code__
+    home = dict.get(function.__globals__, "__file__")
+    if not (_TYPE(home) is str and (home == code.co_filename or os.path.realpath(home)
+                                     == os.path.realpath(code.co_filename))):
+        return False
+    if _INSTALLED_CODES.get(id(code)) is not code:
+        if not (_installed_file(home) and _what_its_file_holds(code)):
+            return False
+        _INSTALLED_CODES[id(code)] = code
+    return True
 
 
 def _runtime_changed(builtin_types: bool = True) -> list[str]:
@@ -2465,6 +2472,12 @@ def _replaced_test_code(item: Any) -> list[str]:
         return []
     function = _test_function(item)
     if function is None:
+        # An object that is no function in place of the function the module bound to
+        # the test's name (found by an attacker round: an object whose __call__ returned
+        # set as item.obj in setup, the test's function put back in teardown).
+        if _TYPE(_bound_as_import_ended(item, module)) is types.FunctionType:
+            return [f"the test function of {item.nodeid} (an object that is no function, "
+                    "in place of the function its module bound to its name)"]
         return []
     if _defined_code_changed(function):
         return [f"the code of {item.nodeid} (not what its module's body defined)"]
@@ -2480,27 +2493,32 @@ def _not_what_its_module_bound(item: Any, module: Any, function: Any) -> bool:
     """Whether a collected test runs another function than the one its module (or its
     class, through its bases) bound to the test's name as the module's import ended, or
     a wrapper of it. A name that was not bound then says nothing."""
-    try:
-        namespace = vars(module.obj)
-    except TypeError:
-        return False
-    bound = _BOUND.get(id(namespace))
-    if bound is None or _TEST_NAMESPACES.get(id(namespace)) is not namespace:
-        return False
-    name = vars(item).get("originalname") or item.name
-    owner = item.getparent(pytest.Class)
-    if owner is None:
-        expected = bound.get(name, _MISSING)
-    else:
-        cls = bound.get(owner.name, _MISSING)
-        members = _CLASS_MEMBERS.get(id(cls))
-        if members is None or members[0] is not cls:
-            return False
-        expected = members[1].get(name, _MISSING)
+    expected = _bound_as_import_ended(item, module)
     if expected is _MISSING:
         return False
     # The function itself, or a wrapper of it.
     return not any(link is expected for link in _wrapper_chain(function))
+
+
+def _bound_as_import_ended(item: Any, module: Any) -> Any:
+    """What a collected test's module (or its class, through its bases) bound to the
+    test's name as the module's import ended; _MISSING when not known."""
+    try:
+        namespace = vars(module.obj)
+    except TypeError:
+        return _MISSING
+    bound = _BOUND.get(id(namespace))
+    if bound is None or _TEST_NAMESPACES.get(id(namespace)) is not namespace:
+        return _MISSING
+    name = vars(item).get("originalname") or item.name
+    owner = item.getparent(pytest.Class)
+    if owner is None:
+        return bound.get(name, _MISSING)
+    cls = bound.get(owner.name, _MISSING)
+    members = _CLASS_MEMBERS.get(id(cls))
+    if members is None or members[0] is not cls:
+        return _MISSING
+    return members[1].get(name, _MISSING)
 
 
 # Fixtures: each definition's function as first seen (pytest never sets another), and the
@@ -2596,7 +2614,12 @@ def _arguments_not_produced(item: Any) -> list[str]:
     of the fixture of that name produced (and its definition still caches)."""
     arguments = getattr(item, "funcargs", None)
     if type(arguments) is not dict:
-        return []
+        # pytest's is a dict: another object can answer the test's arguments as it likes
+        # (found by an attacker round: a dict subclass whose __getitem__ gave the
+        # expected value the wrong answer's).
+        return [] if arguments is None else \
+            [f"the arguments of {item.nodeid} (an object of {_TYPE(arguments).__qualname__}, "
+             "not the dict pytest made)"]
     request = getattr(item, "_request", _MISSING)
     found = []
     for name, value in list(arguments.items()):
