@@ -2082,6 +2082,16 @@ _EXTENDED_ARG = _OP.get("EXTENDED_ARG")
 _IMPORT_STAR = _OP.get("IMPORT_STAR")  # before Python 3.12
 _INTRINSIC_1 = _OP.get("CALL_INTRINSIC_1")  # 3.12 on: oparg 2 is `import *`
 _FILE_NAMES: dict[str, tuple[frozenset[str], frozenset[str], bool]] = {}
+# Names pytest itself reads in a test module's namespace, and runs or obeys, whatever
+# the module's code reads: bound there by other code, they run the agent's code in every
+# test's setup or teardown, or mark its tests (found by attacker rounds: the agent's
+# module bound setup_function, setup_module or pytestmark in the test module importing
+# it, and from there swapped the test's arguments, class or TestCase method for its
+# call); a fixture bound there by other code overrides the seed's.
+_PYTEST_READS = frozenset({
+    "setup_module", "teardown_module", "setUpModule", "tearDownModule", "setup_function",
+    "teardown_function", "pytestmark", "pytest_plugins", "collect_ignore",
+    "collect_ignore_glob", "__getattr__", "__dir__"})
 
 
 def _file_names(path: str) -> tuple[frozenset[str], frozenset[str], bool]:
@@ -2125,9 +2135,14 @@ def _namespace_changed(namespace: Any) -> list[str]:
             if name not in binds:
                 found.append(_bound_by_another(name, label))
             continue
-        if name in binds or star or name.startswith("__") and name.endswith("__"):
+        if name in binds or star:
             continue
-        if name in refers or name in _BUILTINS_SEEN:
+        if name in _PYTEST_READS:
+            found.append(_bound_by_another(name, label))
+            continue
+        if name.startswith("__") and name.endswith("__"):
+            continue
+        if name in refers or name in _BUILTINS_SEEN or _a_fixture(namespace.get(name)):
             found.append(_bound_by_another(name, label))
     for value in list(namespace.values()):
         functions = [value]
@@ -2168,7 +2183,8 @@ def _namespace_changed_quick(namespace: Any) -> list[str]:
         found = _namespace_changed(namespace)
         wanted = () if star else tuple(sorted(
             name for name in (refers | frozenset(_BUILTINS_SEEN)) - binds
-            if not (name.startswith("__") and name.endswith("__"))))
+            if not (name.startswith("__") and name.endswith("__"))) + sorted(
+            _PYTEST_READS - binds))
         _QUICK[id(namespace)] = (wanted, len(namespace))
         return found
     label = os.path.basename(origin)
@@ -2177,6 +2193,17 @@ def _namespace_changed_quick(namespace: Any) -> list[str]:
         found.append(_bound_by_another("__tracebackhide__", label))
     found += [_bound_by_another(name, label) for name in known[0] if name in namespace]
     return found
+
+
+def _a_fixture(value: Any) -> bool:
+    """Whether `value` is a pytest fixture definition (an object of pytest's
+    FixtureFunctionDefinition from 8.4, a function pytest marked before), read without
+    running anything of the value's."""
+    kind = getattr(sys.modules.get("_pytest.fixtures"), "FixtureFunctionDefinition", None)
+    if kind is not None and _TYPE(value) is kind:
+        return True
+    return _TYPE(value) is types.FunctionType and \
+        "_pytestfixturefunction" in object.__getattribute__(value, "__dict__")
 
 
 def _builtins_replaced(namespace: Any, label: str) -> list[str]:
