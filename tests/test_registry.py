@@ -467,3 +467,53 @@ def test_registry_with_refuses_a_grader_whose_example_a_suite_would_refuse(examp
     with pytest.raises(UsageError) as raised:
         plugin_registry([plugin])
     assert said in str(raised.value)
+
+
+def _rated_plugin(name: str, rate: str) -> types.ModuleType:
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name=name, rate=rate,
+                                    grade=lambda c, w, r: evalctl.CheckResult(True)))
+
+    return _module("rated", evalctl_register_graders=evalctl_register_graders)
+
+
+@pytest.mark.parametrize("rate, key", [("completion", "completion_rate"),
+                                       ("judge", "judge_rate")])
+def test_a_rate_named_as_a_summary_key_of_the_core_fails_its_plugin(rate, key):
+    """Found by a newcomer: rate="completion" overwrote summary.completion_rate (0.5 with
+    2 of 3 attempts passed) and the console said "completion 67%, completion 50%";
+    rate="judge" silently lost one of the two figures."""
+    registry = load_registry([PluginSource.from_object(
+        "tp2_rate", _rated_plugin("tp2_rated", rate), "tp2-rate", "0.1.0")])
+    record = registry.plugins[0]
+    assert record.status == "failed" and "tp2_rated" not in registry.graders
+    assert f"grader 'tp2_rated': rate '{rate}' is reserved" in record.error
+    assert key in record.error
+    assert any("plugin 'tp2_rate' (tp2-rate 0.1.0)" in w for w in registry.failure_warnings())
+
+
+def test_a_plugin_rate_named_as_a_builtin_graders_fails_the_plugin_not_the_builtin():
+    registry = load_registry([
+        PluginSource.from_object("grounding", _rated_plugin("grounding", "grounding"),
+                                 "evalctl", "0.1"),
+        PluginSource.from_object("mine", _rated_plugin("mine_claims", "grounding"),
+                                 "my-dist", "1"),
+    ])
+    builtin, mine = registry.plugins
+    assert builtin.status == "ok" and "grounding" in registry.graders
+    assert mine.status == "failed" and "mine_claims" not in registry.graders
+    assert ("rate 'grounding' is that of evalctl's built-in grader 'grounding'"
+            in mine.error and "mine_grounding" in mine.error)
+
+
+def test_two_plugins_naming_one_rate_make_one_figure():
+    """A rate is a figure over every check whose grader names it, whoever registered
+    it: documented (docs/plugins.md), not a conflict."""
+    registry = load_registry([
+        PluginSource.from_object("one", _rated_plugin("one_style", "shared_style"), "d1", "1"),
+        PluginSource.from_object("two", _rated_plugin("two_style", "shared_style"), "d2", "1"),
+    ])
+    assert all(r.status == "ok" for r in registry.plugins)
+    assert {registry.graders["one_style"].rate, registry.graders["two_style"].rate} == {
+        "shared_style"}

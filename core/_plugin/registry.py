@@ -443,6 +443,7 @@ def load_registry(
     records: list[PluginRecord] = []
     owners: dict[tuple[str, str], list[PluginRecord]] = {}
     specs: dict[tuple[str, str], Any] = {}
+    staged_by_record: list[tuple[PluginRecord, list[tuple[str, Any]]]] = []
 
     sources = list(entry_point_sources() if sources is None else sources)
     enabled = [s for s in sources if not _is_disabled(s, blocked)]
@@ -460,6 +461,7 @@ def load_registry(
             record.status = "disabled"
             continue
         staged: list[tuple[str, Any]] = []
+        staged_by_record.append((record, staged))
         try:
             record.origin = _load_one(pm, source, staged, record)
         except Exception as exc:  # a broken plugin must not take down the others
@@ -481,6 +483,7 @@ def load_registry(
             if record.status == "ok":
                 specs[(kind, spec.name)] = spec
 
+    _refuse_builtin_rates(staged_by_record, specs)
     by_kind: dict[str, dict[str, Any]] = {k: {} for k in KINDS}
     for (kind, name), holders in owners.items():
         if len(holders) == 1:
@@ -491,6 +494,31 @@ def load_registry(
                 others_said = ", ".join(o.described for o in holders if o is not holder)
                 holder.conflicts.append(f"{kind} '{name}' also registered by {others_said}")
     return Registry(records, by_kind, owners)
+
+
+def _refuse_builtin_rates(staged_by_record: list[tuple[PluginRecord, list[tuple[str, Any]]]],
+                          specs: dict[tuple[str, str], Any]) -> None:
+    """Fail a plugin whose grader names a rate a built-in grader declares (`grounding`):
+    its checks would be counted in evalctl's own figure, which the docs define, as a
+    plugin's grader named `file_exists` would replace the built-in. Its specs are taken
+    out; the names it registered still claim theirs."""
+    builtin_rates = {spec.rate: spec.name for record, staged in staged_by_record
+                     if record.builtin for kind, spec in staged
+                     if kind == "grader" and spec.rate}
+    for record, staged in staged_by_record:
+        if record.builtin or record.status != "ok":
+            continue
+        for kind, spec in staged:
+            if kind == "grader" and spec.rate in builtin_rates:
+                record.status = "failed"
+                record.error = (
+                    f"grader '{spec.name}': rate '{spec.rate}' is that of evalctl's "
+                    f"built-in grader '{builtin_rates[spec.rate]}' ({spec.rate}_rate in "
+                    f"the report), which its checks would be counted in; name a rate of "
+                    f"your own, prefixed with the plugin's name ({record.name}_{spec.rate})")
+                for other_kind, other in staged:
+                    specs.pop((other_kind, other.name), None)
+                break
 
 
 def _namesake_error(source: PluginSource, others: list[PluginSource]) -> str:

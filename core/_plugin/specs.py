@@ -15,6 +15,15 @@ from evalctl._plugin.types import TokenUsage
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 EXTENSION_PATTERN = re.compile(r"[A-Za-z0-9]+(?:[._-][A-Za-z0-9]+)*")
 GRADER_KINDS = ("mechanical", "judge")
+# Rate names whose `NAME_rate` / `NAME_checks` summary keys the core itself writes: a
+# grader's rate of one of these names would overwrite the headline completion rate or
+# the judges' figure (found by a newcomer: rate="completion" made the console say
+# "completion 67%, completion 50%" and summary.completion_rate 0.5 with 2 of 3 passed).
+RESERVED_RATES = {
+    "completion": "completion_rate, the headline (attempts whose mechanical checks all "
+                  "passed)",
+    "judge": "judge_rate and judge_checks, the verdicts of every check of kind 'judge'",
+}
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -150,6 +159,12 @@ class GraderSpec:
             raise ValueError(f"grader {self.name!r}: params_schema must not define 'type'")
         if self.rate is not None:
             _check_name(f"grader {self.name!r}: rate", self.rate)
+            if self.rate in RESERVED_RATES:
+                raise ValueError(
+                    f"grader {self.name!r}: rate {self.rate!r} is reserved: the report's "
+                    f"summary already has {RESERVED_RATES[self.rate]}, which this rate "
+                    f"would overwrite; name a rate of your own, prefixed with your "
+                    f"plugin's name (mine_{self.rate}), or leave rate None")
 
 
 @dataclass(frozen=True)
