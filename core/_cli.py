@@ -791,7 +791,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
                    "these reports are complete, but a resume of this run would rerun the "
                    "attempts it is missing", err=True)
     if baseline_report is not None:  # before writing: reporters show the gate's verdict too
-        result.comparison = compare_reports(baseline_report, result)
+        result.comparison = compare_reports(baseline_report, result, registry=registry)
         result.comparison.gate_reasons = gate(result.comparison, max_drop, fail_on_flip)
     written, failures = write_reports(result, registry, reporter_names, options.out_dir, report)
     if options.resume is not None:
@@ -1149,7 +1149,8 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
             _output_problem(path, flag)
     html_reporter = _registry(ctx).get("reporter", HTML_REPORTER) if html_path else None
     before, after = read_run(baseline).run, read_run(current).run
-    comparison = compare_reports(before, after, alpha)
+    comparison = compare_reports(before, after, alpha,
+                                 registry=_registry(ctx, warn=False))
     unusable = comparison.nothing_in_common()
     if unusable:
         raise UsageError(unusable)

@@ -327,3 +327,80 @@ def test_compare_cannot_say_no_regression_over_tasks_not_graded_now(tmp_path):
     assert "**A regression cannot be ruled out:** 1 task(s)" in result.output
     assert "### Passed in the baseline, not graded now (1)" in result.output
     assert "may have regressed: b" in result.output
+
+
+def _versioned_grader(version: str, verdict: bool):
+    """The registry with a plugin 'tpv' (distribution tp-v VERSION) whose grader gives
+    `verdict`, and one 'tpother' that no suite uses."""
+    from evalctl._plugin.registry import PluginSource, entry_point_sources, load_registry
+
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="tpv_check", grade=lambda c, w, r:
+                                    evalctl.CheckResult(verdict, f"verdict {verdict}")))
+
+    @evalctl.hookimpl
+    def evalctl_register_reporters(register):
+        register(evalctl.ReporterSpec(name="tpother_txt", write=lambda run, path: path,
+                                      extension="txt"))
+
+    plugin = types.ModuleType("tpv")
+    plugin.evalctl_register_graders = evalctl_register_graders
+    other = types.ModuleType("tpother")
+    other.evalctl_register_reporters = evalctl_register_reporters
+    return load_registry(entry_point_sources() + [
+        PluginSource.from_object("tpv", plugin, "tp-v", version),
+        PluginSource.from_object("tpother", other, "tp-other", version)], disabled=())
+
+
+VERSIONED_SUITE = """\
+- id: judged
+  prompt: Write out.txt.
+  checks:
+    - type: file_exists
+      path: out.txt
+    - type: tpv_check
+  script:
+    - tool_calls:
+        - tool: write_file
+          input: {path: out.txt, content: "x"}
+    - text: Done.
+"""
+
+
+def test_a_grader_plugin_of_another_version_is_warned_of_not_only_blamed_on_the_agent(
+        tmp_path, write_suite):
+    """Found by a newcomer: a run against --baseline whose grading plugin had changed
+    version said "tasks that passed in the baseline now fail" with no warning, and
+    compare --json gave warnings: []."""
+    suite = write_suite(VERSIONED_SUITE, name="versioned.yaml")
+    set_registry(_versioned_grader("0.1.0", True))
+    assert run_cli(tmp_path, str(suite), "--report", "base.json").exit_code == 0
+    set_registry(_versioned_grader("0.2.0", False))
+    result = run_cli(tmp_path, str(suite), "--baseline", "base.json", "--report", "now.json")
+    assert result.exit_code == 1
+    warning = ("plugin 'tpv' differs between the runs (tp-v 0.1.0 in the baseline, tp-v "
+               "0.2.0 now): what it provides (a grader, say) may judge differently")
+    assert f"warning: {warning}" in result.output
+    assert f"> **Warning:** {warning}" in result.output
+    # A plugin neither run used is not said: its version changes nothing here.
+    assert "tpother" not in result.output
+    compared = CliRunner().invoke(cli, ["compare", "--json", str(tmp_path / "base.json"),
+                                        str(tmp_path / "now.json")])
+    warnings = json.loads(compared.stdout)["warnings"]
+    assert len(warnings) == 1 and warnings[0].startswith(warning)
+
+
+def test_compare_warns_of_every_changed_plugin_and_evalctl_when_it_cannot_tell_use():
+    base, now = make_report({"a": ["passed"]}), make_report({"a": ["failed"]})
+    base.plugin_versions = {"tpv": "0.1.0", "same": "1", "files": "0.1.0"}
+    now.plugin_versions = {"tpv": "0.2.0", "same": "1", "files": "0.2.0"}
+    base.plugin_distributions = now.plugin_distributions = {
+        "tpv": "tp-v", "same": "tp-same", "files": "evalctl"}
+    base.evalctl_version, now.evalctl_version = "0.1.0", "0.2.0"
+    assert compare_reports(base, now).warnings() == [
+        "evalctl differs between the runs (0.1.0 in the baseline, 0.2.0 now): its built-in "
+        "graders may grade differently, so a change may not be the agent's",
+        "plugin 'tpv' differs between the runs (tp-v 0.1.0 in the baseline, tp-v 0.2.0 "
+        "now): what it provides (a grader, say) may judge differently, so a change in the "
+        "checks it grades may not be the agent's"]

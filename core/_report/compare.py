@@ -53,6 +53,10 @@ class Comparison:
     # judged it (`evalctl compare`). Set, every report of the run says the gate's verdict,
     # the one its exit code gives.
     gate_reasons: list[str] | None = None
+    # The entry-point names of installed plugins that provide nothing either run used
+    # (`plugins_unused`): their versions are not looked at. A plugin not installed now
+    # cannot be told, and is.
+    plugins_unused: frozenset[str] = frozenset()
 
     @property
     def completion_drop(self) -> float:
@@ -101,7 +105,39 @@ class Comparison:
             found.append(f"the runs differ in the agent ({before.agent_label}, then "
                          f"{after.agent_label}) and in the model ({model_before}, then "
                          f"{model_after}): a difference cannot be put down to either")
-        return found + self._suite_warnings()
+        return found + self._suite_warnings() + self._version_warnings()
+
+    def _version_warnings(self) -> list[str]:
+        """A plugin (or evalctl, whose built-in graders change with it) of another version
+        in each run: a check it grades may pass or fail for that reason, not the agent's
+        work (found by a newcomer: a changed grader plugin's verdicts were reported as
+        the agent's regression, with no warning)."""
+        before, after = self.baseline, self.current
+        found = []
+        if before.evalctl_version and after.evalctl_version and \
+                before.evalctl_version != after.evalctl_version:
+            found.append(f"evalctl differs between the runs ({before.evalctl_version} in the "
+                         f"baseline, {after.evalctl_version} now): its built-in graders may "
+                         "grade differently, so a change may not be the agent's")
+        for name in sorted(set(before.plugin_versions) & set(after.plugin_versions)):
+            if name in self.plugins_unused:
+                continue
+            dist_before = before.plugin_distributions.get(name)
+            dist_after = after.plugin_distributions.get(name)
+            if "evalctl" in (dist_before, dist_after) and dist_before == dist_after:
+                continue  # a built-in: evalctl's version says it
+            version_before = before.plugin_versions.get(name)
+            version_after = after.plugin_versions.get(name)
+            if version_before == version_after and dist_before == dist_after:
+                continue
+            def side(dist: str | None, version: str | None) -> str:
+                return f"{dist or 'no distribution'} {version or '(no version)'}"
+            found.append(f"plugin '{name}' differs between the runs "
+                         f"({side(dist_before, version_before)} in the baseline, "
+                         f"{side(dist_after, version_after)} now): what it provides (a "
+                         "grader, say) may judge differently, so a change in the checks it "
+                         "grades may not be the agent's")
+        return found
 
     def _suite_warnings(self) -> list[str]:
         before, after = self.baseline, self.current
@@ -253,6 +289,22 @@ def _identity(run: RunResult) -> dict[str, Any]:
             "provider": run.provider, "model": run.model, "agent": run.agent_label}
 
 
+def plugins_unused(registry: Any, *runs: RunResult) -> frozenset[str]:
+    """The entry-point names of the installed plugins that provide nothing any of `runs`
+    used: the graders of its checks, its provider, agent (a preset's and its base's),
+    sandbox and executor."""
+    wanted = [("grader", check.type) for run in runs for task in run.tasks
+              for check in task.checks]
+    for run in runs:
+        wanted += [("provider", run.provider), ("agent", run.agent.get("name")),
+                   ("agent", run.agent.get("base")), ("sandbox", run.sandbox.get("name")),
+                   ("executor", run.executor.get("name"))]
+    used = {record.name for kind, name in dict.fromkeys(wanted) if isinstance(name, str)
+            for record in registry.owners.get((kind, name), [])}
+    return frozenset(record.name for record in registry.plugins
+                     if record.status == "ok" and record.name not in used)
+
+
 def _rates(run: RunResult) -> dict[str, float | None]:
     """The rates a comparison shows, headline first, each side computed the same way."""
     rates: dict[str, float | None] = {"completion_rate": run.completion_rate}
@@ -264,11 +316,14 @@ def _rates(run: RunResult) -> dict[str, float | None]:
 
 
 def compare_reports(baseline: RunResult, current: RunResult,
-                    alpha: float = 0.05) -> Comparison:
+                    alpha: float = 0.05, registry: Any = None) -> Comparison:
+    """The comparison of two runs; with `registry` (the installed plugins), only the
+    plugins that provide what the runs used are looked at for changed versions."""
     before = {t.task_id: t for t in baseline.by_task()}
     after = {t.task_id: t for t in current.by_task()}
     common = [i for i in before if i in after]
-    result = Comparison(baseline, current, alpha)
+    result = Comparison(baseline, current, alpha, plugins_unused=frozenset()
+                        if registry is None else plugins_unused(registry, baseline, current))
     was = list(dict.fromkeys(t.task_id for t in baseline.tasks))
     now = list(dict.fromkeys(t.task_id for t in current.tasks))
     result.added = [i for i in now if i not in was]
