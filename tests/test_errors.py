@@ -202,6 +202,16 @@ def test_a_crashing_grader_does_not_hide_a_real_failure(tmp_path):
     assert report["summary"]["failed"] == 1 and report["summary"]["errors"] == 0
     assert [(t["id"], t["attempts"]) for t in report["by_task"]] == [("fix-add", ["failed"])]
     assert report["errors"] == []
+    # ...and the crash is not hidden by it (found by a newcomer: it was only in
+    # tasks[].checks[].error): listed apart, in the console and the Markdown report.
+    (crash,) = report["check_errors"]
+    assert (crash["id"], crash["status"], crash["type"]) == ("fix-add", "failed", "fragile")
+    assert crash["detail"].startswith("grader crashed: RecursionError")
+    assert "grader error in failed fix-add: fragile: grader crashed: RecursionError" \
+        in result.output
+    markdown = next((tmp_path / "eval_reports").glob("report-*.md")).read_text()
+    assert "### Grader errors in graded attempts" in markdown
+    assert "⚠️ fragile (grader error): grader crashed: RecursionError" in markdown
 
 
 def test_a_preflight_stops_the_run_before_any_task(tmp_path):

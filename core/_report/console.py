@@ -93,6 +93,9 @@ class RunView:
         for task in run.errors():
             console.print(f"error ({task.error_kind}) {run.label(task)}: "
                           f"{task.error_detail()}", highlight=False, markup=False)
+        for task, check in run.check_errors():
+            console.print(f"grader error in {task.status} {run.label(task)}: {check.type}: "
+                          f"{check.detail}", highlight=False, markup=False)
         # A CLI agent that exited non-zero failed (it is graded like any other), but why
         # it exited (a command not found, say) is the first thing to look at.
         exited = [t for t in run.tasks if t.status == "failed" and t.error

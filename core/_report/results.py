@@ -444,6 +444,15 @@ class RunResult:
         """The attempts in error, listed apart from failures."""
         return [t for t in self.tasks if t.status == ERROR]
 
+    def check_errors(self) -> list[tuple[TaskResult, CheckOutcome]]:
+        """The checks that could not run or crashed in attempts that are not errors: a
+        genuine failure of another check decides such an attempt (failed), so an agent
+        cannot launder a failure into an uncounted error by breaking a grader, but the
+        grader's error must still be seen (found by a newcomer: a crash beside a failing
+        check was only in tasks[].checks[].error)."""
+        return [(t, c) for t in self.tasks if t.status != ERROR for c in t.checks
+                if c.error]
+
     def count(self, status: str) -> int:
         return sum(1 for t in self.tasks if t.status == status)
 
@@ -571,6 +580,9 @@ class RunResult:
             "errors": [{"id": t.task_id, "attempt": t.attempt, "kind": t.error_kind,
                         "detail": t.error_detail(), "remedy": ERROR_KINDS.get(
                             t.error_kind or "", "")} for t in self.errors()],
+            "check_errors": [{"id": t.task_id, "attempt": t.attempt, "status": t.status,
+                              "type": c.type, "detail": c.detail}
+                             for t, c in self.check_errors()],
             "by_task": [t.to_dict() for t in per_task],
             "tasks": [t.to_dict() for t in self.tasks],
         }

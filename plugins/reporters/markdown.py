@@ -107,6 +107,9 @@ def render(run: evalctl.RunResult) -> str:
         failed = [f"{c.type}: {c.detail}" for c in task.failed_checks()]
         if task.error and task.status == "error":
             failed.insert(0, task.error)
+        elif task.status != "error":  # a grader error beside the failure that decided it
+            failed += [f"⚠️ {c.type} (grader error): {c.detail}" for c in task.checks
+                       if c.error]
         lines.append(
             f"| {_cell(run.label(task), 60)} | {STATUS_MARK.get(task.status, task.status)} | "
             f"{_cell('; '.join(failed)) or '—'} | {task.exit_status or '—'} | "
@@ -117,6 +120,12 @@ def render(run: evalctl.RunResult) -> str:
                   "| Task | Kind | What went wrong |", "|---|---|---|"]
         lines += [f"| {_cell(run.label(t), 60)} | {t.error_kind} | "
                   f"{_cell(t.error_detail(), 300)} |" for t in run.errors()]
+    check_errors = run.check_errors()
+    if check_errors:
+        lines += ["", "### Grader errors in graded attempts (another check decided them)", "",
+                  "| Task | Status | Check | What went wrong |", "|---|---|---|---|"]
+        lines += [f"| {_cell(run.label(t), 60)} | {t.status} | {_cell(c.type, 60)} | "
+                  f"{_cell(c.detail, 300)} |" for t, c in check_errors]
     judged = [(run.label(t), c) for t in run.tasks for c in t.judge_checks()]
     if judged:
         lines += ["", "### Judge verdicts (not part of completion)", "",
