@@ -415,6 +415,28 @@ def test_a_check_result_is_passed_or_failed_by_a_bool_alone():
     assert evalctl.CheckResult(True).passed is True
 
 
+def test_a_check_results_detail_is_a_str_not_shown_as_none_or_bytes():
+    """Found by a newcomer: CheckResult(False, None) was reported as "None", a bytes
+    detail as "b'\\xff...'"."""
+    with pytest.raises(TypeError, match="detail must be a str, not NoneType .*\"\" for"):
+        evalctl.CheckResult(False, None)
+    with pytest.raises(TypeError, match="detail must be a str, not bytes .*decode it"):
+        evalctl.CheckResult(False, b"\xff broken")
+    assert evalctl.CheckResult(False).detail == ""
+
+
+def test_markdown_shows_a_rate_as_its_grader_registered_it():
+    """Found by a newcomer: "Tp2_quality", capitalized."""
+    from evalctl.plugins.reporters.markdown import render
+
+    checks = [evalctl.CheckOutcome("tp2_rated", "mechanical", True, "ok", rate="tp2_quality")]
+    run = evalctl.RunResult("s.yaml", "s", "0" * 64, "scripted", None, "", "", "0", {},
+                            [evalctl.TaskResult("a", "passed", checks=checks)])
+    text = render(run)
+    assert "- Rate tp2_quality: 100.0% (1/1 checks)" in text, text
+    assert "Tp2_quality" not in text
+
+
 def _says_no(check, workspace, result):
     return evalctl.CheckResult("no", "the file is missing")
 

@@ -47,10 +47,11 @@ class CheckResult:
     for completion, and is left out of its grader's named rate, which a vacuous pass
     would inflate (a failure is always rated).
 
-    `passed`, `suspected_gaming` and `rated` are True or False, nothing else: any other
-    value is a TypeError saying what it was (found by a newcomer: CheckResult("no",
-    "the file is missing") counted as a pass, by the truthiness of "no"; so did a
-    coroutine, result.sandbox.run(...) without its `await`).
+    `passed`, `suspected_gaming` and `rated` are True or False, and `detail` a str,
+    nothing else: any other value is a TypeError saying what it was (found by a
+    newcomer: CheckResult("no", "the file is missing") counted as a pass, by the
+    truthiness of "no"; so did a coroutine, result.sandbox.run(...) without its
+    `await`; a None or bytes detail was shown as "None" or "b'\\xff...'").
     """
 
     passed: bool
@@ -65,6 +66,14 @@ class CheckResult:
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(_not_a_bool(f"CheckResult's {name}", value))
+        if not isinstance(self.detail, str):
+            # Found by a newcomer: CheckResult(False, None) was reported as "None", a
+            # bytes detail as "b'\\xff...'".
+            hint = (": decode it, detail.decode('utf-8', 'replace')"
+                    if isinstance(self.detail, bytes | bytearray) else
+                    ': "" for nothing to say' if self.detail is None else "")
+            raise TypeError(f"CheckResult's detail must be a str, not "
+                            f"{type(self.detail).__name__} ({self.detail!r:.60}){hint}")
 
 
 def _not_a_bool(what: str, value: Any) -> str:

@@ -46,7 +46,7 @@ def render(run: evalctl.RunResult) -> str:
         "",
     ]
     for name, rate in run.named_rates().items():
-        lines.append(f"- {name.capitalize()}: {percent(rate.value)} ({rate.passed}/{rate.total} "
+        lines.append(f"- Rate {name}: {percent(rate.value)} ({rate.passed}/{rate.total} "
                      "checks" + (f"; {_count(rate.errors, 'error')}" if rate.errors else "") + ")")
     judge = run.judge
     if judge.total or judge.errors:
