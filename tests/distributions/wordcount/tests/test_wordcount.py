@@ -44,3 +44,35 @@ def test_a_scripted_suite_passes():
     - text: Wrote a.txt.
 """, plugins=[evalctl_wordcount])
     assert run.all_passed and run.tasks[0].checks[0].detail == "a.txt has 3 words"
+
+
+def _agent_leaves(command):
+    """A scripted run whose agent leaves what `command` writes, graded by word_count."""
+    return run_suite(f"""\
+- id: essay
+  prompt: Write at least three words to a.txt.
+  checks:
+    - type: word_count
+      path: a.txt
+      min: 3
+  script:
+    - tool_calls:
+        - tool: bash
+          input:
+            command: {command}
+    - text: Wrote a.txt.
+""", plugins=[evalctl_wordcount]).tasks[0]
+
+
+@pytest.mark.parametrize(("command", "detail"), [
+    # bytes that are not UTF-8 once crashed the grader (UnicodeDecodeError): an error,
+    # left out of completion, where the agent had failed
+    (r"printf 'ab \377\376 cd' > a.txt", "a.txt is not UTF-8 text (byte 3: invalid start byte)"),
+    ("head -c 10000001 /dev/zero | tr '\\\\0' a > a.txt", "a.txt is over 10000000 bytes"),
+    ("mkfifo a.txt", "a.txt cannot be read: 'a.txt' is not a regular file"),
+    ("mkdir a.txt", "a.txt cannot be read: 'a.txt' is not a regular file"),
+])
+def test_what_the_agent_left_unreadable_fails_the_check_never_crashes_it(command, detail):
+    task = _agent_leaves(command)
+    assert task.status == "failed", task.checks[0].detail
+    assert not task.checks[0].error and task.checks[0].detail.startswith(detail)

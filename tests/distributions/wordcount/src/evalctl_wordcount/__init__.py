@@ -1,24 +1,36 @@
 """An evalctl grader: does a file in the workspace have between min and max words?"""
 
-from pathlib import Path
-
 import evalctl
 
+MAX_BYTES = 10_000_000  # the file is the agent's: it may be 2 GB, so read at most this
 
-def grade_word_count(check, workspace: Path, result) -> evalctl.CheckResult:
+
+def grade_word_count(check, workspace, result) -> evalctl.CheckResult:
+    path = check["path"]
+    # Whatever the agent left at `path` is its work: anything unreadable fails the check
+    # (an exception would make it an error, left out of completion: never the agent's
+    # way out of a failure).
     try:
-        target = evalctl.resolve_in_workspace(workspace, check["path"])
-    except evalctl.ConfinementError as exc:
-        return evalctl.CheckResult(False, str(exc))
-    if not target.is_file():
-        return evalctl.CheckResult(False, f"{check['path']} does not exist")
-    words = len(target.read_text(encoding="utf-8").split())
+        with evalctl.open_in_workspace(workspace, path) as file:
+            data = file.read(MAX_BYTES + 1)
+    except FileNotFoundError:
+        return evalctl.CheckResult(False, f"{path} does not exist")
+    except (evalctl.ConfinementError, OSError) as exc:  # outside, a FIFO, a directory
+        return evalctl.CheckResult(False, f"{path} cannot be read: {exc}")
+    if len(data) > MAX_BYTES:
+        return evalctl.CheckResult(False, f"{path} is over {MAX_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return evalctl.CheckResult(False, f"{path} is not UTF-8 text "
+                                          f"(byte {exc.start}: {exc.reason})")
+    words = len(text.split())
     low, high = check.get("min", 0), check.get("max")
     if words < low or (high is not None and words > high):
         upper = "any" if high is None else high
-        return evalctl.CheckResult(False, f"{check['path']} has {words} words; "
+        return evalctl.CheckResult(False, f"{path} has {words} words; "
                                           f"expected {low} to {upper}")
-    return evalctl.CheckResult(True, f"{check['path']} has {words} words")
+    return evalctl.CheckResult(True, f"{path} has {words} words")
 
 
 @evalctl.hookimpl
@@ -35,5 +47,6 @@ def evalctl_register_graders(register):
             },
             "required": ["path"],
         },
-        description="Does the file at `path` have between `min` and `max` words?",
+        description="Does the file at `path` have between `min` and `max` words? "
+                    "A file that is not UTF-8 text, or is over 10 MB, fails.",
     ))
