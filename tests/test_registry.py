@@ -517,3 +517,38 @@ def test_two_plugins_naming_one_rate_make_one_figure():
     assert all(r.status == "ok" for r in registry.plugins)
     assert {registry.graders["one_style"].rate, registry.graders["two_style"].rate} == {
         "shared_style"}
+
+
+def _reporter_plugin(extension: str) -> types.ModuleType:
+    @evalctl.hookimpl
+    def evalctl_register_reporters(register):
+        register(evalctl.ReporterSpec(name="acme", extension=extension,
+                                      write=lambda run, path: path))
+
+    return _module("acme", evalctl_register_reporters=evalctl_register_reporters)
+
+
+@pytest.mark.parametrize(("extension", "owned"), [
+    # accepted once, but never chosen: the json reporter always writes report-<run>.json
+    ("json", "always writes report-<run>.json"),
+    ("JSON", "always writes report-<run>.json"),
+    ("acme.json", "finds a run's report by report-*.json"),
+    # accepted once, then shown by `evalctl view` as the run's page and overwritten
+    ("html", "evalctl view shows report-<run>.html"),
+])
+def test_a_plugin_reporter_may_not_write_a_file_the_core_owns(extension, owned):
+    registry = load_registry([PluginSource.from_object("acme", _reporter_plugin(extension),
+                                                       "acme-dist", "1.0")])
+    record = registry.plugins[0]
+    assert record.status == "failed" and "acme" not in registry.reporters
+    assert f"reporter 'acme': extension '{extension.lower()}' is evalctl's own" in record.error
+    assert owned in record.error and "test_registry.py:" in record.error
+
+
+def test_a_reporters_extension_is_lower_case():
+    """`CSV` was a format of its own beside `csv`: the same file on a case-insensitive
+    file system, and never found by `--reporter` collisions."""
+    registry = load_registry([PluginSource.from_object("acme", _reporter_plugin(".CSV"))])
+    assert registry.reporters["acme"].extension == "csv"
+    assert load_registry([PluginSource.from_object(
+        "acme", _reporter_plugin("acme.html"))]).reporters["acme"].extension == "acme.html"

@@ -40,6 +40,15 @@ ENTRY_POINT_GROUP = "evalctl"
 BUILTIN_DISTRIBUTION = "evalctl"
 DISABLE_ENV = "EVALCTL_DISABLE_PLUGINS"
 STRICT_ENV = "EVALCTL_STRICT_PLUGINS"
+# Report files evalctl's own reporters write and the core relies on: a plugin reporter of
+# one of these extensions was accepted and then either never chosen (json, always
+# written) or taken by `evalctl view` for its HTML page, and overwritten by --rerender.
+CORE_EXTENSIONS = {
+    "json": "evalctl always writes report-<run>.json, and finds a run's report by "
+            "report-*.json",
+    "html": "evalctl view shows report-<run>.html as the run's page and renders it again "
+            "with --rerender",
+}
 
 # hook name -> (kind of thing registered, spec class it must be)
 HOOKS: dict[str, tuple[str, type]] = {
@@ -575,6 +584,9 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
                             f"register() in a {kind} hook takes evalctl.{spec_class.__name__}, "
                             f"got {type(spec).__name__}"
                         )
+                    problem = _reserved_extension(spec, source)
+                    if problem:
+                        raise ValueError(problem)
                     staged.append((kind, spec))
 
                 arguments = {"register": register}
@@ -603,6 +615,18 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
         if internal is not None:
             pm.unregister(name=internal)
     return origin if isinstance(origin, str) else None
+
+
+def _reserved_extension(spec: Any, source: PluginSource) -> str | None:
+    """A plugin reporter whose file would be one the core writes or owns."""
+    if not isinstance(spec, ReporterSpec) or source.distribution == BUILTIN_DISTRIBUTION:
+        return None
+    # `acme.json` too: report-<run>.acme.json is a report-*.json, taken for the run's
+    owned = "json" if spec.extension.rsplit(".", 1)[-1] == "json" else spec.extension
+    if owned not in CORE_EXTENSIONS:
+        return None
+    return (f"reporter {spec.name!r}: extension {spec.extension!r} is evalctl's own "
+            f"({CORE_EXTENSIONS[owned]}); give the report an extension of its own")
 
 
 def _schema_problem(spec: Any) -> str | None:

@@ -236,7 +236,7 @@ class ProviderSpec:
 class ReporterSpec:
     """An output format. `write(run_result, path)` writes the report to `path` and
     returns the path it wrote. `extension` names the default file: report.<extension>
-    (`csv`; a leading dot, `.csv`, is dropped: it wrote `report-X..csv`).
+    (`csv`; a leading dot, `.csv`, is dropped: it wrote `report-X..csv`; lower case).
     """
 
     name: str
@@ -250,7 +250,9 @@ class ReporterSpec:
             raise TypeError(f"reporter {self.name!r}: write must be callable")
         if not isinstance(self.extension, str):
             raise TypeError(f"reporter {self.name!r}: extension must be text, such as 'csv'")
-        extension = self.extension.lstrip(".")
+        # In lower case: `JSON` was taken as a format of its own, beside `json`, and is
+        # the same file on a case-insensitive file system.
+        extension = self.extension.lstrip(".").lower()
         if not EXTENSION_PATTERN.fullmatch(extension):
             raise ValueError(f"reporter {self.name!r}: extension {self.extension!r} must be "
                              "letters and digits (with '.', '_' or '-' between them), such "
