@@ -57,8 +57,8 @@ def registry_with(plugins: Sequence[Any] = (), *, installed: bool = True) -> Reg
 
 def example_problem(spec: Any, registry: Registry) -> str | None:
     """Why a grader's `example` is not a check a suite takes, or None (no example, or a
-    good one): it is read as a suite reads YAML (no flow style: `[cat, out.txt]` was a
-    newcomer's) and validated as `validate` validates a check. Checked for the plugins
+    good one): it is read as a suite reads YAML (flow style included) and validated as
+    `validate` validates a check. Checked for the plugins
     under test by `registry_with` (so by `grade_check` and `run_suite`): at registration
     it would cost every command a YAML parser."""
     from evalctl._suite.yamlsource import YamlSyntaxError, parse

@@ -43,3 +43,39 @@ def test_the_plugin_guide_says_to_import_nothing_heavy_at_module_level_for_every
     for kind, where in (("Graders", "inside `grade`"), ("Reporters", "inside `write`"),
                         ("Providers", "inside `create`"), ("Executors", "inside `create`")):
         assert where in sections[kind] and "never" in sections[kind], kind
+
+
+def test_the_testing_section_names_examples_registry_with_refuses_and_takes():
+    """It said flow style (`argv: [cat, out.txt]`) was refused, long after suites took
+    it (found by a newcomer): what it quotes is checked against example_problem."""
+    import dataclasses
+    import types
+
+    import evalctl
+    from evalctl.testing import example_problem, registry_with
+
+    guide = (ROOT / "docs" / "plugins.md").read_text()
+    testing = " ".join(guide.split("## Testing a plugin", 1)[1].split("## ", 1)[0].split())
+    refused = re.search(r"YAML a suite refuses \(a list left open, such as `([^`]+)`\), or a "
+                        r"check its schema refuses \(`([^`]+)` for an integer\)", testing)
+    taken = re.search(r"Flow style is YAML a suite takes \(`([^`]+)`", testing)
+    assert refused and taken, testing
+
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(
+            name="doc_count", grade=lambda check, workspace, result: None,
+            params_schema={"type": "object", "properties": {
+                "path": {"type": "string"}, "min": {"type": "integer"}}}))
+
+    plugin = types.ModuleType("doc_plugin")
+    plugin.evalctl_register_graders = evalctl_register_graders
+    registry = registry_with([plugin])
+    spec = registry.graders["doc_count"]
+
+    def problem(example: str) -> str | None:
+        return example_problem(dataclasses.replace(spec, example=example), registry)
+
+    for line in refused.groups():
+        assert problem(f"- type: doc_count\n  path: a.txt\n  {line}"), line
+    assert problem(taken.group(1).replace("word_count", "doc_count")) is None
