@@ -552,3 +552,32 @@ def test_a_reporters_extension_is_lower_case():
     assert registry.reporters["acme"].extension == "csv"
     assert load_registry([PluginSource.from_object(
         "acme", _reporter_plugin("acme.html"))]).reporters["acme"].extension == "acme.html"
+
+
+def test_a_plugin_that_implements_no_hook_fails_and_is_named_for_its_types():
+    """An entry point naming the package, not the module holding the hooks, was listed
+    `ok` providing nothing; validate then advised installing the plugin package."""
+    registry = load_registry([PluginSource.from_object(
+        "nohooks", _module("nohooks", __file__="/x/nohooks/__init__.py"), "nohooks-dist", "1")])
+    record = registry.plugins[0]
+    assert record.status == "failed"
+    assert record.error.startswith("implements no evalctl hook: its entry point loads nohooks "
+                                   "(/x/nohooks/__init__.py)")
+    said = registry.explain_missing("grader", "nohooks_words")
+    assert "plugins that failed to load and may provide it: plugin 'nohooks'" in said
+    assert "install the plugin package" not in said
+
+
+def test_an_unknown_name_names_an_installed_plugin_that_provides_nothing():
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        pass  # registers on a condition not met here
+
+    registry = load_registry([PluginSource.from_object(
+        "empty", _module("empty", evalctl_register_graders=evalctl_register_graders),
+        "empty-dist", "1")])
+    assert registry.plugins[0].status == "ok"
+    said = registry.explain_missing("grader", "empty_words")
+    assert "installed plugins that provide nothing and may be meant to: plugin 'empty' " \
+        "(empty-dist 1)" in said
+    assert "install the plugin package" not in said

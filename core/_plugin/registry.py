@@ -264,7 +264,14 @@ class Registry:
         elif disabled:
             message += (f"; disabled by {DISABLE_ENV}: {', '.join(p.name for p in disabled)} "
                         "(installed, and may provide it: remove it from there to use it)")
-        if not close and not failed and not disabled:
+        # A plugin with hooks that registered nothing at all may be meant to provide it
+        # (registering on a condition not met here, say).
+        empty = [p for p in self.plugins if p.status == "ok" and not p.builtin
+                 and not any(p.provides.values())]
+        if empty:
+            message += "; installed plugins that provide nothing and may be meant to: " + \
+                ", ".join(p.label for p in empty)
+        if not close and not failed and not disabled and not empty:
             # Never a package name made of the typed text: `pip install evalctl-<typo>`
             # would invite whoever registers that name on PyPI.
             message += (". If a plugin provides it, install the plugin package that provides "
@@ -563,6 +570,17 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
     misuse = _hook_misuse(pm, plugin)
     if misuse:
         raise _PluginFault(misuse)
+    if not any(pm.parse_hookimpl_opts(plugin, hook) is not None for hook in HOOKS
+               if hasattr(plugin, hook)):
+        # It was listed `ok` providing nothing, and a suite's check of its type was then
+        # "unknown", with advice to install what was installed (found by a newcomer whose
+        # entry point named the package, not the module holding the hooks).
+        where = f" ({origin})" if isinstance(origin, str) else ""
+        raise _PluginFault(
+            f"implements no evalctl hook: its entry point loads "
+            f"{getattr(plugin, '__name__', type(plugin).__name__)}{where}, which has no "
+            "evalctl_register_* function marked with @evalctl.hookimpl; point the entry "
+            "point at the module that defines them")
     # Registered under a name of pluggy's own, and only while its hooks are called: the
     # same module behind two entry points, or two plugins of one name, never meet there
     # (pluggy's refusal printed its whole registry).
