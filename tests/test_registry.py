@@ -93,11 +93,11 @@ def test_a_hook_without_register_that_returns_its_specs_fails_its_plugin():
     registry = load_registry([PluginSource.from_object(
         "returns", _module("returns", evalctl_register_graders=evalctl_register_graders))])
     assert registry.plugins[0].status == "failed"
-    assert registry.plugins[0].error == (
+    assert registry.plugins[0].error.startswith(
         "evalctl_register_graders() takes no argument: evalctl calls "
         "evalctl_register_graders(register), and the hook calls "
         "register(evalctl.GraderSpec(...)) once per grader; nothing a hook returns is "
-        "registered")
+        f"registered at {__file__}:")
 
 
 def test_a_hook_that_registers_and_returns_specs_fails_its_plugin():
@@ -119,9 +119,9 @@ def test_a_hooks_argument_of_another_name_is_said_in_evalctls_words():
 
     registry = load_registry([PluginSource.from_object(
         "named", _module("named", evalctl_register_graders=evalctl_register_graders))])
-    assert registry.plugins[0].error == (
+    assert registry.plugins[0].error.startswith(
         "evalctl_register_graders(reg): evalctl passes one argument, by the name register; "
-        "name it so, and take no other")
+        f"name it so, and take no other at {__file__}:")
 
 
 def test_a_hook_that_raises_registers_nothing_and_others_still_work():
@@ -581,3 +581,63 @@ def test_an_unknown_name_names_an_installed_plugin_that_provides_nothing():
     assert "installed plugins that provide nothing and may be meant to: plugin 'empty' " \
         "(empty-dist 1)" in said
     assert "install the plugin package" not in said
+
+
+def test_a_failed_import_is_said_at_the_plugins_line_never_importlibs(tmp_path, monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    (tmp_path / "imports_missing.py").write_text("import evalctl\nimport no_such_sdk_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = load_registry([  # loaded as an installed entry point is
+        PluginSource(name, EntryPoint(name, module, "evalctl").load)
+        for name, module in (("imports", "imports_missing"), ("missing", "no_such_plugin_xyz"))])
+    imports, missing = registry.plugins
+    assert imports.error == ("import failed: ModuleNotFoundError: No module named "
+                             f"'no_such_sdk_xyz' at {tmp_path / 'imports_missing.py'}:2")
+    # its own module missing: no line of the plugin's, so no place (it was importlib's)
+    assert missing.error == ("import failed: ModuleNotFoundError: No module named "
+                             "'no_such_plugin_xyz'")
+
+
+def test_a_bad_schema_is_said_at_the_plugins_line_as_a_bad_name_is():
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="typo", grade=lambda c, w, r: None,
+                                    params_schema={"type": "object", "properties": {
+                                        "x": {"type": "strng"}}}))
+
+    line = evalctl_register_graders.__code__.co_firstlineno + 2
+    registry = load_registry([PluginSource.from_object(
+        "schema", _module("schema", evalctl_register_graders=evalctl_register_graders))])
+    error = registry.plugins[0].error
+    assert error.startswith("grader 'typo': params_schema is not a valid JSON Schema")
+    assert error.endswith(f" at {__file__}:{line}")
+
+
+def test_a_keyword_only_register_is_said_at_the_plugins_hook():
+    @evalctl.hookimpl
+    def evalctl_register_graders(*, register):
+        pass
+
+    registry = load_registry([PluginSource.from_object(
+        "kwonly", _module("kwonly", evalctl_register_graders=evalctl_register_graders))])
+    assert registry.plugins[0].error == (
+        "evalctl_register_graders(*, register): register is keyword-only, and evalctl passes "
+        "it as an ordinary parameter: write evalctl_register_graders(register) at "
+        f"{__file__}:{evalctl_register_graders.__code__.co_firstlineno}")
+
+
+def test_an_async_hook_is_said_to_be_one_and_never_left_unawaited(recwarn):
+    import gc
+
+    @evalctl.hookimpl
+    async def evalctl_register_graders(register):
+        pass
+
+    registry = load_registry([PluginSource.from_object(
+        "asynchook", _module("asynchook", evalctl_register_graders=evalctl_register_graders))])
+    gc.collect()
+    assert registry.plugins[0].error.startswith(
+        "evalctl_register_graders is async def: evalctl calls hooks without awaiting them; "
+        "make it a plain def at ")
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]

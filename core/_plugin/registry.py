@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import inspect
 import os
 import re
 import sys
@@ -390,6 +391,8 @@ def strict_from_env() -> bool:
 
 
 _EVALCTL_DIRECTORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NOT_PLUGINS = tuple(dict.fromkeys(os.path.abspath(d) for d in (
+    _EVALCTL_DIRECTORY, os.path.dirname(os.__file__), os.path.dirname(pluggy.__file__))))
 
 
 def _describe_exception(exc: BaseException) -> str:
@@ -397,11 +400,36 @@ def _describe_exception(exc: BaseException) -> str:
     refused (a grader name in capitals) was said at evalctl's line that refused it, not
     the plugin's that made it (found by a newcomer)."""
     frames = traceback.extract_tb(exc.__traceback__)
-    theirs = [frame for frame in frames if not frame.filename.startswith("<")
-              and not os.path.abspath(frame.filename).startswith(_EVALCTL_DIRECTORY + os.sep)]
-    frame = (theirs or frames)[-1] if frames else None
-    where = f" at {frame.filename}:{frame.lineno}" if frame else ""
+    theirs = [frame for frame in frames if _plugins_own(frame.filename)]
+    # No line of the plugin's (its module is missing): no place rather than evalctl's, or
+    # importlib's (an import that failed was said "at .../importlib/__init__.py:126").
+    where = f" at {theirs[-1].filename}:{theirs[-1].lineno}" if theirs else ""
     return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _plugins_own(filename: str) -> bool:
+    """Whether a traceback's file is a plugin's (or a library's it uses): not evalctl's,
+    not the standard library's (importlib), not frozen or generated code."""
+    if filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    return not any(path.startswith(directory + os.sep) for directory in _NOT_PLUGINS)
+
+
+def _caller_location() -> str:
+    """` at FILE:LINE` of the plugin code that called into evalctl, or nothing."""
+    frame: Any = sys._getframe(1)
+    while frame is not None and not _plugins_own(frame.f_code.co_filename):
+        frame = frame.f_back
+    return f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+
+
+def _definition_location(function: Any) -> str:
+    """` at FILE:LINE` where a hook is defined, or nothing."""
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    if code is None or not _plugins_own(code.co_filename):
+        return ""
+    return f" at {code.co_filename}:{code.co_firstlineno}"
 
 
 def _hook_misuse(pm: pluggy.PluginManager, plugin: Any) -> str | None:
@@ -428,8 +456,12 @@ def _signature_misuse(hook: str, function: Any) -> str | None:
     """A hook evalctl cannot call as `hook(register)`: one without the argument returned
     its specs and registered nothing, unnoticed (found by a newcomer); one whose argument
     has another name was refused in pluggy's words."""
-    import inspect
-
+    where = _definition_location(function)
+    if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+        # Called, it returned a coroutine never awaited (a RuntimeWarning on stderr) and
+        # was said to have "returned coroutine".
+        return (f"{hook} is async def: evalctl calls hooks without awaiting them; make it "
+                f"a plain def{where}")
     try:
         parameters = [p for p in inspect.signature(function).parameters.values()
                       if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
@@ -440,11 +472,16 @@ def _signature_misuse(hook: str, function: Any) -> str | None:
     if not parameters:
         return (f"{hook}() takes no argument: evalctl calls {hook}(register), and the hook "
                 f"calls register(evalctl.{spec}(...)) once per {kind}; nothing a hook "
-                "returns is registered")
+                f"returns is registered{where}")
     other = [p.name for p in parameters if p.name != "register"]
     if other:
         return (f"{hook}({', '.join(p.name for p in parameters)}): evalctl passes one "
-                f"argument, by the name register; name it so, and take no other")
+                f"argument, by the name register; name it so, and take no other{where}")
+    if parameters[0].kind == parameters[0].KEYWORD_ONLY:
+        # pluggy passes only positional parameters: it was called with none, and said
+        # so at evalctl's line
+        return (f"{hook}(*, register): register is keyword-only, and evalctl passes it as "
+                f"an ordinary parameter: write {hook}(register){where}")
     return None
 
 
@@ -590,6 +627,7 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
         raise _PluginFault(f"invalid hook: {_one_line(str(exc))}") from exc
     except ValueError as exc:
         raise _PluginFault(f"invalid hook: {_one_line(str(exc)).split('{', 1)[0]}") from exc
+    locations: dict[int, str] = {}  # id(spec) -> " at FILE:LINE" of its register call
     try:
         for hook_name, (kind, spec_class) in HOOKS.items():
             for impl in getattr(pm.hook, hook_name).get_hookimpls():
@@ -606,6 +644,7 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
                     if problem:
                         raise ValueError(problem)
                     staged.append((kind, spec))
+                    locations[id(spec)] = _caller_location()
 
                 arguments = {"register": register}
                 try:
@@ -614,6 +653,8 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
                     if stops_the_run(exc):
                         raise
                     raise _PluginFault(f"{hook_name} raised {_describe_exception(exc)}") from exc
+                if inspect.iscoroutine(returned):
+                    returned.close()  # never awaited: no RuntimeWarning on stderr
                 if returned is not None:
                     raise _PluginFault(
                         f"{hook_name} returned {type(returned).__name__}: nothing a hook "
@@ -623,12 +664,14 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
         seen: set[tuple[str, str]] = set()
         for kind, spec in staged:
             if (kind, spec.name) in seen:
-                raise _PluginFault(f"registers {kind} '{spec.name}' twice")
+                raise _PluginFault(f"registers {kind} '{spec.name}' twice"
+                                   f"{locations.get(id(spec), '')}")
             seen.add((kind, spec.name))
         for kind, spec in staged:
             problem = _schema_problem(spec)
-            if problem:
-                raise _PluginFault(f"{kind} '{spec.name}': {problem}")
+            if problem:  # at the plugin's line that registered it, as a bad name is
+                raise _PluginFault(f"{kind} '{spec.name}': {problem}"
+                                   f"{locations.get(id(spec), '')}")
     finally:
         if internal is not None:
             pm.unregister(name=internal)
