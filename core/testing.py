@@ -87,7 +87,7 @@ def _loads_one_of(source: PluginSource, objects: set[int]) -> bool:
         return False
 
 
-def grade_check(check: Mapping[str, Any], files: Mapping[str, str] | None = None, *,
+def grade_check(check: Mapping[str, Any], files: Mapping[str, str | bytes] | None = None, *,
                 seed: Mapping[str, str] | None = None, plugins: Sequence[Any] = (),
                 final_text: str = "Done.", exit_status: str = ExitStatus.COMPLETED,
                 sandbox: str = "auto", sandbox_options: Mapping[str, Any] | None = None,
@@ -95,7 +95,9 @@ def grade_check(check: Mapping[str, Any], files: Mapping[str, str] | None = None
     """Grade one check against a workspace you describe.
 
     `seed` is what the task seeded (the `files:` of a suite), `files` what the agent left
-    on top of it (created or changed); `final_text` and `exit_status` are the agent's.
+    on top of it (created or changed): text (written as UTF-8), or bytes for a file that
+    is not (binary, or not UTF-8); `seed` is text, as a suite's `files:` are.
+    `final_text` and `exit_status` are the agent's.
     The check runs through the installed grader (or one from `plugins`) exactly as in a
     run, in a fresh sandbox (`sandbox`, with `sandbox_options`) over the workspace, and
     its outcome is returned. A grader that crashes has its traceback written to stderr.
@@ -104,15 +106,25 @@ def grade_check(check: Mapping[str, Any], files: Mapping[str, str] | None = None
     from evalctl._run.sandboxing import choose_sandbox, open_sandbox
     from evalctl._workspace import create_workspace, new_run_directory, sandbox_environment
 
+    _check_contents(files, "files", (str, bytes), "text or bytes")
+    _check_contents(seed, "seed", (str,), "text (a suite's files: are text; give bytes in "
+                    "files=)")
+    if not isinstance(check, Mapping) or not isinstance(check.get("type"), str):
+        # it was "unknown grader 'None'"
+        raise UsageError(f"the check has no type: give its grader's name as 'type', as a "
+                         f"suite does (- type: word_count ...); got {check!r}")
     registry = registry or registry_with(plugins)
-    spec = registry.get("grader", str(check.get("type")))
+    spec = registry.get("grader", check["type"])
     _validate_check(check, spec, registry)
     with tempfile.TemporaryDirectory(prefix="evalctl-testing-") as scratch:
         workspace = create_workspace(new_run_directory(Path(scratch)), "task", seed or {})
         for relative, content in (files or {}).items():
             target = workspace.resolve(relative)
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content, encoding="utf-8")
+            if isinstance(content, bytes):
+                target.write_bytes(content)
+            else:
+                target.write_text(content, encoding="utf-8")
         choice = choose_sandbox(registry, _offline_provider(), flag=sandbox,
                                 flag_options=dict(sandbox_options or {}),
                                 suite_default=None, config_name=None, config_options={})
@@ -136,6 +148,16 @@ def grade_check(check: Mapping[str, Any], files: Mapping[str, str] | None = None
         outcome = asyncio.run(graded())
         _show_crashes(workspace.ledger_path)
         return outcome
+
+
+def _check_contents(files: Mapping[str, Any] | None, argument: str, types: tuple[type, ...],
+                    said: str) -> None:
+    """A file's content of a type grade_check does not write, said by its path (bytes
+    were "data must be str, not bytes")."""
+    for relative, content in (files or {}).items():
+        if not isinstance(content, types):
+            raise TypeError(f"grade_check {argument}={{{relative!r}: ...}}: the content must "
+                            f"be {said}, not {type(content).__name__}")
 
 
 def _show_crashes(ledger: Path) -> None:
@@ -186,13 +208,29 @@ def run_suite(suite: str | Path, *, plugins: Sequence[Any] = (), provider: str =
               **options: Any) -> RunResult:
     """Run a suite (a path, or YAML text) through a registry holding `plugins` and
     return its RunResult. `reporters` are written to `out_dir` (a temporary directory
-    when not given). Extra keyword arguments are `evalctl.run` options such as
-    `only=("task-id",)`, `repeat=2` or `provider_options={...}`."""
+    when not given), with the JSON report, which `evalctl run` always writes (an
+    `out_dir` given alone gets the JSON report). Extra
+    keyword arguments are `evalctl.run` options such as `only=("task-id",)`, `repeat=2`
+    or `provider_options={...}`; one it does not take is a TypeError listing them."""
+    import dataclasses
+
     from evalctl._report.writing import check_reporters, write_reports
     from evalctl._run.runner import RunOptions, execute, prepare_run
     from evalctl._suite.loader import load_suite
 
+    # An unknown option was a TypeError naming RunOptions.__init__, evalctl's internals.
+    allowed = sorted(f.name for f in dataclasses.fields(RunOptions) if f.init
+                     and f.name not in ("provider", "out_dir", "sandbox"))
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise TypeError(f"run_suite() got unknown option(s) {', '.join(unknown)}; besides "
+                        "plugins, provider, sandbox, out_dir, reporters and registry, it "
+                        f"takes: {', '.join(allowed)}")
     registry = registry or registry_with(plugins)
+    # The JSON report too, as `evalctl run` always writes it (only the chosen reporters'
+    # files were written, found by a newcomer), and to an out_dir given alone.
+    reporters = tuple(dict.fromkeys(("json", *reporters))) \
+        if reporters or out_dir is not None else ()
     if reporters:
         check_reporters(registry, list(reporters))
     with tempfile.TemporaryDirectory(prefix="evalctl-testing-") as scratch:

@@ -98,17 +98,22 @@ class PluginRecord:
     claims_known: bool = False
 
     @property
+    def _distribution_said(self) -> str:
+        # No "None" for a plugin without a version (evalctl.testing's "under-test None")
+        if not self.distribution:
+            return "no distribution"
+        return f"{self.distribution} {self.version}" if self.version else self.distribution
+
+    @property
     def label(self) -> str:
-        dist = f"{self.distribution} {self.version}" if self.distribution else "no distribution"
-        return f"plugin '{self.name}' ({dist})"
+        return f"plugin '{self.name}' ({self._distribution_said})"
 
     @property
     def described(self) -> str:
         """The label, saying so when the plugin failed to load."""
         if self.status != "failed":
             return self.label
-        dist = f"{self.distribution} {self.version}" if self.distribution else "no distribution"
-        return f"plugin '{self.name}' ({dist}, which failed to load)"
+        return f"plugin '{self.name}' ({self._distribution_said}, which failed to load)"
 
     @property
     def qualified_name(self) -> str:
