@@ -641,3 +641,20 @@ def test_an_async_hook_is_said_to_be_one_and_never_left_unawaited(recwarn):
         "evalctl_register_graders is async def: evalctl calls hooks without awaiting them; "
         "make it a plain def at ")
     assert not [w for w in recwarn if "never awaited" in str(w.message)]
+
+
+def test_a_disable_typo_is_answered_with_forms_that_disable_one_plugin():
+    """A `DIST:NAME` typo was answered with `NAME`, which disables both plugins of that
+    name, and the installed plugins were listed "tpgrader, tpgrader"."""
+    registry = load_registry([
+        PluginSource.from_object("tpgrader", _grader_plugin("a_one"), "tp-dup-a", "1"),
+        PluginSource.from_object("tpgrader", _grader_plugin("b_one"), "tp-dup-b", "1"),
+        PluginSource.from_object("other", _grader_plugin("c_one"), "other-dist", "1")])
+    installed = "installed plugins: other, tp-dup-a:tpgrader, tp-dup-b:tpgrader"
+    said = registry.unknown_disabled_warning({"tp-dup-b:tpgrder"})
+    assert "'tp-dup-b:tpgrder' (did you mean 'tp-dup-b:tpgrader'?)" in said
+    assert said.endswith(installed)
+    said = registry.unknown_disabled_warning({"tpgrder"})
+    assert "'tpgrder' (did you mean 'tp-dup-a:tpgrader' or 'tp-dup-b:tpgrader'?)" in said
+    assert registry.unknown_disabled_warning({"othr"}).startswith(
+        "EVALCTL_DISABLE_PLUGINS names 'othr' (did you mean 'other'?)")

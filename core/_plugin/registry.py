@@ -192,16 +192,26 @@ class Registry:
                                 f"{entry.split(':', 1)[1]}" not in qualified))
         if not unknown:
             return None
+        # Each plugin as it is disabled alone: DISTRIBUTION:NAME where two share a name
+        # (`tpgrader` alone, once suggested for a `DIST:NAME` typo, disables both, and the
+        # list said "tpgrader, tpgrader").
+        forms = sorted(dict.fromkeys(self.disable_name(p) for p in self.plugins))
         said = []
         for name in unknown:
-            providers = [f"{kind} of plugin '{p.name}'" for p in self.plugins
+            providers = [f"{kind} of plugin '{self.disable_name(p)}'" for p in self.plugins
                          for kind in KINDS if name in p.provides[kind]]
             hint = f" (it is a {' and a '.join(providers)})" if providers else \
-                did_you_mean(name, names)
+                did_you_mean(name, forms if ":" in name else
+                             [form for form in forms if ":" not in form])
+            if not hint and ":" not in name:  # a shared name: say each plugin's form
+                close = difflib.get_close_matches(name, names, n=1)
+                shared = [self.disable_name(p) for p in self.plugins if p.name in close]
+                if shared:
+                    hint = f" (did you mean {' or '.join(repr(f) for f in shared)}?)"
             said.append(f"'{name}'{hint}")
         return (f"{DISABLE_ENV} names {', '.join(said)}, which no installed plugin is called: "
                 f"{'it disables' if len(unknown) == 1 else 'they disable'} nothing; installed "
-                f"plugins: {', '.join(sorted(names)) or 'none'}")
+                f"plugins: {', '.join(forms) or 'none'}")
 
     def failure_warnings(self) -> list[str]:
         """One line per plugin that failed to load: what every command but list-plugins
