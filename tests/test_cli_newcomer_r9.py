@@ -422,3 +422,34 @@ def test_the_plugin_testing_snippet_defines_its_suite_as_the_tested_distribution
 def _fresh_registry():
     yield
     set_registry(None)
+
+
+def test_a_failed_reporter_leaves_no_partial_file_but_never_removes_an_earlier_one(tmp_path):
+    """A reporter writing with open() that then raised left an empty report-*.out behind
+    a run that said it failed."""
+    from evalctl._report.results import RunResult
+    from evalctl._report.writing import write_reports
+
+    @evalctl.hookimpl
+    def evalctl_register_reporters(register):
+        def half(run, path):
+            with open(path, "w") as out:
+                out.write("partial")
+                raise ValueError("broke halfway")
+
+        register(evalctl.ReporterSpec(name="half", write=half, extension="out"))
+
+    plugin = types.ModuleType("half")
+    plugin.evalctl_register_reporters = evalctl_register_reporters  # type: ignore[attr-defined]
+    registry = registry_with(("half", plugin))
+    run = RunResult(suite_path="s.yaml", suite_name="s", suite_sha256="0", provider="scripted",
+                    model=None, started_at="", finished_at="", evalctl_version="",
+                    plugin_versions={}, tasks=[], run_directory=str(tmp_path / "workspaces-x"))
+    _, failures = write_reports(run, registry, ["half"], tmp_path)
+    assert len(failures) == 1 and "broke halfway" in failures[0]
+    assert failures[0].endswith("; the partial file it left was removed")
+    assert not (tmp_path / "report-x.out").exists()
+    # a report that was there before the reporter ran (a resume rendering it again) stays
+    (tmp_path / "report-x.out").write_text("earlier")
+    _, failures = write_reports(run, registry, ["half"], tmp_path)
+    assert "removed" not in failures[0] and (tmp_path / "report-x.out").exists()

@@ -4,6 +4,7 @@ does not stop it either: the report goes beside it, under the next free name."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from evalctl._errors import UsageError, describe_crash, stops_the_run
@@ -63,6 +64,7 @@ def write_reports(run: RunResult, registry: Registry, names: tuple[str, ...] | l
         taken[path] = name
         owner = registry.plugin_of("reporter", name)
         who = f" from {owner.label}" if owner else ""
+        existed = os.path.lexists(path)
         try:
             returned = spec.write(run, path)
         except BaseException as exc:  # a broken reporter must not cost the other reports
@@ -70,7 +72,8 @@ def write_reports(run: RunResult, registry: Registry, names: tuple[str, ...] | l
             # with exit 0 after failed tasks, the later reporters never written).
             if stops_the_run(exc):
                 raise
-            failures.append(f"reporter '{name}'{who} failed writing {path}: {_reason(exc)}")
+            failures.append(f"reporter '{name}'{who} failed writing {path}: {_reason(exc)}"
+                            f"{_remove_partial(path, existed)}")
             continue
         # `write` returns the path it wrote (what write_atomically returns); None is
         # taken as `path` when a file is there (returning None was a TypeError).
@@ -79,10 +82,29 @@ def write_reports(run: RunResult, registry: Registry, names: tuple[str, ...] | l
         if not isinstance(returned, str | Path) or not Path(returned).is_file():
             failures.append(f"reporter '{name}'{who} returned {returned!r} from write(), "
                             f"which is no report file: write writes {path} and returns "
-                            "that path (what evalctl.write_atomically returns)")
+                            "that path (what evalctl.write_atomically returns)"
+                            f"{_remove_partial(path, existed)}")
             continue
         written.append(Path(returned))
     return written, failures
+
+
+def _remove_partial(path: Path, existed: bool) -> str:
+    """Remove what a failed reporter left at `path`, when nothing was there before it ran
+    (a reporter writing with open() left an empty report-*.out behind a run that said it
+    failed, found by a newcomer); never a file that was there before (an earlier run's
+    report) nor a directory. Returns what to add to the failure's message."""
+    import stat
+
+    if existed:
+        return ""
+    try:
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            return ""
+        os.unlink(path)
+    except OSError:
+        return ""
+    return "; the partial file it left was removed"
 
 
 def _reason(exc: BaseException) -> str:
