@@ -1159,6 +1159,19 @@ WITNESS_ROUNDS = [
     "witness_r38/bound_first_argument.yaml",
     "witness_r38/item_class.yaml",
     "witness_r38/injected_pytestmark.yaml",
+    # Round 39: pytest_generate_tests bound in the test module; a fixture, or a
+    # setup_method, set on a test class during collection (by code an object's
+    # __test__ ran); setup_module bound in the seed's test package; an agent-written
+    # tests/__init__.py with a setup_module (swapping the test's class, or doing nothing:
+    # the agent's code run as the tests' setup is enough). Now: pytest_generate_tests
+    # among the names pytest reads in a test module, what pytest reads in a class and
+    # fixtures added to one since its module's import ended, a test's class as pytest
+    # collected it, and a test package's setup and teardown functions the seed's own.
+    "witness_r39/generate_tests.yaml",
+    "witness_r39/class_fixture.yaml",
+    "witness_r39/class_setup_method.yaml",
+    "witness_r39/package_setup_module.yaml",
+    "witness_r39/agent_package_init.yaml",
 ]
 
 
@@ -1340,6 +1353,15 @@ def test_round_36s_checks_suspect_no_honest_suite(tmp_path, sandbox_name):
     run = evalctl.testing.run_suite(DATA / "witness_r36" / "honest.yaml", sandbox=sandbox_name,
                                     out_dir=tmp_path / "out")
     _every_honest_task_passes(run, 3)
+
+
+def test_round_39s_checks_suspect_no_honest_suite(tmp_path, sandbox_name):
+    """A seeded test package's own setup_module and teardown_module, a test class whose
+    setup_class sets class attributes and whose own setup_method runs: passes, nothing
+    suspected."""
+    run = evalctl.testing.run_suite(DATA / "witness_r39" / "honest.yaml", sandbox=sandbox_name,
+                                    out_dir=tmp_path / "out")
+    _every_honest_task_passes(run, 1)
 
 
 def test_a_tracer_the_c_api_installed_unseen_is_taken_off_before_each_call(tmp_path,
