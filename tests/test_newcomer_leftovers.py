@@ -174,7 +174,8 @@ def test_a_script_that_runs_out_is_said_by_validate_at_its_last_turn_as_the_run_
     assert problems[0].message == (
         "the script of task 'runs-out' has 1 turn(s) and its last calls tools: the agent "
         "loop sends their results and asks for turn 2, which the script does not have, so "
-        "the attempt ends script_error (an error, not graded); add a final text turn "
+        "the attempt ends script_error (an error: its checks run, but it counts as neither a "
+        "pass nor a failure); add a final text turn "
         "(`- text: ...`, without tool calls) to end it")
     assert problems[1].message.startswith(
         "the agent_script of task 'runs-out' has 1 turn(s) and its last pauses "
@@ -233,3 +234,16 @@ def test_a_suite_in_flow_style_runs(tmp_path, write_suite):
     assert validate_suite(suite) == []
     run = run_suite(suite, sandbox="local", out_dir=tmp_path / "out", tags=("y",))
     assert run.tasks[0].status == "passed"
+
+
+def test_a_directory_given_as_the_suite_names_the_suite_in_it(tmp_path):
+    """Found by a newcomer: `evalctl run my-evals`, the directory `evalctl init` had just
+    made, was answered "it is a directory; name a suite file" without naming the one in
+    it."""
+    (tmp_path / "my-evals").mkdir()
+    (tmp_path / "my-evals" / "suite.yaml").write_text("tasks: []\n")
+    (tmp_path / "my-evals" / "other.yaml").write_text("tasks: []\n")
+    result = run_cli(tmp_path, "my-evals")
+    assert result.exit_code == 2, result.output
+    assert "it is a directory; name a suite file (a .yaml file): my-evals/suite.yaml?" \
+        in result.output

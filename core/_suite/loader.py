@@ -183,6 +183,19 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
           (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
 
 
+def _suites_in(directory: Path) -> str:
+    """`: DIR/suite.yaml?` for a directory given where a suite file was wanted (found by
+    a newcomer: `evalctl run my-evals`, the directory `init` had just made)."""
+    try:
+        found = sorted(entry.name for entry in os.scandir(directory)
+                       if entry.name.endswith((".yaml", ".yml")) and entry.is_file())[:3]
+    except OSError:
+        return ""
+    if "suite.yaml" in found:
+        found = ["suite.yaml"]
+    return f": {' or '.join(str(directory / name) for name in found)}?" if found else ""
+
+
 def _read_suite(path: Path, label: str) -> bytes:
     """The bytes of a suite file, or a SuiteError saying why there are none. Only a
     regular file is read: reading a FIFO would wait for a writer forever, and a device
@@ -197,7 +210,8 @@ def _read_suite(path: Path, label: str) -> bytes:
 
     def not_a_file(mode: int) -> SuiteError:
         kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-        return refused(f"it is {kind}{link}; name a suite file (a .yaml file)")
+        return refused(f"it is {kind}{link}; name a suite file (a .yaml file)"
+                       f"{_suites_in(path) if stat.S_ISDIR(mode) else ''}")
 
     try:
         # Looked at before it is opened: opening a device can have effects of its own.

@@ -284,7 +284,8 @@ def task_problems(task: Mapping[str, Any]) -> Iterator[tuple[tuple[str | int, ..
             why = (f"has {len(script)} turn(s) and its last {does} for turn "
                    f"{len(script) + 1}, which the {key} does not have")
             where = (key, len(script) - 1)
-        outcome = "so the attempt ends script_error (an error, not graded)" \
+        outcome = "so the attempt ends script_error (an error: its checks run, but it " \
+            "counts as neither a pass nor a failure)" \
             if key == "script" else \
             "so the agent is refused that request (HTTP 400) and its attempt is graded"
         yield where, f"{name} {why}, {outcome}; {RUN_OUT_FIX}", "warning"
