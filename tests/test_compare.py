@@ -404,3 +404,24 @@ def test_compare_warns_of_every_changed_plugin_and_evalctl_when_it_cannot_tell_u
         "plugin 'tpv' differs between the runs (tp-v 0.1.0 in the baseline, tp-v 0.2.0 "
         "now): what it provides (a grader, say) may judge differently, so a change in the "
         "checks it grades may not be the agent's"]
+
+
+def test_the_table_rates_are_over_the_common_tasks_as_the_headline_is(tmp_path):
+    # Found by a newcomer: a task added in the new run (reported "not compared") moved
+    # the table's completion, pass@k and pass^k to 50% while the headline, over the 3
+    # tasks in both runs, said completion fell to 33.3%.
+    base = make_report({"a": ["passed"], "b": ["passed"], "c": ["failed"]})
+    now = make_report({"a": ["passed"], "b": ["failed"], "c": ["failed"],
+                       "new": ["passed"]})
+    comparison = compare_reports(base, now)
+    assert comparison.common_completion == (pytest.approx(2 / 3), pytest.approx(1 / 3))
+    rates = comparison.rates()
+    for name in ("completion_rate", "pass_at_k", "pass_hat_k"):
+        assert rates[name]["baseline"] == pytest.approx(2 / 3, abs=1e-4)
+        assert rates[name]["current"] == pytest.approx(1 / 3, abs=1e-4), name
+    markdown = comparison.to_markdown()
+    assert "| completion | 66.7% | 33.3% | -33.3 pts |" in markdown
+    assert "over the 3 tasks graded in both runs" in markdown
+    # `run --baseline`: the gate's drop and the table's are the same figure.
+    gated = comparison.to_markdown(gate(comparison, max_drop=0.0, fail_on_flip=False))
+    assert "-33.3 pts" in gated and "50.0%" not in gated

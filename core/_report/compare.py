@@ -47,6 +47,11 @@ class Comparison:
     newly_failing: list[str] = field(default_factory=list)
     newly_passing: list[str] = field(default_factory=list)
     common: int = 0
+    # The ids of the tasks compared (in both runs, graded in both): every rate the
+    # comparison shows is over these, as the headline's completion is (found by a
+    # newcomer: a task added in the new run moved the table's completion, pass@k and
+    # pass^k while the headline, over the common tasks, said otherwise).
+    common_ids: list[str] = field(default_factory=list)
     common_completion: tuple[float | None, float | None] = (None, None)
     test: dict[str, Any] = field(default_factory=dict)
     # Why `run --baseline`'s gate failed the run (empty: it passed); None when no gate
@@ -173,7 +178,10 @@ class Comparison:
                 and before[i].passed * after[i].ran != after[i].passed * before[i].ran]
 
     def rates(self) -> dict[str, dict[str, float | None]]:
-        before, after = _rates(self.baseline), _rates(self.current)
+        """Each rate of each run over the common tasks only, as the headline is."""
+        ids = set(self.common_ids)
+        before, after = (_rates(replace(run, tasks=[t for t in run.tasks if t.task_id in ids]))
+                         for run in (self.baseline, self.current))
         names = list(dict.fromkeys([*before, *after]))
         return {name: {"baseline": before.get(name), "current": after.get(name),
                        "delta": _delta(before.get(name), after.get(name))} for name in names}
@@ -261,6 +269,9 @@ class Comparison:
             else:
                 lines.append(f"| {key.replace('_', ' ')} | {row['baseline']} | "
                              f"{row['current']} | {row['delta']:+d} |")
+        lines += ["", f"Rates are over the {self.common} task{'' if self.common == 1 else 's'} "
+                  "graded in both runs, as the headline is; tokens and cost are each whole "
+                  "run's."]
         for title, ids in (("Newly failing", self.newly_failing),
                            ("Passed in the baseline, not graded now", self.unverified),
                            ("Newly passing", self.newly_passing),
@@ -333,6 +344,7 @@ def compare_reports(baseline: RunResult, current: RunResult,
     result.unverified = [i for i in was if i in ungraded and i in before
                          and before[i].pass_hat_k]
     result.common = len(common)
+    result.common_ids = common
     result.newly_failing = [i for i in common if before[i].pass_hat_k and
                             not after[i].pass_hat_k]
     result.newly_passing = [i for i in common if not before[i].pass_hat_k and
