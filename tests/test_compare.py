@@ -425,3 +425,13 @@ def test_the_table_rates_are_over_the_common_tasks_as_the_headline_is(tmp_path):
     # `run --baseline`: the gate's drop and the table's are the same figure.
     gated = comparison.to_markdown(gate(comparison, max_drop=0.0, fail_on_flip=False))
     assert "-33.3 pts" in gated and "50.0%" not in gated
+
+
+def test_the_gate_gives_the_drop_in_points_as_max_drop_is():
+    # Found by a newcomer: "dropped by 33.3%, more than the 0.0% allowed" reads as a
+    # relative drop; --max-drop is in percentage points.
+    base = make_report({"a": ["passed"], "b": ["passed"], "c": ["failed"]})
+    now = make_report({"a": ["passed"], "b": ["failed"], "c": ["failed"]})
+    reasons = gate(compare_reports(base, now), max_drop=0.1, fail_on_flip=False)
+    assert reasons == ["completion over the common tasks dropped by 33.3 points, more "
+                       "than the 10.0 points allowed"]

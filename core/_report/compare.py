@@ -394,8 +394,11 @@ def gate(comparison: Comparison, max_drop: float, fail_on_flip: bool) -> list[st
     """Why a run fails against its baseline (empty: it does not)."""
     reasons = []
     if comparison.completion_drop > max_drop + 1e-9:
+        # In percentage points, as --max-drop is (found by a newcomer: "dropped by
+        # 33.3%" read as a relative drop).
         reasons.append(f"completion over the common tasks dropped by "
-                       f"{comparison.completion_drop:.1%}, more than the {max_drop:.1%} allowed")
+                       f"{comparison.completion_drop * 100:.1f} points, more than the "
+                       f"{max_drop * 100:.1f} points allowed")
     if fail_on_flip and comparison.newly_failing:
         reasons.append("tasks that passed in the baseline now fail: "
                        + ", ".join(comparison.newly_failing))
