@@ -435,3 +435,15 @@ def test_the_gate_gives_the_drop_in_points_as_max_drop_is():
     reasons = gate(compare_reports(base, now), max_drop=0.1, fail_on_flip=False)
     assert reasons == ["completion over the common tasks dropped by 33.3 points, more "
                        "than the 10.0 points allowed"]
+
+
+def test_compare_warns_when_the_repeat_counts_differ(tmp_path):
+    # Found by a newcomer: raw token totals side by side ("input tokens 1496 -> 4488")
+    # beside "No regression", with 1 attempt a task in the baseline and 3 now.
+    base = make_report({"a": ["passed"], "b": ["failed"]})
+    now = make_report({"a": ["passed"] * 3, "b": ["failed"] * 3})
+    warnings = compare_reports(base, now).warnings()
+    assert any("repeat counts differ (1 attempt(s) a task in the baseline, 3 now)" in w
+               for w in warnings)
+    assert "repeat counts differ" in compare_reports(base, now).to_markdown()
+    assert not any("repeat" in w for w in compare_reports(base, base).warnings())

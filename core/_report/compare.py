@@ -110,6 +110,12 @@ class Comparison:
             found.append(f"the runs differ in the agent ({before.agent_label}, then "
                          f"{after.agent_label}) and in the model ({model_before}, then "
                          f"{model_after}): a difference cannot be put down to either")
+        if before.repeat != after.repeat:
+            # Found by a newcomer: "input tokens 1496 -> 4488" beside "No regression", the
+            # second run having made three attempts a task, not one.
+            found.append(f"the runs' repeat counts differ ({before.repeat} attempt(s) a "
+                         f"task in the baseline, {after.repeat} now): tokens and cost are "
+                         "each run's totals, so they are not comparable as they stand")
         return found + self._suite_warnings() + self._version_warnings()
 
     def _version_warnings(self) -> list[str]:
