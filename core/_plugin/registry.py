@@ -250,6 +250,12 @@ class Registry:
         records = self.owners.get((kind, name))
         return records[0] if records and len(records) == 1 else None
 
+    def plugins_providing(self, wanted: Iterable[tuple[str, Any]]) -> set[str]:
+        """The entry-point names of the plugins that provide any of `wanted`, (kind, name)
+        pairs; a name that is not text (absent from an old record) is passed over."""
+        return {record.name for kind, name in dict.fromkeys(wanted) if isinstance(name, str)
+                for record in self.owners.get((kind, name), [])}
+
     def explain_missing(self, kind: str, name: str) -> str:
         """Why `name` is not available, and what to do about it."""
         records = self.owners.get((kind, name), [])

@@ -316,8 +316,7 @@ def plugins_unused(registry: Any, *runs: RunResult) -> frozenset[str]:
         wanted += [("provider", run.provider), ("agent", run.agent.get("name")),
                    ("agent", run.agent.get("base")), ("sandbox", run.sandbox.get("name")),
                    ("executor", run.executor.get("name"))]
-    used = {record.name for kind, name in dict.fromkeys(wanted) if isinstance(name, str)
-            for record in registry.owners.get((kind, name), [])}
+    used = registry.plugins_providing(wanted)
     return frozenset(record.name for record in registry.plugins
                      if record.status == "ok" and record.name not in used)
 

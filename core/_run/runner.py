@@ -439,11 +439,7 @@ def plugins_used(registry: Registry, header: Mapping[str, Any], tasks: list[Task
               ("sandbox", (header.get("sandbox") or {}).get("name")),
               ("executor", (header.get("executor") or {}).get("name"))]
     wanted += [("grader", check.get("type")) for task in tasks for check in task.checks]
-    used = set()
-    for kind, name in wanted:
-        if isinstance(name, str):
-            used.update(record.name for record in registry.owners.get((kind, name), []))
-    return used
+    return registry.plugins_providing(wanted)
 
 
 def plugin_versions(registry: Registry) -> dict[str, dict[str, str | None]]:
