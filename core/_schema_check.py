@@ -199,9 +199,8 @@ def schema_problem(schema: Any) -> str | None:
     return _unusable_part(schema, ())
 
 
-# What the metaschema asks of each keyword's value, for the quick look.
-_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions",
-                          "dependentSchemas"})
+# What the metaschema asks of each keyword's value, for the quick look (the _NAMING
+# keywords hold a schema under each name).
 _SCHEMAS = frozenset({"additionalProperties", "items", "contains", "propertyNames", "not",
                       "if", "then", "else", "unevaluatedItems", "unevaluatedProperties",
                       "contentSchema"})
@@ -234,7 +233,7 @@ def _surely_a_schema(node: Any) -> bool:
     if not isinstance(node, dict):
         return False
     for key, value in node.items():
-        if key in _SCHEMA_MAPS:
+        if key in _NAMING:
             ok = isinstance(value, dict) and all(
                 isinstance(name, str) and _surely_a_schema(sub) for name, sub in value.items())
         elif key in _SCHEMAS:
