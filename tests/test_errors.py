@@ -453,6 +453,8 @@ def test_a_grader_preflight_that_exits_stops_the_run_naming_it(tmp_path):
     assert result.exit_code == 2, result.output
     assert "the exits_grader checks cannot run: the grader's preflight failed (plugin " \
            "'exiting' (test-dist 1.0)): SystemExit(0)" in result.output
+    # Where the suite has the check, as a UsageError from the preflight would say.
+    assert "(the exits_grader checks of suite.yaml:6 (task 'exits'))" in result.output
 
 
 def test_a_crashed_graders_traceback_is_kept_in_the_attempts_ledger(tmp_path):

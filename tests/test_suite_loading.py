@@ -257,18 +257,21 @@ GATED = """\
 """
 
 
-def _gate_plugin(refused: str, directory, version: str = "1.0"):
-    """A grader whose preflight validate runs refuses `word: <refused>`, from a module
-    file in `directory` (not an installed copy: as an editable install's code is)."""
+def _gate_plugin(refused: str, directory, version: str = "1.0", crashes: bool = False):
+    """A grader whose preflight validate runs refuses `word: <refused>` (or, `crashes`,
+    fails on it with a KeyError), from a module file in `directory` (not an installed
+    copy: as an editable install's code is)."""
     import importlib.util
 
+    refusal = "check['no such key']" if crashes else \
+        "raise evalctl.UsageError('that word is refused')"
     module_path = directory / "evalctl_gate.py"
     module_path.write_text(
         "import evalctl\n"
         "def preflight(checks):\n"
         "    for check in checks:\n"
         f"        if check['word'] == {refused!r}:\n"
-        "            raise evalctl.UsageError('that word is refused')\n"
+        f"            {refusal}\n"
         "@evalctl.hookimpl\n"
         "def evalctl_register_graders(register):\n"
         "    register(evalctl.GraderSpec(\n"
@@ -304,6 +307,17 @@ def test_a_cached_entry_is_keyed_by_a_plugins_code_outside_an_installed_copy(
     assert validate_suite(path, _gate_plugin("closed", tmp_path)) == []
     problems = validate_suite(path, _gate_plugin("open", tmp_path))  # same version, new code
     assert [p.line for p in problems] == [6]
+
+
+def test_a_preflight_that_crashes_at_validate_is_an_error_at_the_checks_line(
+        write_suite, tmp_path):
+    """Found by a plugin newcomer: a crash was skipped, so validate passed a suite whose
+    run the same crash then stopped with exit 2; it is said at the check's line."""
+    path = write_suite(GATED)
+    problems = validate_suite(path, _gate_plugin("open", tmp_path, crashes=True))
+    assert [p.line for p in problems] == [6]
+    assert "checks[1] (gate): the grader's preflight failed (plugin 'gate' (evalctl-gate " \
+           "1.0)): KeyError: 'no such key'" in problems[0].message
 
 
 @pytest.mark.parametrize("name", ["harness", "general", "core", "live"])

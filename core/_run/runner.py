@@ -262,17 +262,21 @@ def _preflight(registry: Registry, tasks: list[Task], suite_path: str = "") -> N
                 answer = spec.preflight(of_type)
                 if inspect.isawaitable(answer):
                     _wait_for(answer)
-        except UsageError as exc:
-            shown = ", ".join(where[name][:3]) + (
-                f" and {len(where[name]) - 3} more" if len(where[name]) > 3 else "")
-            problems.append(f"the {name} checks cannot run: {exc} (the {name} checks of "
-                            f"{shown})")
         except BaseException as exc:  # a broken preflight must not let a doomed run start
             if stops_the_run(exc):  # SystemExit is the plugin's: it ended evalctl, exit 0
                 raise
-            owner = registry.plugin_of("grader", name)
-            problems.append(f"the {name} checks cannot run: the grader's preflight failed"
-                            f"{f' ({owner.label})' if owner else ''}: {describe_crash(exc)}")
+            if isinstance(exc, UsageError):
+                why = str(exc)
+            else:
+                owner = registry.plugin_of("grader", name)
+                why = (f"the grader's preflight failed{f' ({owner.label})' if owner else ''}: "
+                       f"{describe_crash(exc)}")
+            # Where the suite has such checks, said whatever the preflight raised (found
+            # by a plugin newcomer: a crash named no place to look).
+            shown = ", ".join(where[name][:3]) + (
+                f" and {len(where[name]) - 3} more" if len(where[name]) > 3 else "")
+            problems.append(f"the {name} checks cannot run: {why} (the {name} checks of "
+                            f"{shown})")
     if problems:
         raise UsageError("\n".join(problems))
 

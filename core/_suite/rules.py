@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from evalctl._errors import Problem, UsageError, stops_the_run
+from evalctl._errors import Problem, UsageError, describe_crash, stops_the_run
 from evalctl._plugin.registry import Registry, use_registry
 from evalctl._plugin.tooldefs import TOOL_NAMES
 from evalctl._suite.model import DEFAULT_SECONDS, DEFAULT_TURNS
@@ -116,14 +116,20 @@ def _check_problems(located: Located, label: str, path: tuple, task: dict,
         try:
             with use_registry(registry):
                 preflight([dict(check)])
-        except UsageError as exc:
-            yield Problem(label, located.line_of((*path, "checks", index)),
-                          f"task '{shown(task['id'])}', checks[{index}] ({check['type']}): "
-                          f"{exc}")
-        except BaseException as exc:  # the run's own preflight reports it, with its plugin
+        except BaseException as exc:
             if stops_the_run(exc):  # SystemExit is the plugin's: it ended evalctl, exit 0
                 raise
-            continue
+            if isinstance(exc, UsageError):
+                why = str(exc)
+            else:
+                # A crash stops the run as a refusal does, so validate says so too, at the
+                # check's line (found by a plugin newcomer: validate passed, run stopped).
+                owner = registry.plugin_of("grader", check["type"])
+                why = (f"the grader's preflight failed{f' ({owner.label})' if owner else ''}"
+                       f": {describe_crash(exc)}")
+            yield Problem(label, located.line_of((*path, "checks", index)),
+                          f"task '{shown(task['id'])}', checks[{index}] ({check['type']}): "
+                          f"{why}")
 
 
 def _provider_problems(located: Located, label: str, path: tuple, task: dict,
