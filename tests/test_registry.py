@@ -169,6 +169,59 @@ def test_registering_something_that_is_not_a_spec_fails_the_plugin():
     assert "takes evalctl.GraderSpec, got dict" in registry.plugins[0].error
 
 
+def test_a_register_kept_and_called_after_the_hook_returned_is_refused():
+    """Found by a plugin newcomer: a hook that saved `register` and called it later
+    (lazily, at its first check) registered nothing, and nothing said so."""
+    kept = []
+
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        kept.append(register)
+
+    registry = load_registry([PluginSource.from_object(
+        "lazy", _module("lazy", evalctl_register_graders=evalctl_register_graders))])
+    assert registry.plugins[0].status == "ok"
+    with pytest.raises(RuntimeError, match=r"register\(\) was called after "
+                       r"evalctl_register_graders returned; .* call "
+                       r"register\(evalctl.GraderSpec\(\.\.\.\)\) inside it"):
+        kept[0](evalctl.GraderSpec(name="late", grade=lambda c, w, r: None))
+    assert "late" not in registry.graders
+
+
+@pytest.mark.parametrize("spec, message", [
+    (lambda: evalctl.GraderSpec(name="g", grade=lambda check, result: None),
+     "grader 'g': grade must take 3 arguments (check, workspace, result), as evalctl calls "
+     "it; it is grade(check, result)"),
+    (lambda: evalctl.GraderSpec(name="g", grade=lambda c, w, r: None,
+                                preflight=lambda: None),
+     "grader 'g': preflight must take 1 argument (checks)"),
+    (lambda: evalctl.ReporterSpec(name="r", write=lambda run: None, extension="csv"),
+     "reporter 'r': write must take 2 arguments (run_result, path)"),
+    (lambda: evalctl.ProviderSpec(name="p", create=lambda: None),
+     "provider 'p': create must take 1 argument (options)"),
+    (lambda: evalctl.ExecutorSpec(name="e", create=lambda options, more: None),
+     "executor 'e': create must take 1 argument (options)"),
+    (lambda: evalctl.ImporterSpec(name="i", read=lambda path: None),
+     "importer 'i': read must take 2 arguments (path, options)"),
+])
+def test_a_plugin_function_of_the_wrong_arity_is_refused_at_registration(spec, message):
+    """Found by a plugin newcomer: accepted, it failed at its first call, in every
+    attempt; the message names the parameters evalctl passes and the ones it has."""
+    with pytest.raises(TypeError) as raised:
+        spec()
+    assert str(raised.value).startswith(message)
+
+
+def test_plugin_functions_with_defaults_varargs_or_as_objects_are_accepted():
+    class Grade:
+        def __call__(self, check, workspace, result, extra=None):
+            return evalctl.CheckResult(True)
+
+    evalctl.GraderSpec(name="a", grade=Grade())
+    evalctl.GraderSpec(name="b", grade=lambda *args: None, preflight=print)
+    evalctl.ReporterSpec(name="c", write=lambda run, path, **options: path, extension="c")
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"name": "Bad Name"}, "lowercase"),
     ({"name": "ok", "kind": "vibes"}, "kind must be one of"),

@@ -655,7 +655,19 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
                 if impl.plugin is not plugin:
                     continue
 
-                def register(spec: Any, kind: str = kind, spec_class: type = spec_class) -> None:
+                hook_running = [True]
+
+                def register(spec: Any, kind: str = kind, spec_class: type = spec_class,
+                             hook_running: list[bool] = hook_running,
+                             hook_name: str = hook_name) -> None:
+                    if not hook_running[0]:
+                        # Kept by the hook and called after it returned: nothing reads the
+                        # list any more, so the spec was silently never registered (found
+                        # by a plugin newcomer).
+                        raise RuntimeError(
+                            f"register() was called after {hook_name} returned; evalctl "
+                            f"registers only what the hook registers while it runs: call "
+                            f"register(evalctl.{spec_class.__name__}(...)) inside it")
                     if not isinstance(spec, spec_class):
                         raise TypeError(
                             f"register() in a {kind} hook takes evalctl.{spec_class.__name__}, "
@@ -674,6 +686,8 @@ def _load_one(pm: pluggy.PluginManager, source: PluginSource,
                     if stops_the_run(exc):
                         raise
                     raise _PluginFault(f"{hook_name} raised {_describe_exception(exc)}") from exc
+                finally:
+                    hook_running[0] = False
                 if inspect.iscoroutine(returned):
                     returned.close()  # never awaited: no RuntimeWarning on stderr
                 if returned is not None:

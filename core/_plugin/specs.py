@@ -34,6 +34,27 @@ def _check_name(kind: str, name: str) -> None:
         )
 
 
+def _check_callable(kind: str, name: str, attribute: str, function: Any,
+                    *parameters: str) -> None:
+    """`function` must be callable with `parameters` as evalctl calls it, positionally:
+    one of the wrong arity registered, and failed at its first call, in every attempt
+    (found by a plugin newcomer: `grade(check, result)` was accepted)."""
+    if not callable(function):
+        raise TypeError(f"{kind} {name!r}: {attribute} must be callable")
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to tell
+        return
+    try:
+        signature.bind(*parameters)
+    except TypeError:
+        count = f"{len(parameters)} argument{'' if len(parameters) == 1 else 's'}" \
+            if parameters else "no argument"
+        shown = f" ({', '.join(parameters)})" if parameters else ""
+        raise TypeError(f"{kind} {name!r}: {attribute} must take {count}{shown}, as "
+                        f"evalctl calls it; it is {attribute}{signature}") from None
+
+
 @dataclass(frozen=True)
 class CheckResult:
     """One grader's answer to one question: passed or not, and why.
@@ -153,12 +174,12 @@ class GraderSpec:
 
     def __post_init__(self) -> None:
         _check_name("grader", self.name)
-        if not callable(self.grade):
-            raise TypeError(f"grader {self.name!r}: grade must be callable")
-        if self.preflight is not None and not callable(self.preflight):
-            raise TypeError(f"grader {self.name!r}: preflight must be callable")
-        if self.named_paths is not None and not callable(self.named_paths):
-            raise TypeError(f"grader {self.name!r}: named_paths must be callable")
+        _check_callable("grader", self.name, "grade", self.grade,
+                        "check", "workspace", "result")
+        if self.preflight is not None:
+            _check_callable("grader", self.name, "preflight", self.preflight, "checks")
+        if self.named_paths is not None:
+            _check_callable("grader", self.name, "named_paths", self.named_paths, "check")
         if self.kind not in GRADER_KINDS:
             raise ValueError(f"grader {self.name!r}: kind must be one of {GRADER_KINDS}")
         schema = self.params_schema
@@ -217,10 +238,10 @@ class ProviderSpec:
 
     def __post_init__(self) -> None:
         _check_name("provider", self.name)
-        if not callable(self.create):
-            raise TypeError(f"provider {self.name!r}: create must be callable")
-        if self.task_problems is not None and not callable(self.task_problems):
-            raise TypeError(f"provider {self.name!r}: task_problems must be callable")
+        _check_callable("provider", self.name, "create", self.create, "options")
+        if self.task_problems is not None:
+            _check_callable("provider", self.name, "task_problems", self.task_problems,
+                            "task")
         schema = self.options_schema
         if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
             raise ValueError(f"provider {self.name!r}: options_schema must be an object schema")
@@ -246,8 +267,7 @@ class ReporterSpec:
 
     def __post_init__(self) -> None:
         _check_name("reporter", self.name)
-        if not callable(self.write):
-            raise TypeError(f"reporter {self.name!r}: write must be callable")
+        _check_callable("reporter", self.name, "write", self.write, "run_result", "path")
         if not isinstance(self.extension, str):
             raise TypeError(f"reporter {self.name!r}: extension must be text, such as 'csv'")
         # In lower case: `JSON` was taken as a format of its own, beside `json`, and is
@@ -311,12 +331,15 @@ class SandboxSpec:
         _check_name("sandbox", self.name)
         if self.name == "auto":
             raise ValueError("sandbox name 'auto' is reserved for choosing one")
-        for optional in ("preflight", "visible"):
-            if getattr(self, optional) is not None and not callable(getattr(self, optional)):
-                raise TypeError(f"sandbox {self.name!r}: {optional} must be callable")
-        for attribute in ("create", "available", "limits"):
-            if not callable(getattr(self, attribute)):
-                raise TypeError(f"sandbox {self.name!r}: {attribute} must be callable")
+        for attribute, parameters in (("preflight", ("options", "out_dir")),
+                                      ("visible", ("path", "options"))):
+            if getattr(self, attribute) is not None:
+                _check_callable("sandbox", self.name, attribute, getattr(self, attribute),
+                                *parameters)
+        for attribute, parameters in (("create", ("request",)), ("available", ()),
+                                      ("limits", ())):
+            _check_callable("sandbox", self.name, attribute, getattr(self, attribute),
+                            *parameters)
         schema = self.options_schema
         if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
             raise ValueError(f"sandbox {self.name!r}: options_schema must be an object schema")
@@ -364,16 +387,17 @@ class AgentSpec:
     def __post_init__(self) -> None:
         if self.preflight is not None and not callable(self.preflight):
             raise TypeError(f"agent {self.name!r}: preflight must be callable")
-        if self.check_option is not None and not callable(self.check_option):
-            raise TypeError(f"agent {self.name!r}: check_option must be callable")
+        if self.check_option is not None:
+            _check_callable("agent", self.name, "check_option", self.check_option,
+                            "key", "value")
         if not isinstance(self.name, str) or not AGENT_NAME_PATTERN.match(self.name):
             raise ValueError(f"agent name {self.name!r} must be lowercase letters, digits, "
                              "underscores and hyphens, starting with a letter")
         if (self.run is None) == (self.base is None):
             raise ValueError(f"agent {self.name!r}: give either run (an agent) or base "
                              "(a preset of another agent), not both or neither")
-        if self.run is not None and not callable(self.run):
-            raise TypeError(f"agent {self.name!r}: run must be callable")
+        if self.run is not None:
+            _check_callable("agent", self.name, "run", self.run, "context")
         if self.base == self.name:
             raise ValueError(f"agent {self.name!r}: a preset cannot be based on itself")
         schema = self.options_schema
@@ -404,8 +428,7 @@ class ImporterSpec:
 
     def __post_init__(self) -> None:
         _check_name("importer", self.name)
-        if not callable(self.read):
-            raise TypeError(f"importer {self.name!r}: read must be callable")
+        _check_callable("importer", self.name, "read", self.read, "path", "options")
         schema = self.options_schema
         if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
             raise ValueError(f"importer {self.name!r}: options_schema must be an object schema")
@@ -437,8 +460,7 @@ class ExecutorSpec:
 
     def __post_init__(self) -> None:
         _check_name("executor", self.name)
-        if not callable(self.create):
-            raise TypeError(f"executor {self.name!r}: create must be callable")
+        _check_callable("executor", self.name, "create", self.create, "options")
         schema = self.options_schema
         if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
             raise ValueError(f"executor {self.name!r}: options_schema must be an object schema")
