@@ -1218,7 +1218,10 @@ def view(ctx: click.Context, target: Path | None, rerender: bool, no_open: bool)
     if elsewhere:
         click.echo(f"note: {elsewhere}: the report is written to a directory of yours "
                    "under the temporary directory instead", err=True)
-    click.echo(f"{'report' if reused else 'wrote'} {path}")
+    # Said as the other commands say a file they did or did not write (found by a
+    # newcomer: "wrote" the first time, a bare "report" after, read as another file).
+    click.echo(f"up to date, not rendered again: {path} (--rerender renders it anew)"
+               if reused else f"wrote {path}")
     if not no_open and browser_available() and open_in_browser(path):
         click.echo("opened it in your browser")
     elif not no_open:

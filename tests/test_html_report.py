@@ -423,7 +423,8 @@ def test_view_renders_once_then_reuses_and_prints_the_path_without_a_browser(tmp
     again = CliRunner().invoke(cli, ["view", str(report.parent / report.stem)])
     assert again.exit_code == 2 and "cannot read" in again.output  # no such file
     again = CliRunner().invoke(cli, ["view", str(report)])
-    assert again.output.startswith(f"report {html}") and html.stat().st_mtime_ns == written
+    assert again.output.startswith(f"up to date, not rendered again: {html} (--rerender "
+                                   "renders it anew)\n") and html.stat().st_mtime_ns == written
     fresh = CliRunner().invoke(cli, ["view", str(report), "--rerender", "--no-open"])
     assert fresh.output == f"wrote {html}\n"
     assert opened == []
