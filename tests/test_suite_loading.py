@@ -366,6 +366,12 @@ MALFORMED: dict[str, tuple[bytes, int, str]] = {
                       'quote the whole text (prompt: "Fix this: now")'),
     "key-indented-deeper": (b"- id: a\n  prompt: p\n     checks:\n", 3,
                             "this line is indented 5 space(s)"),
+    # A check's second key under its dash, not its first key: the one indentation
+    # mistake said without a hint (a column above did start there).
+    "key-under-the-dash": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_exists\n"
+                           b"    path: x\n", 5,
+                           "this line is indented 4 space(s), as the '- ' above it; a key "
+                           "of that list item lines up with its first key, at 6 spaces"),
     "list-where-a-key-belongs": (b"- id: a\n  prompt: p\n  - type: succeeded\n", 3,
                                  "a list item ('- ') where a key was expected"),
     "text-after-closing-quote": (b'- id: a\n  prompt: "{x}" and more\n', 2,
