@@ -278,7 +278,7 @@ def test_the_installed_wheel_runs_a_built_in_suite_green_from_an_empty_directory
     assert list((tmp_path / "cache" / "evalctl" / "sources" / "git").iterdir())
 
 
-@pytest.mark.parametrize("distribution, tests", [("extras", 2), ("wordcount", 8)])
+@pytest.mark.parametrize("distribution, tests", [("extras", 3), ("wordcount", 8)])
 def test_third_party_plugins_pass_their_own_tests(plugin_site, tmp_path, distribution, tests):
     """A grader, reporter, provider and sandbox tested with evalctl.testing alone,
     against their real installs."""

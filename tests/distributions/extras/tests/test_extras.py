@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import evalctl_extras
 
+import evalctl
 from evalctl.testing import grade_check, run_suite
 
 SUITE = """\
@@ -44,3 +47,16 @@ def test_a_check_graded_through_the_recording_sandbox(tmp_path):
                          sandbox="recording", sandbox_options={"log": str(log)})
     assert passed.passed and not failed.passed and failed.detail.startswith("exit 1")
     assert log.read_text().count("grep -q fox") == 2
+
+
+def test_a_program_that_is_not_there_is_exit_127_as_in_every_sandbox(tmp_path):
+    """The sandbox contract: an argv whose program cannot be run returns, never raises."""
+    request = evalctl.SandboxRequest(workspace=tmp_path, home=tmp_path, tmp=tmp_path,
+                                     env={"PATH": "/usr/bin:/bin"},
+                                     options={"log": str(tmp_path / "commands.log")})
+    sandbox = evalctl_extras.RecordingSandbox(request)
+    missing = asyncio.run(sandbox.run(["no-such-program-here"], timeout=10))
+    assert (missing.exit_code, missing.stderr) == (127, "no-such-program-here: command not found\n")
+    (tmp_path / "data.txt").write_text("not a program")
+    refused = asyncio.run(sandbox.run([str(tmp_path / "data.txt")], timeout=10))
+    assert refused.exit_code == 126 and "Permission denied" in refused.stderr

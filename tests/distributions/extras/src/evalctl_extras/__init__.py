@@ -51,10 +51,24 @@ class RecordingSandbox:
         argv, directory = self.request.command(command, cwd)
         with self.log.open("a", encoding="utf-8") as handle:
             handle.write(f"{self.request.purpose}\t{self.request.attempt}\t{argv[-1][:60]!r}\n")
-        return await evalctl.run_process(argv, cwd=directory,
-                                         env=self.request.env if env is None else env,
-                                         timeout=timeout, stdin=stdin,
-                                         merge_stderr=merge_stderr, output_limit=output_limit)
+        try:
+            return await evalctl.run_process(argv, cwd=directory,
+                                             env=self.request.env if env is None else env,
+                                             timeout=timeout, stdin=stdin,
+                                             merge_stderr=merge_stderr,
+                                             output_limit=output_limit)
+        except OSError as exc:
+            if exc.filename != argv[0]:  # not the program: the machine's own failure
+                raise
+            # The program cannot be run: said as a shell says it, as the sandbox contract
+            # asks (127 when it is not there, 126 when it cannot be executed), never
+            # raised, which would be the grader's crash.
+            missing = isinstance(exc, (FileNotFoundError, NotADirectoryError))
+            said = f"{argv[0]}: command not found\n" if missing and "/" not in argv[0] \
+                else f"{argv[0]}: {exc.strerror}\n"
+            return evalctl.CommandResult(127 if missing else 126,
+                                         said if merge_stderr else "",
+                                         "" if merge_stderr else said)
 
     async def close(self) -> None:
         with self.log.open("a", encoding="utf-8") as handle:
