@@ -447,3 +447,22 @@ def test_compare_warns_when_the_repeat_counts_differ(tmp_path):
                for w in warnings)
     assert "repeat counts differ" in compare_reports(base, now).to_markdown()
     assert not any("repeat" in w for w in compare_reports(base, base).warnings())
+
+
+def test_compare_shows_tokens_and_cost_an_attempt_beside_the_totals():
+    """What the repeat warning points at: an attempt's share, comparable across runs of
+    different repeat counts (2 attempts spending 110 tokens and $0.30, then 6 spending
+    330 and $0.60), over the attempts each run ran (a not-run attempt spends nothing)."""
+    base = make_report({"a": ["passed"], "b": ["failed"]}, cost=0.30)
+    now = make_report({"a": ["passed"] * 3, "b": ["failed"] * 2 + ["not_run"]}, cost=0.50,
+                      usage={"input_tokens": 300, "output_tokens": 30})
+    spend = compare_reports(base, now).spend()
+    assert spend["attempts"] == {"baseline": 2, "current": 5, "delta": 3}
+    assert spend["tokens_per_attempt"] == {"baseline": 55.0, "current": 66.0, "delta": 11.0}
+    assert spend["cost_per_attempt"] == {"baseline": 0.15, "current": 0.1, "delta": -0.05}
+    markdown = compare_reports(base, now).to_markdown()
+    assert "| tokens an attempt (input + output) | 55 | 66 | +11 |" in markdown
+    assert "| cost an attempt | $0.1500 | $0.1000 | -0.0500 |" in markdown
+    assert "| attempts | 2 | 5 | +3 |" in markdown
+    unpriced = compare_reports(base, make_report({"a": ["passed"]}, cost=None)).spend()
+    assert unpriced["cost_per_attempt"] == {"baseline": 0.15, "current": None, "delta": None}

@@ -115,7 +115,7 @@ class Comparison:
             # second run having made three attempts a task, not one.
             found.append(f"the runs' repeat counts differ ({before.repeat} attempt(s) a "
                          f"task in the baseline, {after.repeat} now): tokens and cost are "
-                         "each run's totals, so they are not comparable as they stand")
+                         "each run's totals, so compare them an attempt (the rows below)")
         return found + self._suite_warnings() + self._version_warnings()
 
     def _version_warnings(self) -> list[str]:
@@ -200,6 +200,21 @@ class Comparison:
                         "delta": after_usage[key] - before_usage[key]}
         before, after = self.baseline.cost, self.current.cost
         out["cost"] = {"baseline": before, "current": after, "delta": _delta(before, after)}
+        # An attempt's share, comparable when the runs made different numbers of attempts
+        # (a repeat count, tasks added or not run), which the totals are not (found by a
+        # newcomer: only the totals were shown, with a warning not to compare them).
+        per_attempt = [(len(run.ran()), run.usage, run.cost)
+                       for run in (self.baseline, self.current)]
+        tokens = [round((usage.input_tokens + usage.output_tokens) / count, 1) if count
+                  else None for count, usage, _ in per_attempt]
+        costs = [round(cost / count, 6) if count and cost is not None else None
+                 for count, _, cost in per_attempt]
+        out["attempts"] = {"baseline": per_attempt[0][0], "current": per_attempt[1][0],
+                           "delta": per_attempt[1][0] - per_attempt[0][0]}
+        out["tokens_per_attempt"] = {"baseline": tokens[0], "current": tokens[1],
+                                     "delta": _delta(*tokens)}
+        out["cost_per_attempt"] = {"baseline": costs[0], "current": costs[1],
+                                   "delta": _delta(*costs)}
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -267,17 +282,26 @@ class Comparison:
             label = labels.get(name, name.removesuffix("_rate"))
             lines.append(f"| {label} | {percent(row['baseline'])} | "
                          f"{percent(row['current'])} | {points(row['delta'])} |")
+        def shown(value: float | None) -> str:
+            return "n/a" if value is None else f"{value:g}"
+
         for key, row in self.spend().items():
-            if key == "cost":
-                delta = row["delta"]
-                lines.append(f"| cost | {money(row['baseline'])} | {money(row['current'])} | "
+            delta = row["delta"]
+            if key in ("cost", "cost_per_attempt"):
+                label = "cost" if key == "cost" else "cost an attempt"
+                lines.append(f"| {label} | {money(row['baseline'])} | "
+                             f"{money(row['current'])} | "
                              f"{'n/a' if delta is None else f'{delta:+.4f}'} |")
+            elif key == "tokens_per_attempt":
+                lines.append(f"| tokens an attempt (input + output) | "
+                             f"{shown(row['baseline'])} | {shown(row['current'])} | "
+                             f"{'n/a' if delta is None else f'{delta:+g}'} |")
             else:
                 lines.append(f"| {key.replace('_', ' ')} | {row['baseline']} | "
-                             f"{row['current']} | {row['delta']:+d} |")
+                             f"{row['current']} | {delta:+d} |")
         lines += ["", f"Rates are over the {self.common} task{'' if self.common == 1 else 's'} "
                   "graded in both runs, as the headline is; tokens and cost are each whole "
-                  "run's."]
+                  "run's, and an attempt's share of them over the attempts each run ran."]
         for title, ids in (("Newly failing", self.newly_failing),
                            ("Passed in the baseline, not graded now", self.unverified),
                            ("Newly passing", self.newly_passing),
