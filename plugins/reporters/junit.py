@@ -1,5 +1,6 @@
 """`junit`: one testcase per task; failed checks are <failure>, infrastructure
-errors <error>, tasks not run <skipped>. Judge checks go to system-out only."""
+errors <error>, tasks not run <skipped>. Judge checks go to system-out only; a check
+that could not run in an attempt another check decided goes to system-err."""
 
 from __future__ import annotations
 
@@ -51,25 +52,49 @@ def render(run: evalctl.RunResult) -> str:
                 type=_text(task.error_kind or task.exit_status or "error"))
             element.text = _text(detail)
         elif task.status == "failed":
+            # A check that could not run beside the failure that decided the attempt: one
+            # outcome per testcase (the schema's rule, and what CI tools read), so it is
+            # named here, not a second <error>, and given whole in <system-err>.
+            broken = [c for c in task.checks if c.error and c.kind == "mechanical"]
             element = ET.SubElement(case, "failure", message=_text(
-                f"{len(failed)} check(s) failed: {', '.join(c.type for c in failed)}"),
+                f"{len(failed)} check(s) failed: {', '.join(c.type for c in failed)}"
+                + (f"; {len(broken)} grader error(s), not failures: "
+                   f"{', '.join(c.type for c in broken)}" if broken else "")),
                 type="check_failed")
-            element.text = _text("\n\n".join(f"{c.type}: {_block(c.detail)}" for c in failed))
+            element.text = _text("\n\n".join(
+                [f"{c.type}: {_block(c.detail)}" for c in failed]
+                + [f"{c.type} (grader error, not a failure): {_block(c.detail)}"
+                   for c in broken]))
         elif task.status == "not_run":
             ET.SubElement(case, "skipped", message=_text(task.error or "not run"))
         out = ET.SubElement(case, "system-out")
         judged = task.judge_checks()
         lines = [f"exit status: {task.exit_status}", f"turns: {task.turns}",
                  f"workspace: {task.workspace}"]
-        lines += [f"[{'pass' if c.passed else 'FAIL'}] {c.type}: {_block(c.detail)}"
+        lines += [f"[{_mark(c, 'FAIL')}] {c.type}: {_block(c.detail)}"
                   for c in task.checks if c.kind == "mechanical"]
         if judged:
             lines.append("judge verdicts (reported apart, not part of pass/fail):")
-            lines += [f"[{'pass' if c.passed else 'fail'}] {c.kind} {c.type}: "
+            lines += [f"[{_mark(c, 'fail')}] {c.kind} {c.type}: "
                       f"{_block(c.detail)}" for c in judged]
         out.text = _text("\n".join(lines))
+        # The JSON report's check_errors[]: checks that could not run (or crashed) in an
+        # attempt that is not itself an error, which its <error> already gives.
+        broken = [c for c in task.checks if c.error] if task.status != "error" else []
+        if broken:
+            err = ET.SubElement(case, "system-err")
+            err.text = _text("\n".join(
+                f"grader error in {task.status} {run.label(task)}: {c.type}"
+                + (f" ({c.kind}, reported apart)" if c.kind != "mechanical" else "")
+                + f": {_block(c.detail)}" for c in broken))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _mark(check: evalctl.CheckOutcome, failed: str) -> str:
+    """A check's verdict in system-out: one that could not run is an error, never read
+    as the agent's failure."""
+    return "ERROR" if check.error else "pass" if check.passed else failed
 
 
 def _block(detail: str) -> str:

@@ -56,8 +56,11 @@ def _why(task: evalctl.TaskResult) -> str:
         reason = task.error or (f"{crashed[0].type}: {crashed[0].detail}" if crashed else "error")
     elif task.status == "not_run":
         reason = task.error or "not run"
-    else:
-        reason = "; ".join(f"{c.type}: {c.detail}" for c in task.failed_checks())
+    else:  # failed or passed: the checks that failed, then any that could not run
+        # (check_errors in the JSON: never read as the agent's failure, never hidden)
+        reason = "; ".join([f"{c.type}: {c.detail}" for c in task.failed_checks()]
+                           + [f"⚠ {c.type} (grader error): {c.detail}"
+                              for c in task.checks if c.error])
     return evalctl.truncate(" ".join(reason.split()), WHY_LIMIT, keep="head")
 
 
@@ -70,10 +73,12 @@ def rows(run: evalctl.RunResult) -> list[dict[str, Any]]:
             "status": task.status, "tags": list(task.tags),
             "checks": sorted({c.type for c in task.checks}),
             "failed": sorted({c.type for c in task.checks
-                              if (not c.passed or c.error) and c.kind == "mechanical"}),
+                              if not c.passed and not c.error and c.kind == "mechanical"}),
+            "errored": sorted({c.type for c in task.checks if c.error}),
             "judged": [c.passed for c in task.judge_checks()],
             "gaming": any(c.suspected_gaming for c in task.checks),
-            "why": "" if task.passed else _why(task),
+            "why": _why(task) if not task.passed or any(c.error for c in task.checks)
+            else "",
             "exit": task.exit_status or "", "turns": task.turns, "calls": task.tool_calls,
             "tokens": [task.usage.input_tokens, task.usage.output_tokens],
             "cost": task.cost, "duration": task.duration,

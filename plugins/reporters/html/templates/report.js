@@ -100,12 +100,14 @@
 
   function filtered(state) {
     const query = state.q.trim().toLowerCase();
-    const failedOnly = state.check.startsWith("!");
-    const check = failedOnly ? state.check.slice(1) : state.check;
+    // "!type": that check failed; "?type": it could not run (a grader error); else: has it
+    const mark = state.check.charAt(0);
+    const among = mark === "!" ? "failed" : mark === "?" ? "errored" : "checks";
+    const check = among === "checks" ? state.check : state.check.slice(1);
     const out = rows.filter((row) =>
       (!state.status || row.status === state.status) &&
       (!state.tag || row.tags.includes(state.tag)) &&
-      (!check || (failedOnly ? row.failed : row.checks).includes(check)) &&
+      (!check || (row[among] || []).includes(check)) &&
       (!query || searchText(row).includes(query)));
     const key = {
       label: (r) => r.label, status: (r) => STATUS_ORDER[r.status], why: (r) => r.why,
@@ -133,6 +135,8 @@
     const checks = [...new Set(rows.flatMap((r) => r.checks))].sort();
     fillSelect($("f-check"), [
       ...checks.map((c) => ["!" + c, c + " failed"]),
+      ...[...new Set(rows.flatMap((r) => r.errored || []))].sort()
+        .map((c) => ["?" + c, c + " grader error"]),
       ...checks.map((c) => [c, "has " + c]),
     ]);
     const update = (field, value) => {
@@ -335,7 +339,8 @@
       const state = c.error ? "error" : c.passed ? "passed" : "failed";
       return el("li", { class: "check s-" + state + (c.gaming ? " gaming" : "") },
         el("div", { class: "check-head" },
-          badge(c.error ? "crashed" : c.passed ? "pass" : "fail", "s-" + state), " ",
+          badge(c.error ? "grader error" : c.passed ? "pass" : "fail", "s-" + state), " ",
+          c.error ? el("span", { class: "kind" }, " could not run or crashed: not a failure of the agent's ") : null,
           el("code", null, c.type),
           c.kind !== "mechanical" ? el("span", { class: "kind" }, " " + c.kind + ", reported apart: does not decide the task") : null,
           c.rate ? el("span", { class: "kind" }, " feeds " + c.rate + "_rate") : null,

@@ -1,0 +1,131 @@
+"""Leftovers of earlier outside reviews (round 40): each reproduced first with a small
+suite and the CLI, then fixed."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import evalctl
+
+from .conftest import run_cli
+
+JUNIT_XSD = Path(__file__).parent / "data" / "junit.xsd"
+
+# A failed attempt whose second check cannot run (its interpreter was never made): the
+# JSON report's check_errors[] has it; a passed attempt beside it.
+CHECK_ERROR_SUITE = """\
+name: leftovers
+tasks:
+  - id: check-err
+    prompt: Write hello to a.txt.
+    checks:
+      - type: file_contains
+        path: a.txt
+        text: goodbye
+      - type: tests_pass
+        python: .venv/bin/python
+    script:
+      - text: I wrote it.
+        tool_calls:
+          - tool: write_file
+            input:
+              path: a.txt
+              content: "hello\\n"
+      - text: Done.
+  - id: fine
+    prompt: Write hello to b.txt.
+    checks:
+      - type: file_contains
+        path: b.txt
+        text: hello
+    script:
+      - tool_calls:
+          - tool: write_file
+            input:
+              path: b.txt
+              content: "hello\\n"
+      - text: Wrote b.txt.
+"""
+
+
+def _report(where: Path, ext: str) -> Path:
+    return next((where / "eval_reports").glob(f"report-*.{ext}"))
+
+
+def _run_check_error_suite(tmp_path: Path) -> Path:
+    (tmp_path / "suite.yaml").write_text(CHECK_ERROR_SUITE)
+    result = run_cli(tmp_path, "suite.yaml", "--sandbox", "local", "--reporter", "junit",
+                     "--reporter", "html", "--reporter", "markdown")
+    assert result.exit_code == 1, result.output
+    return tmp_path
+
+
+def _run(tasks: list[evalctl.TaskResult]) -> evalctl.RunResult:
+    return evalctl.RunResult("s.yaml", "s", "0" * 64, "scripted", None,
+                             "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:09+00:00", "0",
+                             {}, tasks)
+
+
+# ---- 1. a check that errored, in JUnit and HTML ----
+
+def test_a_check_error_in_a_failed_attempt_is_in_junit_as_a_grader_error(tmp_path):
+    import xmlschema
+
+    where = _run_check_error_suite(tmp_path)
+    report = json.loads(_report(where, "json").read_text())
+    assert [(e["id"], e["type"]) for e in report["check_errors"]] == [("check-err",
+                                                                      "tests_pass")]
+    xml = _report(where, "xml")
+    xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(xml))
+    case = ET.parse(xml).getroot().find(".//testcase[@name='check-err']")
+    assert case is not None
+    failure = case.find("failure")
+    assert failure is not None and failure.get("message") == (
+        "1 check(s) failed: file_contains; 1 grader error(s), not failures: tests_pass")
+    assert "tests_pass (grader error, not a failure): cannot run here" in (failure.text or "")
+    err = case.find("system-err")
+    assert err is not None and (err.text or "").startswith(
+        "grader error in failed check-err: tests_pass: cannot run here: python: "
+        ".venv/bin/python does not exist")
+    out = case.find("system-out")
+    assert out is not None and "[ERROR] tests_pass: cannot run here" in (out.text or "")
+    assert "[FAIL] tests_pass" not in (out.text or "")
+    fine = ET.parse(xml).getroot().find(".//testcase[@name='fine']")
+    assert fine is not None and fine.find("system-err") is None
+
+
+def test_a_judge_error_in_a_passed_attempt_is_in_junit_system_err_not_a_failure():
+    from evalctl.plugins.reporters.junit import render
+
+    judge = evalctl.CheckOutcome("judge", "judge", False, "judge unavailable: timed out",
+                                 error=True)
+    task = evalctl.TaskResult("a", "passed", checks=[
+        evalctl.CheckOutcome("file_exists", "mechanical", True, "a.txt exists"), judge])
+    root = ET.fromstring(render(_run([task])).split("\n", 1)[1])
+    case = root.find(".//testcase")
+    assert case is not None and case.find("failure") is None and case.find("error") is None
+    err = case.find("system-err")
+    assert err is not None and err.text == ("grader error in passed a: judge (judge, "
+                                            "reported apart): judge unavailable: timed out")
+    assert "[ERROR] judge judge: judge unavailable" in (case.findtext("system-out") or "")
+
+
+def test_a_check_error_is_in_the_html_table_as_a_grader_error_not_a_failed_check(tmp_path):
+    from evalctl.plugins.reporters.html.page import rows
+
+    where = _run_check_error_suite(tmp_path)
+    run = evalctl.RunResult.from_dict(json.loads(_report(where, "json").read_text()))
+    row = next(r for r in rows(run) if r["key"] == "check-err")
+    assert row["failed"] == ["file_contains"] and row["errored"] == ["tests_pass"]
+    assert row["why"].startswith("file_contains: a.txt does not contain text 'goodbye'")
+    assert "; ⚠ tests_pass (grader error): cannot run here" in row["why"]
+    # A passed attempt with a judge that could not judge: said in its row too.
+    judge = evalctl.CheckOutcome("judge", "judge", False, "judge unavailable", error=True)
+    passed = rows(_run([evalctl.TaskResult("a", "passed", checks=[judge])]))[0]
+    assert passed["why"] == "⚠ judge (grader error): judge unavailable"
+    assert passed["failed"] == [] and passed["errored"] == ["judge"]
+    html = _report(where, "html").read_text()
+    assert '"errored": ["tests_pass"]' in html
+    assert '" grader error"' in html  # the filter's and the task page's label
