@@ -129,3 +129,23 @@ def test_a_check_error_is_in_the_html_table_as_a_grader_error_not_a_failed_check
     html = _report(where, "html").read_text()
     assert '"errored": ["tests_pass"]' in html
     assert '" grader error"' in html  # the filter's and the task page's label
+
+
+# ---- 2. JUnit times ----
+
+def test_junit_suite_time_is_the_sum_of_its_testcases_times_as_written():
+    from decimal import Decimal
+
+    from evalctl.plugins.reporters.junit import render
+
+    # Each rounds up to .002 (.0015 and .0016 are .002 at three places): the sum of the
+    # rounded cases is .008, the rounded sum of the durations .006 (the testsuite said so).
+    tasks = [evalctl.TaskResult(str(n), "passed", duration=d)
+             for n, d in enumerate((0.0015, 0.0016, 0.0016, 0.0016))]
+    tasks.append(evalctl.TaskResult("gone", "not_run", duration=float("nan")))
+    root = ET.fromstring(render(_run(tasks)).split("\n", 1)[1])
+    cases = [Decimal(c.get("time", "")) for c in root.iter("testcase")]
+    assert cases == [Decimal("0.002")] * 4 + [Decimal("0.000")]
+    suite = root.find("testsuite")
+    assert suite is not None and suite.get("time") == "0.008" == root.get("time")
+    assert Decimal(suite.get("time", "")) == sum(cases)

@@ -4,6 +4,7 @@ that could not run in an attempt another check decided goes to system-err."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -28,12 +29,15 @@ def render(run: evalctl.RunResult) -> str:
 
     tasks = run.tasks
     failures, errors = str(run.count("failed")), str(run.count("error"))
-    total_time = sum(t.duration for t in tasks)
+    # The suite's time is the sum of its testcases' times as written (whole milliseconds,
+    # so that the sum a CI tool makes of the cases is the suite's to the digit): the time
+    # the attempts took, not the run's wall time, which concurrency makes shorter.
+    total_time = _seconds(sum(_milliseconds(t.duration) for t in tasks))
     root = ET.Element("testsuites", name="evalctl", tests=str(len(tasks)), failures=failures,
-                      errors=errors, time=f"{total_time:.3f}")
+                      errors=errors, time=total_time)
     suite = ET.SubElement(root, "testsuite", name=_text(run.suite_name), tests=str(len(tasks)),
                           failures=failures, errors=errors, skipped=str(run.count("not_run")),
-                          time=f"{total_time:.3f}", timestamp=run.started_at[:19])
+                          time=total_time, timestamp=run.started_at[:19])
     properties = ET.SubElement(suite, "properties")
     rates = [(f"{name}_rate", rate.value) for name, rate in run.named_rates().items()]
     for name, value in (("provider", run.provider), ("model", run.model or ""),
@@ -43,7 +47,8 @@ def render(run: evalctl.RunResult) -> str:
                       value=_text("" if value is None else value))
     for task in tasks:
         case = ET.SubElement(suite, "testcase", classname=_text(run.suite_name),
-                             name=_text(run.label(task)), time=f"{task.duration:.3f}")
+                             name=_text(run.label(task)),
+                             time=_seconds(_milliseconds(task.duration)))
         failed = task.failed_checks()
         if task.status == "error":
             detail = task.error_detail()
@@ -89,6 +94,16 @@ def render(run: evalctl.RunResult) -> str:
                 + f": {_block(c.detail)}" for c in broken))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _milliseconds(seconds: float) -> int:
+    """An attempt's duration in whole milliseconds: never negative (a clock stepped back)
+    nor anything but a number (a report read back may hold NaN), so always a decimal."""
+    return max(0, round(seconds * 1000)) if math.isfinite(seconds) else 0
+
+
+def _seconds(milliseconds: int) -> str:
+    return f"{milliseconds // 1000}.{milliseconds % 1000:03d}"
 
 
 def _mark(check: evalctl.CheckOutcome, failed: str) -> str:
