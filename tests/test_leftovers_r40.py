@@ -149,3 +149,41 @@ def test_junit_suite_time_is_the_sum_of_its_testcases_times_as_written():
     suite = root.find("testsuite")
     assert suite is not None and suite.get("time") == "0.008" == root.get("time")
     assert Decimal(suite.get("time", "")) == sum(cases)
+
+
+# ---- 3. the Markdown report's cut texts ----
+
+def _markdown_of(detail: str) -> str:
+    from evalctl.plugins.reporters.markdown import render
+
+    check = evalctl.CheckOutcome("command", "mechanical", False, detail)
+    return render(_run([evalctl.TaskResult("a", "failed", checks=[check])]))
+
+
+def _failed_cell(markdown: str) -> str:
+    row = next(line for line in markdown.splitlines() if line.startswith("| a |"))
+    return row.split(" | ")[2]
+
+
+def test_markdown_cuts_a_long_detail_at_a_word_boundary_with_an_ellipsis():
+    detail = "expected the totals to match " + " ".join(f"word{n:02d}" for n in range(40))
+    cell = _failed_cell(_markdown_of(detail))
+    assert cell.endswith("…") and len(cell) <= 120
+    assert detail.startswith(cell[:-1].removeprefix("command: "))
+    assert cell[:-1].split(" ")[-1] in detail.split(" ")  # a whole word ends it
+
+
+def test_markdown_never_cuts_inside_an_escape_of_the_agents_text():
+    detail = r"\x1b" * 60  # one long word: cut between characters
+    cell = _failed_cell(_markdown_of(detail))
+    assert cell.endswith("…")
+    kept = cell[:-1].removeprefix("command: ").replace("\\\\", "\\")
+    assert kept and kept == r"\x1b" * (len(kept) // 4)
+
+
+def test_markdown_never_leaves_a_code_span_open_when_it_cuts():
+    detail = ("the script ran out: add a final text turn " + "x" * 50
+              + " `- text: ... without tool calls, at the end of the script` to end it")
+    cell = _failed_cell(_markdown_of(detail))
+    assert cell.endswith("…") and cell.count("`") % 2 == 0
+    assert cell == "command: the script ran out: add a final text turn " + "x" * 50 + "…"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import evalctl
@@ -20,9 +21,46 @@ _CELL_ESCAPES = str.maketrans({"\\": "\\\\", "|": "\\|", "[": "\\[", "]": "\\]",
                                "&": "&amp;", "<": "&lt;", ">": "&gt;"})
 
 
+# The end of a text cut inside one of the report's escapes of the agent's text (`\x1b`,
+# `\u202e`, `\U0001f600`: escape_text's), which would read as another character.
+_PARTIAL_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]?|u[0-9a-fA-F]{0,3}|U[0-9a-fA-F]{0,7})?$")
+_BACKTICKS = re.compile(r"`+")
+
+
 def _cell(text: str, limit: int = 120) -> str:
-    return evalctl.truncate(" ".join(str(text).split()), limit, keep="head"
-                            ).translate(_CELL_ESCAPES)
+    return _cut(" ".join(str(text).split()), limit).translate(_CELL_ESCAPES)
+
+
+def _cut(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters: whole, or cut at a word boundary (else, for
+    a long word, at a character outside any escape) and ended with "…", never inside a
+    code span (its opening backticks would run on to the next one in the row)."""
+    if len(text) <= limit:
+        return text
+    head = text[:max(limit - 1, 0)]
+    space = head.rfind(" ")
+    if space >= limit // 2 and not text[len(head)].isspace():
+        head = head[:space]  # the word cut in two is left out whole
+    else:
+        head = _PARTIAL_ESCAPE.sub("", head)
+    opened = _unclosed_code_span(head)
+    if opened is not None:
+        head = head[:opened]
+    return head.rstrip() + "…"
+
+
+def _unclosed_code_span(text: str) -> int | None:
+    """Where a code span opens that `text` does not close, as CommonMark pairs backtick
+    runs (an opening run is closed by the next run of the same length), or None."""
+    runs = [(m.start(), len(m.group())) for m in _BACKTICKS.finditer(text)]
+    index = 0
+    while index < len(runs):
+        start, length = runs[index]
+        close = next((k for k in range(index + 1, len(runs)) if runs[k][1] == length), None)
+        if close is None:
+            return start
+        index = close + 1
+    return None
 
 
 def _count(number: int, noun: str) -> str:
