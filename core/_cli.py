@@ -648,6 +648,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     from evalctl._run.runner import (
         RunOptions,
         execute,
+        naming_missing_plugins,
         prepare_run,
         resumed_options,
         select_tasks,
@@ -762,7 +763,15 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
             config_agents=config.get("agents", {}),
             max_cost=max_cost, max_tokens=max_tokens, **scheduling,
         )
-    loaded = load_suite(suite_path, registry)
+    # A resume needs what the run was made with: a plugin since uninstalled is named.
+    def missing_named() -> contextlib.AbstractContextManager[None]:
+        if options.resume is None:
+            return contextlib.nullcontext()
+        return naming_missing_plugins(options.resume.header.get("plugins"), registry,
+                                      str(options.resume.run_dir))
+
+    with missing_named():
+        loaded = load_suite(suite_path, registry)
     for warning in loaded.warnings:
         click.echo(str(warning), err=True)
     _report_path_checked(report, suite_path)
@@ -775,7 +784,8 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         _shares_a_task(baseline, baseline_report,
                        select_tasks(loaded, options.only, options.tags))
     try:
-        prepared = prepare_run(loaded, registry, options)
+        with missing_named():
+            prepared = prepare_run(loaded, registry, options)
     except ProviderSetupError as exc:
         offline = "" if not registry.get("provider", options.provider).live else \
             "; to run offline without a model, use --scripted"

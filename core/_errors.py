@@ -43,9 +43,11 @@ class Problem:
 class SuiteError(UsageError):
     """A suite that cannot be run; carries every problem found, not only the first."""
 
-    def __init__(self, problems: list[Problem]):
+    def __init__(self, problems: list[Problem], note: str = ""):
         self.problems = sorted(problems, key=lambda p: (p.file, p.line, p.message))
-        super().__init__("\n".join(str(p) for p in self.problems))
+        self.note = note  # a line after the problems, of no line of the file's
+        super().__init__("\n".join([*(str(p) for p in self.problems), *([note] if note
+                                                                         else [])]))
 
 
 class ProviderError(Exception):

@@ -187,3 +187,79 @@ def test_markdown_never_leaves_a_code_span_open_when_it_cuts():
     cell = _failed_cell(_markdown_of(detail))
     assert cell.endswith("…") and cell.count("`") % 2 == 0
     assert cell == "command: the script ran out: add a final text turn " + "x" * 50 + "…"
+
+
+# ---- 5. a plugin the run used, uninstalled since ----
+
+WORDS_SUITE = """\
+name: words
+tasks:
+  - id: one
+    prompt: Write two words to a.txt.
+    checks:
+      - type: word_counted
+    script:
+      - tool_calls:
+          - tool: write_file
+            input:
+              path: a.txt
+              content: "two words\\n"
+      - text: Wrote a.txt.
+  - id: two
+    prompt: Write two words to b.txt.
+    checks:
+      - type: word_counted
+    script:
+      - text: Done.
+"""
+
+
+def _word_counting_plugin() -> object:
+    import types
+
+    def grade(check, workspace, result):
+        return evalctl.CheckResult(True, "counted")
+
+    @evalctl.hookimpl
+    def evalctl_register_graders(register):
+        register(evalctl.GraderSpec(name="word_counted", grade=grade))
+
+    plugin = types.ModuleType("wordcounting")
+    plugin.evalctl_register_graders = evalctl_register_graders  # type: ignore[attr-defined]
+    return plugin
+
+
+def test_regrade_and_resume_name_a_plugin_the_run_used_that_is_gone(tmp_path):
+    from click.testing import CliRunner
+
+    from evalctl._cli import cli
+    from evalctl._plugin.registry import set_registry
+
+    from .conftest import registry_with
+
+    set_registry(registry_with(("wordcounting", _word_counting_plugin())))
+    (tmp_path / "suite.yaml").write_text(WORDS_SUITE)
+    result = run_cli(tmp_path, "suite.yaml", "--sandbox", "local")
+    assert result.exit_code == 0, result.output
+    run_dir = next((tmp_path / "eval_reports").glob("workspaces-*"))
+    report = json.loads(_report(tmp_path, "json").read_text())
+    assert report["plugins"]["wordcounting"] == "1.0"
+    assert report["plugin_distributions"]["wordcounting"] == "test-dist"
+    journal = run_dir / "journal.jsonl"
+    journal.write_text("".join(journal.read_text().splitlines(keepends=True)[:2]))
+
+    set_registry(None)  # the plugin is uninstalled
+    said = ("was made with 1 plugin(s) not installed now: wordcounting (test-dist 1.0); "
+            "what is unknown above may be theirs")
+    regrade = CliRunner().invoke(cli, ["regrade", str(run_dir)])
+    assert regrade.exit_code == 2
+    assert "unknown grader 'word_counted'" in regrade.output and said in regrade.output
+    resume = run_cli(tmp_path, "--resume", str(run_dir))
+    assert resume.exit_code == 2
+    assert "unknown grader 'word_counted'" in resume.output and said in resume.output
+    # Installed again, nothing is said of it.
+    set_registry(registry_with(("wordcounting", _word_counting_plugin())))
+    again = CliRunner().invoke(cli, ["regrade", str(run_dir)])
+    assert again.exit_code == 1, again.output  # the attempt cut from the journal: not run
+    assert "regraded 1 attempt(s)" in again.output
+    assert "not installed now" not in again.output

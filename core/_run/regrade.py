@@ -126,7 +126,12 @@ def plan_regrade(run_dir: Path, registry: Registry, *, suite: Path | None = None
         if not suite.is_file():
             raise UsageError(f"{run_dir}: the run's suite {suite} is not there any more; "
                              "pass the suite to grade with --suite")
-    loaded = load_suite(resolve_suite(suite), registry)
+    from evalctl._run.runner import naming_missing_plugins
+
+    # A grader (or the sandbox) the run used whose plugin is gone since: named with its
+    # distribution, not only "unknown grader".
+    with naming_missing_plugins(header.get("plugins"), registry, str(run_dir)):
+        loaded = load_suite(resolve_suite(suite), registry)
     by_id = {task.id: task for task in loaded.tasks}
     attempts: list[PlannedAttempt] = []
     carried: list[tuple[TaskResult, str]] = []
@@ -143,7 +148,9 @@ def plan_regrade(run_dir: Path, registry: Registry, *, suite: Path | None = None
     if not attempts:
         reasons = "; ".join(sorted({why for _, why in carried})) or "no attempt finished"
         raise UsageError(f"{run_dir}: no kept workspace to regrade ({reasons})")
-    return PreparedRegrade(source, loaded, registry, _sandbox(header, registry),
+    with naming_missing_plugins(header.get("plugins"), registry, str(run_dir)):
+        sandbox = _sandbox(header, registry)
+    return PreparedRegrade(source, loaded, registry, sandbox,
                            Path(out_dir) if out_dir else source.run_dir.resolve().parent,
                            attempts, carried, concurrency or DEFAULT_CONCURRENCY)
 

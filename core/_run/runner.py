@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import inspect
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from evalctl._agent.tools import tool_validators
 from evalctl._blocking import off_loop
 from evalctl._errors import (
     ProviderSetupError,
+    SuiteError,
     UsageError,
     describe_crash,
     plugin_failure_ignored,
@@ -444,6 +446,47 @@ def plugins_used(registry: Registry, header: Mapping[str, Any], tasks: list[Task
               ("executor", (header.get("executor") or {}).get("name"))]
     wanted += [("grader", check.get("type")) for task in tasks for check in task.checks]
     return registry.plugins_providing(wanted)
+
+
+def plugins_not_installed(recorded: Any, registry: Registry) -> list[str]:
+    """The plugins a run's record names (its journal's or report's `plugins`) that no
+    installed plugin is now: `wordcount (evalctl-wordcount 1.0.0)`, one each. A plugin of
+    that name from another distribution is not it; one installed but disabled or broken
+    is (the registry's own message says why it cannot be used)."""
+    installed = {(p.name, p.distribution) for p in registry.plugins}
+    names = {name for name, _ in installed}
+    missing = []
+    for name, value in sorted((recorded or {}).items() if isinstance(recorded, Mapping)
+                              else ()):
+        distribution, _ = plugin_parts(value)
+        if name not in names or (distribution is not None
+                                 and (name, distribution) not in installed):
+            missing.append(f"{name} ({plugin_shown(value)})")
+    return missing
+
+
+@contextlib.contextmanager
+def naming_missing_plugins(recorded: Any, registry: Registry, doing: str) -> Iterator[None]:
+    """A UsageError raised inside (an unknown grader of the suite's, an unknown
+    provider, agent or sandbox) gains a line naming the plugins the run was made with
+    that are not installed now, with their distributions: what "unknown grader
+    'word_count'" alone never said (found by an outside review)."""
+    try:
+        yield
+    except ProviderSetupError:
+        raise  # the provider is there, and said what it needs
+    except UsageError as exc:
+        missing = plugins_not_installed(recorded, registry)
+        if not missing:
+            raise
+        note = (f"the run {doing} was made with {len(missing)} plugin(s) not installed now: "
+                f"{', '.join(missing)}; what is unknown above may be theirs: install that "
+                "distribution at that version (evalctl list-plugins shows what is "
+                "installed), then try again")
+        if isinstance(exc, SuiteError):
+            raise SuiteError(exc.problems, "\n".join(filter(None, (exc.note, note)))
+                             ) from None
+        raise UsageError(f"{exc}\n{note}") from None
 
 
 def plugin_versions(registry: Registry) -> dict[str, dict[str, str | None]]:
