@@ -804,9 +804,14 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
         left_in_error = len(attempts_to_run(options.resume, True)) - to_run
         errors_hint = (f" ({left_in_error} in error, kept as journaled: add --retry-errors "
                        "to run them again)") if left_in_error else ""
+        # Of a finished run, said in words (found by an outside review: "0 of 1
+        # attempt(s) to run" alone did not say whether anything was wrong).
+        complete = "" if to_run else (": the run is already complete (every attempt has "
+                                      "a result): its results follow, and its reports are "
+                                      "written again")
         click.echo(f"resuming {prepared.run_dir}: {to_run} of "
-                   f"{len(prepared.tasks) * options.repeat} attempt(s) to run{errors_hint}",
-                   err=True)
+                   f"{len(prepared.tasks) * options.repeat} attempt(s) to run{errors_hint}"
+                   f"{complete}", err=True)
 
     view = RunView(to_run, repeat=options.repeat)
     with view:

@@ -263,3 +263,37 @@ def test_regrade_and_resume_name_a_plugin_the_run_used_that_is_gone(tmp_path):
     assert again.exit_code == 1, again.output  # the attempt cut from the journal: not run
     assert "regraded 1 attempt(s)" in again.output
     assert "not installed now" not in again.output
+
+
+# ---- 4. --resume of a run that had finished ----
+
+DONE_SUITE = """\
+name: done
+tasks:
+  - id: one
+    prompt: Write hi to a.txt.
+    checks:
+      - type: file_contains
+        path: a.txt
+        text: hi
+    script:
+      - tool_calls:
+          - tool: write_file
+            input:
+              path: a.txt
+              content: "hi\\n"
+      - text: Wrote a.txt.
+"""
+
+
+def test_resume_of_a_finished_run_says_it_is_complete_and_reports_its_results(tmp_path):
+    (tmp_path / "suite.yaml").write_text(DONE_SUITE)
+    assert run_cli(tmp_path, "suite.yaml", "--sandbox", "local").exit_code == 0
+    run_dir = next((tmp_path / "eval_reports").glob("workspaces-*"))
+    result = run_cli(tmp_path, "--resume", str(run_dir))
+    assert result.exit_code == 0, result.output
+    assert (f"resuming {run_dir.resolve()}: 0 of 1 attempt(s) to run: the run is already "
+            "complete (every attempt has a result): its results follow") in result.output
+    assert "1/1 tasks passed" in result.output and "0/0" not in result.output
+    report = json.loads(_report(tmp_path, "json").read_text())
+    assert [(t["id"], t["status"]) for t in report["tasks"]] == [("one", "passed")]
