@@ -297,3 +297,56 @@ def test_resume_of_a_finished_run_says_it_is_complete_and_reports_its_results(tm
     assert "1/1 tasks passed" in result.output and "0/0" not in result.output
     report = json.loads(_report(tmp_path, "json").read_text())
     assert [(t["id"], t["status"]) for t in report["tasks"]] == [("one", "passed")]
+
+
+# ---- 6. script_error: the suite's mistake, an error and never a failure ----
+
+RUNS_OUT_SUITE = """\
+name: runs-out
+tasks:
+  - id: runs-out
+    prompt: Write hello to b.txt.
+    checks:
+      - type: file_contains
+        path: b.txt
+        text: hello
+    script:
+      - text: I will write it.
+        tool_calls:
+          - tool: write_file
+            input:
+              path: b.txt
+              content: "hello\\n"
+  - id: fine
+    prompt: Write hello to c.txt.
+    checks:
+      - type: file_contains
+        path: c.txt
+        text: hello
+    script:
+      - tool_calls:
+          - tool: write_file
+            input:
+              path: c.txt
+              content: "hello\\n"
+      - text: Wrote c.txt.
+"""
+
+
+def test_a_script_that_runs_out_is_an_error_with_the_suites_fix_not_a_failure(tmp_path):
+    (tmp_path / "suite.yaml").write_text(RUNS_OUT_SUITE)
+    result = run_cli(tmp_path, "suite.yaml", "--sandbox", "local")
+    assert result.exit_code == 1  # an attempt in error, as documented
+    report = json.loads(_report(tmp_path, "json").read_text())
+    task = next(t for t in report["tasks"] if t["id"] == "runs-out")
+    # Its check passed, yet it is no pass: the script, not the agent, ended it.
+    assert (task["status"], task["exit_status"], task["error_kind"]) == (
+        "error", "script_error", "provider")
+    assert [c["passed"] for c in task["checks"]] == [True]
+    summary = report["summary"]
+    assert summary["completion_rate"] == 1.0  # the other task, alone
+    assert (summary["passed"], summary["failed"], summary["errors"]) == (1, 0, 1)
+    (error,) = report["errors"]
+    assert "add a final text turn" in error["detail"]
+    assert "correct the task's script and start a new run" in error["remedy"]
+    assert "--retry-errors would run the same script again" in error["remedy"]

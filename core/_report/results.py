@@ -41,7 +41,10 @@ ERROR_KINDS = {
     "provider": "the model could not be used (unreachable, rate limited, misconfigured, a "
                 "script that ran out, or a replay the agent's requests no longer match: the "
                 "detail names the field); fix what is outside the run (the network, the key) and "
-                "resume with --retry-errors; another provider option or model is a new run",
+                "resume with --retry-errors; another provider option or model is a new run. "
+                "A script_error is the suite's own mistake (the detail gives its line and the "
+                "fix): correct the task's script and start a new run (--only ID runs just "
+                "that task): --retry-errors would run the same script again",
     "sandbox": "the attempt's sandbox could not start; check that the sandbox works on "
                "this machine and resume with --retry-errors, or start a new run with "
                "another --sandbox",
