@@ -394,6 +394,11 @@ def _explain(error: Any, located: Located, registry: Registry,
         return [(line, f"{where}: '{key}' needs '{needed}' too")
                 for key, required in error.validator_value.items() if key in instance
                 for needed in required if needed not in instance]
+    if kind == "minItems" and instance == [] and path in ((), ("tasks",)):
+        # Found by a newcomer: `tasks: []` validated clean, and `run` then refused it
+        # with "no task matches the --only/--tag selection", when none was given.
+        return [(line, "the suite has no tasks: add at least one (- id: ..., prompt: ..., "
+                       "checks: ...)")]
     if kind == "minItems" and instance == []:
         return [(line, f"{where}: must not be empty")]
     if kind == "minLength":

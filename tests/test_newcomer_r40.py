@@ -1,0 +1,29 @@
+"""Found by a newcomer (round 40): an empty suite validated clean and `run` then refused
+it for an --only/--tag selection nobody gave; ..."""
+
+from __future__ import annotations
+
+import pytest
+
+from evalctl._suite.loader import validate_suite
+
+from .conftest import run_cli
+
+# --------------------------------- 1: a suite with no tasks is refused by validate too
+
+
+@pytest.mark.parametrize(("text", "line"), [("[]\n", 1), ("name: x\ntasks: []\n", 2)])
+def test_a_suite_with_no_tasks_is_an_error_at_its_line(write_suite, text, line):
+    suite = write_suite(text)
+    problems = validate_suite(suite)
+    assert [(p.line, p.severity, p.message) for p in problems] == [
+        (line, "error", "the suite has no tasks: add at least one (- id: ..., prompt: ..., "
+                        "checks: ...)")]
+
+
+def test_run_of_a_suite_with_no_tasks_does_not_blame_a_selection(tmp_path, write_suite):
+    write_suite("name: x\ntasks: []\n")
+    result = run_cli(tmp_path, "suite.yaml", "--sandbox", "local")
+    assert result.exit_code == 2, result.output
+    assert "suite.yaml:2: error: the suite has no tasks" in result.output
+    assert "--only/--tag" not in result.output
