@@ -27,3 +27,17 @@ def test_run_of_a_suite_with_no_tasks_does_not_blame_a_selection(tmp_path, write
     assert result.exit_code == 2, result.output
     assert "suite.yaml:2: error: the suite has no tasks" in result.output
     assert "--only/--tag" not in result.output
+
+
+# --------------------------------- 2: an empty file name is said to be empty
+
+
+def test_an_empty_file_name_is_not_said_to_end_with_a_slash(write_suite):
+    """`"": text` under files: was refused as "it ends with '/'", which it does not."""
+    suite = write_suite('- id: t\n  prompt: p\n  files:\n    "": x\n    a/: y\n'
+                        "  checks:\n    - type: file_exists\n      path: a.txt\n")
+    messages = {p.line: p.message for p in validate_suite(suite)}
+    assert messages[4] == "task 't', 'files': '' must name a file: it is empty (write the " \
+                          "file's path, e.g. 'dir/a.txt')"
+    assert messages[5].endswith("'a/' must name a file: it ends with '/' (write the file's "
+                                "path, e.g. 'dir/a.txt')")

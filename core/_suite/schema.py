@@ -53,7 +53,9 @@ def file_path_reason(name: str) -> str:
         return f"{inside}: it has a '..' part"
     if re.search(r"[\x00\n\r]", name):
         return "must be a file's path: it holds a NUL character or a line break"
-    if name.endswith("/") or not name:
+    if not name:
+        return "must name a file: it is empty (write the file's path, e.g. 'dir/a.txt')"
+    if name.endswith("/"):
         return "must name a file: it ends with '/' (write the file's path, e.g. 'dir/a.txt')"
     return f"{inside} (no '..', no absolute path, no backslash)"
 
