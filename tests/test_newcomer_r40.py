@@ -41,3 +41,23 @@ def test_an_empty_file_name_is_not_said_to_end_with_a_slash(write_suite):
                           "file's path, e.g. 'dir/a.txt')"
     assert messages[5].endswith("'a/' must name a file: it ends with '/' (write the file's "
                                 "path, e.g. 'dir/a.txt')")
+
+
+# --------------------------------- 3: a bound a value must be past says so
+
+
+def test_a_value_at_an_exclusive_bound_is_told_it_must_be_past_it(write_suite):
+    """`timeout: 0` was answered "0 is less than or equal to the minimum of 0", which
+    reads as if 0 were the lowest value allowed."""
+    suite = write_suite("- id: t\n  prompt: p\n  limits:\n    seconds: -1\n  checks:\n"
+                        "    - type: command\n      command: 'true'\n      timeout: 0\n"
+                        "  script:\n    - tool_calls:\n        - tool: bash\n"
+                        "          input:\n            command: ls\n            timeout: 0\n"
+                        "    - text: done\n")
+    messages = {p.line: p.message for p in validate_suite(suite)}
+    assert messages == {
+        4: "task 't', 'limits', 'seconds': must be more than 0, got -1",
+        8: "task 't', checks[0] (command), 'timeout': must be more than 0, got 0",
+        14: "task 't', script[0], tool_calls[0] (bash), 'input', 'timeout': must be more "
+            "than 0, got 0",
+    }
