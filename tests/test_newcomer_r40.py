@@ -61,3 +61,29 @@ def test_a_value_at_an_exclusive_bound_is_told_it_must_be_past_it(write_suite):
         14: "task 't', script[0], tool_calls[0] (bash), 'input', 'timeout': must be more "
             "than 0, got 0",
     }
+
+
+# --------------------------------- 4: a misspelt suite file name, and suite.yaml in a directory
+
+
+def test_a_suite_file_that_is_not_there_names_the_close_one_beside_it(tmp_path, write_suite):
+    """`evalctl run suite.yml` beside suite.yaml said only "No such file or directory"
+    (a misspelt built-in name gets a did-you-mean)."""
+    write_suite("[]\n")
+    result = run_cli(tmp_path, "suite.yml")
+    assert result.exit_code == 2, result.output
+    assert "suite.yml: error: cannot read suite: No such file or directory (did you mean " \
+           "suite.yaml?)" in result.output
+    far = validate_suite(tmp_path / "other.yaml")
+    assert [p.message for p in far] == ["cannot read suite: No such file or directory"]
+
+
+def test_a_directory_given_as_the_suite_names_its_suite_yaml_among_many(tmp_path):
+    """Only the first three YAML files by name were looked at for suite.yaml: a directory
+    with a.yaml, b.yaml and c.yaml beside it was answered with those three."""
+    for name in ("a.yaml", "b.yaml", "c.yaml", "suite.yaml"):
+        (tmp_path / name).write_text("[]\n")
+    problems = validate_suite(tmp_path)
+    assert [p.message for p in problems] == [
+        f"cannot read suite: it is a directory; name a suite file (a .yaml file): "
+        f"{tmp_path / 'suite.yaml'}?"]

@@ -188,12 +188,29 @@ def _suites_in(directory: Path) -> str:
     a newcomer: `evalctl run my-evals`, the directory `init` had just made)."""
     try:
         found = sorted(entry.name for entry in os.scandir(directory)
-                       if entry.name.endswith((".yaml", ".yml")) and entry.is_file())[:3]
+                       if entry.name.endswith((".yaml", ".yml")) and entry.is_file())
     except OSError:
         return ""
-    if "suite.yaml" in found:
-        found = ["suite.yaml"]
+    # suite.yaml is looked for among them all, not among the first three by name (a
+    # directory with a.yaml, b.yaml and c.yaml beside it was answered with those).
+    found = ["suite.yaml"] if "suite.yaml" in found else found[:3]
     return f": {' or '.join(str(directory / name) for name in found)}?" if found else ""
+
+
+def _file_like(path: Path) -> str:
+    """` (did you mean DIR/suite.yaml?)` for a suite file that is not there when its
+    directory holds a YAML file of a name close to it (found by a newcomer:
+    `evalctl run suite.yml` beside suite.yaml said only "No such file or directory")."""
+    import difflib
+
+    directory = path.parent
+    try:
+        names = [entry.name for entry in os.scandir(directory)
+                 if entry.name.endswith((".yaml", ".yml")) and entry.is_file()]
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(path.name, sorted(names), n=1, cutoff=0.85)
+    return f" (did you mean {directory / close[0]}?)" if close else ""
 
 
 def _read_suite(path: Path, label: str) -> bytes:
@@ -223,8 +240,8 @@ def _read_suite(path: Path, label: str) -> bytes:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) |
                              getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
-        raise refused(f"no such file{link}" if link else "No such file or directory") \
-            from None
+        raise refused(f"no such file{link}" if link else
+                      f"No such file or directory{_file_like(path)}") from None
     except OSError as exc:
         raise refused(f"{exc.strerror or exc}{link}") from None
     with os.fdopen(descriptor, "rb") as stream:
