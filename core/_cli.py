@@ -643,7 +643,6 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
     from evalctl._report.compare import compare_reports, gate
     from evalctl._report.console import RunView
     from evalctl._report.journal import attempts_to_run, check_resumable, read_journal
-    from evalctl._report.rundir import read_run
     from evalctl._report.writing import check_reporters, write_reports
     from evalctl._run.runner import (
         RunOptions,
@@ -679,7 +678,7 @@ def run(ctx: click.Context, suite: Path | None, resume_dir: Path | None, retry_e
                          "run's baseline. Write the report elsewhere, and copy it over the "
                          "baseline once the gate passes")
     if baseline is not None:  # read as compare reads it: a run directory works too
-        stored_baseline = read_run(baseline)
+        stored_baseline = _read_run_saying_which(baseline, "--baseline ")
         for problem in stored_baseline.problems:
             click.echo(f"warning: --baseline {baseline}: {problem}", err=True)
         baseline_report = stored_baseline.run
@@ -1152,6 +1151,17 @@ def _shares_a_task(path: Path, baseline: Any, tasks: list[Any]) -> None:
                          f"{', '.join(sorted(before)) or 'no task'})")
 
 
+def _read_run_saying_which(path: Path, flag: str = "") -> Any:
+    """read_run, saying which report a directory of reports stood for: its newest, which
+    `compare eval_reports now.json` used without naming it (found by a newcomer)."""
+    from evalctl._report.rundir import read_run
+
+    stored = read_run(path)
+    if path.is_dir() and stored.source.parent == path and stored.source.suffix == ".json":
+        click.echo(f"note: {flag}{path}: its newest report, {stored.source}", err=True)
+    return stored
+
+
 @cli.command()
 @click.argument("baseline", type=click.Path(path_type=Path))
 @click.argument("current", type=click.Path(path_type=Path))
@@ -1177,14 +1187,13 @@ def compare(ctx: click.Context, baseline: Path, current: Path, as_json: bool, al
     from evalctl._errors import UsageError
     from evalctl._files import write_atomically
     from evalctl._report.compare import compare_reports
-    from evalctl._report.rundir import read_run
     from evalctl._report.viewing import HTML_REPORTER
 
     for path, flag in ((output, "--output"), (html_path, "--html")):
         if path is not None:
             _output_problem(path, flag)
     html_reporter = _registry(ctx).get("reporter", HTML_REPORTER) if html_path else None
-    before, after = read_run(baseline).run, read_run(current).run
+    before, after = _read_run_saying_which(baseline).run, _read_run_saying_which(current).run
     comparison = compare_reports(before, after, alpha,
                                  registry=_registry(ctx, warn=False))
     unusable = comparison.nothing_in_common()

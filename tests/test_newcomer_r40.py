@@ -4,10 +4,27 @@ it for an --only/--tag selection nobody gave; ..."""
 from __future__ import annotations
 
 import pytest
+from click.testing import CliRunner
 
+from evalctl._cli import cli
 from evalctl._suite.loader import validate_suite
 
 from .conftest import run_cli
+
+HELLO = """\
+- id: hello
+  prompt: Write hello.txt.
+  checks:
+    - type: file_exists
+      path: hello.txt
+  script:
+    - tool_calls:
+        - tool: write_file
+          input:
+            path: hello.txt
+            content: hi
+    - text: Wrote hello.txt.
+"""
 
 # --------------------------------- 1: a suite with no tasks is refused by validate too
 
@@ -87,3 +104,25 @@ def test_a_directory_given_as_the_suite_names_its_suite_yaml_among_many(tmp_path
     assert [p.message for p in problems] == [
         f"cannot read suite: it is a directory; name a suite file (a .yaml file): "
         f"{tmp_path / 'suite.yaml'}?"]
+
+
+# --------------------------------- 5: compare names the report a directory of reports stood for
+
+
+def test_compare_names_the_newest_report_a_directory_of_reports_stands_for(
+        tmp_path, write_suite):
+    """`evalctl compare eval_reports now.json` compared against the newest report there
+    without saying which one it was."""
+    write_suite(HELLO)
+    for _ in range(2):
+        assert run_cli(tmp_path, "suite.yaml", "--sandbox", "local").exit_code == 0
+    reports = sorted((tmp_path / "eval_reports").glob("report-*.json"),
+                     key=lambda p: p.stat().st_mtime)
+    runs = sorted((tmp_path / "eval_reports").glob("workspaces-*"))
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "eval_reports"), str(runs[0])])
+    assert result.exit_code == 0, result.output
+    assert f"note: {tmp_path / 'eval_reports'}: its newest report, {reports[-1]}" \
+        in result.output
+    # A run directory, or a report, is what it says: nothing to note.
+    result = CliRunner().invoke(cli, ["compare", str(reports[0]), str(runs[1])])
+    assert result.exit_code == 0 and "note:" not in result.output, result.output
