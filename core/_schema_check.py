@@ -174,6 +174,18 @@ _NAMING = frozenset({"properties", "patternProperties", "$defs", "definitions",
 _TYPES = ("string", "integer", "number", "boolean", "array", "object", "null")
 
 
+def error_words(error: Any) -> str:
+    """A jsonschema error's message, but for a bound the value must be past: "0 is less
+    than or equal to the minimum of 0" (exclusiveMinimum) read as if 0 were allowed
+    (found by a newcomer's `timeout: 0`), so it says "must be more than 0, got 0"."""
+    value = error.instance
+    if error.validator in ("exclusiveMinimum", "exclusiveMaximum") and \
+            isinstance(value, int | float) and not isinstance(value, bool):
+        side = "more" if error.validator == "exclusiveMinimum" else "less"
+        return f"must be {side} than {error.validator_value}, got {value}"
+    return str(error.message)
+
+
 def schema_problem(schema: Any) -> str | None:
     """Why `schema` is not a JSON Schema (draft 2020-12) a plugin may declare, or None.
 

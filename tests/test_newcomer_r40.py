@@ -126,3 +126,14 @@ def test_compare_names_the_newest_report_a_directory_of_reports_stands_for(
     # A run directory, or a report, is what it says: nothing to note.
     result = CliRunner().invoke(cli, ["compare", str(reports[0]), str(runs[1])])
     assert result.exit_code == 0 and "note:" not in result.output, result.output
+
+
+def test_a_plugin_option_at_an_exclusive_bound_is_told_it_must_be_past_it(tmp_path,
+                                                                           write_suite):
+    """`--provider-option timeout=0` said "0.0 is less than or equal to the minimum of 0"."""
+    write_suite(HELLO)
+    result = run_cli(tmp_path, "suite.yaml", "--provider", "anthropic",
+                     "--provider-option", "timeout=0")
+    assert result.exit_code == 2, result.output
+    assert "error: provider 'anthropic' option 'timeout': must be more than 0, got 0.0" \
+        in result.output

@@ -10,7 +10,7 @@ from typing import Any
 
 from evalctl._errors import UsageError
 from evalctl._plugin.specs import ProviderSpec
-from evalctl._schema_check import SchemaCheck
+from evalctl._schema_check import SchemaCheck, error_words
 from evalctl._text import did_you_mean
 
 # A JSON Schema type in words, for a message about a value of the wrong one.
@@ -42,7 +42,7 @@ def typed_options(kind: str, name: str, options_schema: Mapping[str, Any],
     schema = {"additionalProperties": False, **dict(options_schema)}
     for error in SchemaCheck(schema).errors(typed):
         where = f" '{error.path[0]}'" if error.path else "s"
-        raise UsageError(f"{kind} '{name}' option{where}: {error.message}")
+        raise UsageError(f"{kind} '{name}' option{where}: {error_words(error)}")
     return typed
 
 
@@ -157,4 +157,4 @@ def option_problem(key: str, value: Any, schema: Mapping[str, Any], toml: bool =
         return f"{where}: {wrong!r} is not of the form it takes{_described(own)}"
     if error.validator == "minLength" and wrong == "":
         return f"{where}: must not be empty"
-    return f"{where}: {error.message}"
+    return f"{where}: {error_words(error)}"

@@ -10,7 +10,7 @@ from typing import Any
 
 from evalctl._errors import Problem
 from evalctl._plugin.registry import Registry
-from evalctl._schema_check import surely_valid, unusable_numbers
+from evalctl._schema_check import error_words, surely_valid, unusable_numbers
 from evalctl._suite.schema import FILE_PATH_PATTERN, file_path_reason
 from evalctl._suite.yamlsource import Located
 from evalctl._text import SURROGATE
@@ -403,14 +403,4 @@ def _explain(error: Any, located: Located, registry: Registry,
         return [(line, f"{where}: must not be empty")]
     if kind == "minLength":
         return [(line, f"{where}: must not be empty")]
-    if kind in ("exclusiveMinimum", "exclusiveMaximum") and _is_number(instance):
-        # jsonschema's "0 is less than or equal to the minimum of 0" reads as if 0 were
-        # allowed (found by a newcomer's `timeout: 0`).
-        side = "more" if kind == "exclusiveMinimum" else "less"
-        return [(line, f"{where}: must be {side} than {error.validator_value}, "
-                       f"got {instance}")]
-    return [(line, f"{where}: {error.message}")]
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return [(line, f"{where}: {error_words(error)}")]
