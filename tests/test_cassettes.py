@@ -478,7 +478,8 @@ def test_script_bad_input_is_exit_2_without_a_traceback(recorded, tmp_path):
 
     run_dir = str(recorded["run_dir"])
     assert "no journal.jsonl" in script(str(tmp_path / "missing"), "first-word")
-    assert "no task 'first-wrd' in this run; its tasks: first-word" in \
+    assert "no task 'first-wrd' in this run (did you mean 'first-word'?); its tasks: " \
+        "first-word" in \
         script(run_dir, "first-wrd")
     assert "has attempts 1 to 1, not 2" in script(run_dir, "first-word", "--attempt", "2")
     cassette = recorded["run_dir"] / ".cassettes" / "first-word.jsonl"

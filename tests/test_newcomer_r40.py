@@ -137,3 +137,16 @@ def test_a_plugin_option_at_an_exclusive_bound_is_told_it_must_be_past_it(tmp_pa
     assert result.exit_code == 2, result.output
     assert "error: provider 'anthropic' option 'timeout': must be more than 0, got 0.0" \
         in result.output
+
+
+# --------------------------------- 6: evalctl script offers the task meant
+
+
+def test_script_of_a_misspelt_task_offers_the_one_meant(tmp_path, write_suite):
+    write_suite(HELLO)
+    assert run_cli(tmp_path, "suite.yaml", "--sandbox", "local").exit_code == 0
+    run_dir = next((tmp_path / "eval_reports").glob("workspaces-*"))
+    result = CliRunner().invoke(cli, ["script", str(run_dir), "helo"])
+    assert result.exit_code == 2, result.output
+    assert f"{run_dir}: no task 'helo' in this run (did you mean 'hello'?); its tasks: " \
+           "hello" in result.output

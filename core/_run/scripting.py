@@ -20,6 +20,7 @@ from evalctl._errors import UsageError
 from evalctl._plugin.types import ModelTurn, StopReason, TokenUsage, ToolCall
 from evalctl._report.journal import attempt_name, read_journal
 from evalctl._suite.yamlwrite import dump
+from evalctl._text import did_you_mean
 from evalctl._workspace import cassette_path, ledger_path
 
 BUILTIN_AGENT = "evalctl"  # the agent plugin of the built-in loop, as journals name it
@@ -50,7 +51,9 @@ def script_of(run_dir: Path, task_id: str, attempt: int = 1) -> Script:
     header = contents.header
     planned = [str(task.get("id")) for task in header.get("tasks", [])]
     if task_id not in planned:
-        raise UsageError(f"{run_dir}: no task '{task_id}' in this run; its tasks: "
+        # With a did-you-mean, as every other unknown name gets (found by a newcomer).
+        raise UsageError(f"{run_dir}: no task '{task_id}' in this run"
+                         f"{did_you_mean(task_id, planned)}; its tasks: "
                          f"{', '.join(planned) or 'none'}")
     if not 1 <= attempt <= contents.repeat:
         raise UsageError(f"{run_dir}: task '{task_id}' has attempts 1 to {contents.repeat}, "
