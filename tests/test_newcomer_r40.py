@@ -150,3 +150,49 @@ def test_script_of_a_misspelt_task_offers_the_one_meant(tmp_path, write_suite):
     assert result.exit_code == 2, result.output
     assert f"{run_dir}: no task 'helo' in this run (did you mean 'hello'?); its tasks: " \
            "hello" in result.output
+
+
+# --------------------------------- 7: a block text whose lines are not indented
+
+
+BLOCK_NOT_INDENTED = """\
+- id: t
+  prompt: Fix f in a.py.
+  files:
+    a.py: |
+    def f():
+        return 1
+  checks:
+    - type: file_exists
+      path: a.py
+"""
+
+
+def test_a_block_text_left_empty_by_its_unindented_lines_is_a_warning_at_its_line(
+        write_suite):
+    """`a.py: |` over `def f():` at the key's column is valid YAML: a.py empty and a file
+    named "def f()" holding "return 1". validate said nothing."""
+    problems = validate_suite(write_suite(BLOCK_NOT_INDENTED))
+    assert [(p.line, p.severity, p.message) for p in problems] == [
+        (4, "warning", "the text of 'a.py' (line 4, a '|' or '>' block) is empty: its lines "
+                       "must be indented more than its key, which is indented 4 space(s), "
+                       "and the next line is indented 4; indent the text's lines, or write "
+                       "'' for an empty text")]
+
+
+def test_a_parse_error_after_an_empty_block_text_says_why(write_suite):
+    text = BLOCK_NOT_INDENTED.replace("    def f():\n        return 1\n", "    import os\n")
+    problems = validate_suite(write_suite(text))
+    assert [(p.line, p.severity) for p in problems] == [(5, "error")]
+    assert problems[0].message.startswith(
+        "invalid YAML: a line that is neither 'key: value' nor a list item ('- '): the text "
+        "of 'a.py' (line 4, a '|' or '>' block) is empty: its lines must be indented more")
+
+
+def test_block_texts_with_their_lines_indented_are_not_warned_of(write_suite):
+    """Text in a file's content that looks like an empty block (`run: |` in a YAML file
+    seeded by the task) is the file's, not the suite's."""
+    suite = write_suite("- id: t\n  prompt: |\n    Fix it.\n  files:\n    ci.yaml: |\n"
+                        "      run: |\n      other: 1\n    b.txt: >-\n      folded\n"
+                        "  checks:\n    - type: file_exists\n      path: b.txt\n")
+    assert validate_suite(suite) == []

@@ -37,6 +37,7 @@ from evalctl._suite.rules import (
     written_tasks,
 )
 from evalctl._suite.schema import SOURCE, plugin_task_keys, registry_schema, schema_digest
+from evalctl._suite.yamlerrors import block_words, empty_blocks
 from evalctl._suite.yamlsource import MAX_DEPTH, Located, YamlSyntaxError, parse
 
 
@@ -449,5 +450,7 @@ def _parse_and_validate(raw: bytes, label: str, schema: Mapping[str, Any],
 
     problems = list(schema_problems(located, schema, label, registry))
     problems.extend(text_problems(located, text, label, plugin_task_keys(registry.providers)))
+    problems.extend(Problem(label, block[0], block_words(*block), severity="warning")
+                    for block in empty_blocks(text))
     problems.extend(rule_problems(located, label, registry))
     return located, problems

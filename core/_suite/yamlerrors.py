@@ -85,6 +85,11 @@ def _plain(problem: str, context: str, line: int, opened: int,
         return line, ("a list or mapping cannot be a key ({{x}} is a mapping used as a "
                       "key): a text that starts with '{' or '[' must be quoted")
     if problem == "could not find expected ':'":
+        block = next((found for found in reversed(empty_blocks(text)) if found[0] < line),
+                     None)
+        if block is not None:
+            return opened, (f"a line that is neither 'key: value' nor a list item ('- '): "
+                            f"{block_words(*block)}")
         return opened, ("a line that is neither 'key: value' nor a list item ('- '): a "
                         "key needs ': ' after it, with a space after the colon")
     if problem == "but found another document":
@@ -168,3 +173,44 @@ def _key_columns(row: str) -> set[int]:
         columns.add(indent)
         rest = row[indent:]
     return columns
+
+
+# A mapping value that starts a block text (`key: |`, `key: >-`, with a comment or not),
+# its indentation left to the text's lines (an explicit `|2` is left alone).
+_BLOCK_START = re.compile(r"^(?P<indent>[ ]*)(?P<dashes>(?:-[ ]+)*)(?P<key>[^#'\"\s][^#]*?|"
+                          r"'[^']*'|\"[^\"]*\"):[ ]+[|>][+-]?[ ]*(?:#.*)?$")
+
+
+def empty_blocks(text: str) -> list[tuple[int, str, int, int]]:
+    """Each `key: |` (or `>`) whose text is empty because the lines meant for it are not
+    indented more than its key (found by a newcomer: `a.py: |` over `def f():` at the
+    key's column made a file named "def f()" and left a.py empty, and validate passed):
+    (its line, the key, the key's column, the next line's indentation). The lines of a
+    block text are passed over, so text in a file's content is not taken for YAML."""
+    lines = text.splitlines()
+    found = []
+    inside = -1  # the column a block text's lines are indented past, while in one
+    for number, row in enumerate(lines, start=1):
+        indent = len(row) - len(row.lstrip(" "))
+        if not row.strip() or (inside >= 0 and indent > inside):
+            continue
+        inside = -1
+        start = _BLOCK_START.match(row)
+        if start is None:
+            continue
+        column = len(start["indent"]) + len(start["dashes"])
+        following = next((later for later in lines[number:] if later.strip()), None)
+        after = len(following) - len(following.lstrip(" ")) if following is not None else -1
+        if following is not None and after > column:
+            inside = column
+        else:
+            found.append((number, start["key"].strip("'\""), column, after))
+    return found
+
+
+def block_words(line: int, key: str, column: int, after: int) -> str:
+    """What is wrong with the empty block text of `key` on `line`, and the fix."""
+    return (f"the text of '{key}' (line {line}, a '|' or '>' block) is empty: its lines "
+            f"must be indented more than its key, which is indented {column} space(s), and "
+            f"the next line is indented {max(after, 0)}; indent the text's lines, or write "
+            "'' for an empty text")
