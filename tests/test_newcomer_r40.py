@@ -196,3 +196,14 @@ def test_block_texts_with_their_lines_indented_are_not_warned_of(write_suite):
                         "      run: |\n      other: 1\n    b.txt: >-\n      folded\n"
                         "  checks:\n    - type: file_exists\n      path: b.txt\n")
     assert validate_suite(suite) == []
+
+
+# --------------------------------- 8: a seeded name with a '.' part says what to write
+
+
+def test_a_file_name_with_a_dot_part_says_the_name_to_write(write_suite):
+    suite = write_suite("- id: t\n  prompt: p\n  files:\n    ./a.py: x\n    a//b.py: y\n"
+                        "  checks:\n    - type: file_exists\n      path: a.py\n")
+    assert [(p.line, p.message) for p in validate_suite(suite)] == [
+        (4, "task 't': files './a.py' has an empty or '.' part: write 'a.py'"),
+        (5, "task 't': files 'a//b.py' has an empty or '.' part: write 'a/b.py'")]

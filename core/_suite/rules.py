@@ -177,7 +177,11 @@ def _file_name_problems(located: Located, label: str, path: tuple, task: dict
             where = located.key_lines.get((*path, field, name), located.line_of(path))
             parts = name.split("/")
             if any(part in ("", ".") for part in parts):
-                why = "has an empty or '.' part"
+                # With the name meant (found by a newcomer: `./a.py:` was refused
+                # without saying what to write instead).
+                meant = "/".join(part for part in parts if part not in ("", "."))
+                why = "has an empty or '.' part" + \
+                    (f": write '{shown(meant)}'" if meant else "")
             elif any(len(part.encode("utf-8", "surrogatepass")) > NAME_MAX for part in parts):
                 why = f"has a part over {NAME_MAX} bytes, more than a file system takes"
             else:
