@@ -1235,6 +1235,11 @@ def view(ctx: click.Context, target: Path | None, rerender: bool, no_open: bool)
         if not target.exists():  # a first look, before any run: say how to make one
             from evalctl._errors import UsageError
 
+            elsewhere = _report_directories(Path("."))
+            if elsewhere:  # runs written with --out (found by a newcomer)
+                raise UsageError(f"no runs in {target} (it does not exist); runs written "
+                                 f"with --out are here: view them with evalctl view "
+                                 f"{' or evalctl view '.join(map(str, elsewhere))}")
             raise UsageError(f"no runs here yet ({target} does not exist): make one with "
                              "evalctl run SUITE (evalctl run harness runs a built-in one "
                              "offline), or name a run directory or report to view")
@@ -1250,6 +1255,30 @@ def view(ctx: click.Context, target: Path | None, rerender: bool, no_open: bool)
         click.echo("opened it in your browser")
     elif not no_open:
         click.echo("no browser to open here: open the file above, or copy it where there is one")
+
+
+def _report_directories(where: Path) -> list[Path]:
+    """The directories right under `where` that hold a run's JSON report (`--out DIR`
+    of earlier runs), at most three, by name; only the first 200 entries are looked in,
+    so a directory of thousands costs little."""
+    import itertools
+
+    found = []
+    try:
+        with os.scandir(where) as listing:
+            entries = sorted(itertools.islice(listing, 200), key=lambda entry: entry.name)
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False) and \
+                    any(Path(entry.path).glob("report-*.json")):
+                found.append(Path(entry.name))
+        except OSError:
+            continue
+        if len(found) == 3:
+            break
+    return found
 
 
 # The descriptors evalctl asks for (as its soft limit, up to the hard one): every running

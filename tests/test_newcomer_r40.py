@@ -3,6 +3,9 @@ it for an --only/--tag selection nobody gave; ..."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -207,3 +210,24 @@ def test_a_file_name_with_a_dot_part_says_the_name_to_write(write_suite):
     assert [(p.line, p.message) for p in validate_suite(suite)] == [
         (4, "task 't': files './a.py' has an empty or '.' part: write 'a.py'"),
         (5, "task 't': files 'a//b.py' has an empty or '.' part: write 'a/b.py'")]
+
+
+# --------------------------------- 9: evalctl view points at runs written with --out
+
+
+def test_view_with_no_eval_reports_names_the_directories_runs_were_written_to(
+        tmp_path, write_suite):
+    """After `evalctl run suite.yaml --out reports`, `evalctl view` said "no runs here
+    yet", with the runs one directory away."""
+    write_suite(HELLO)
+    assert run_cli(tmp_path, "suite.yaml", "--sandbox", "local", "--out", "reports") \
+        .exit_code == 0
+    previous = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        result = CliRunner().invoke(cli, ["view", "--no-open"])
+    finally:
+        os.chdir(previous)
+    assert result.exit_code == 2, result.output
+    assert "error: no runs in eval_reports (it does not exist); runs written with --out " \
+           "are here: view them with evalctl view reports" in result.output
