@@ -231,3 +231,17 @@ def test_view_with_no_eval_reports_names_the_directories_runs_were_written_to(
     assert result.exit_code == 2, result.output
     assert "error: no runs in eval_reports (it does not exist); runs written with --out " \
            "are here: view them with evalctl view reports" in result.output
+
+
+# --------------------------------- 10: a check's path outside the workspace says why
+
+
+def test_a_checks_path_outside_the_workspace_says_the_reason_that_applies(write_suite):
+    """`path: ~/a.py` was told "(no '..', not absolute)", neither of which it is."""
+    suite = write_suite("- id: t\n  prompt: p\n  checks:\n    - type: file_exists\n"
+                        "      path: ~/a.py\n    - type: file_exists\n      path: out/\n")
+    assert [(p.line, p.message) for p in validate_suite(suite)] == [
+        (5, "task 't', checks[0] (file_exists), 'path': '~/a.py' must be a relative path "
+            "that stays inside the workspace: it starts with '~' (a home directory)"),
+        (7, "task 't', checks[1] (file_exists), 'path': 'out/' must name a file: it ends "
+            "with '/' (write the file's path, e.g. 'dir/a.txt')")]

@@ -435,7 +435,8 @@ MALFORMED: dict[str, tuple[bytes, int, str]] = {
                        b"      path: x\n      text: a\n      regex: b\n", 4,
                        "exactly one of 'text', 'regex'"),
     "check-path-outside": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_exists\n"
-                           b"      path: ../../etc/passwd\n", 5, "that stays inside it"),
+                           b"      path: ../../etc/passwd\n", 5,
+                           "that stays inside the workspace: it has a '..' part"),
     # Python's `$` also matches before a final newline: the patterns end the text
     # explicitly, so these fail in Python, in jsonschema-rs and in an editor alike.
     "id-newline": (b'- id: "t\\n"\n  prompt: p\n  checks:\n    - type: file_exists\n'
@@ -444,10 +445,11 @@ MALFORMED: dict[str, tuple[bytes, int, str]] = {
                                  b"    - type: file_exists\n      path: x\n", 4,
                                  "stays inside the workspace"),
     "check-path-dotdot-newline": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_exists\n"
-                                  b'      path: "..\\n"\n', 5, "that stays inside it"),
+                                  b'      path: "..\\n"\n', 5,
+                                  "that stays inside the workspace: it has a '..' part"),
     "check-path-absolute": (b"- id: a\n  prompt: p\n  checks:\n    - type: file_contains\n"
                             b"      path: /etc/passwd\n      text: root\n", 5,
-                            "that stays inside it"),
+                            "that stays inside the workspace: it is absolute"),
 }
 
 

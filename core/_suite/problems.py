@@ -387,6 +387,11 @@ def _explain(error: Any, located: Located, registry: Registry,
         if error.validator_value == FILE_PATH_PATTERN and isinstance(instance, str):
             reason = file_path_reason(instance)
         return [(key_line, f"{where}: {instance!r} {reason}")]
+    if kind == "pattern" and error.validator_value == FILE_PATH_PATTERN and \
+            isinstance(instance, str):
+        # A check's path, with the reason that applies (found by a newcomer: `~/a.py`
+        # was told "no '..', not absolute", neither of which it is).
+        return [(line, f"{where}: {instance!r} {file_path_reason(instance)}")]
     if kind == "pattern":
         reason = error.schema.get("description") or f"must match {error.validator_value}"
         return [(line, f"{where}: {instance!r} is not valid: {reason}")]
