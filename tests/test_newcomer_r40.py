@@ -1,5 +1,12 @@
-"""Found by a newcomer (round 40): an empty suite validated clean and `run` then refused
-it for an --only/--tag selection nobody gave; ..."""
+"""Found by a newcomer (round 40), writing a bug-fix suite from the README alone: an
+empty suite validated clean and `run` then blamed an --only/--tag selection nobody gave;
+an empty file name was said to end with '/'; `timeout: 0` was "less than or equal to
+the minimum of 0"; `evalctl run suite.yml` beside suite.yaml offered nothing, and a
+directory's suite.yaml was looked for among its first three YAML files only; `compare
+eval_reports now.json` did not say which report it read; `evalctl script` had no
+did-you-mean; a `|` block whose lines were not indented made other files silently; a
+seeded `./a.py` was refused without the name to write; `evalctl view` after `--out`
+said there were no runs; a check's `~/a.py` was told it had '..' or was absolute."""
 
 from __future__ import annotations
 
