@@ -252,3 +252,31 @@ def test_a_checks_path_outside_the_workspace_says_the_reason_that_applies(write_
             "that stays inside the workspace: it starts with '~' (a home directory)"),
         (7, "task 't', checks[1] (file_exists), 'path': 'out/' must name a file: it ends "
             "with '/' (write the file's path, e.g. 'dir/a.txt')")]
+
+
+# --------------------------------- 11: JUnit marks a check that could not run as an error
+
+
+def test_junit_lists_a_check_that_could_not_run_as_error_not_fail(tmp_path, write_suite):
+    """The <error> of an attempt whose tests_pass could not run (pytest missing) listed
+    the check as "[FAIL] tests_pass: cannot run here ..." in its system-out."""
+    import evalctl
+    from evalctl._plugin.registry import set_registry
+
+    from .conftest import registry_with
+    from .test_errors import _grader_plugin
+
+    def needs_a_tool(check, workspace, result):
+        raise evalctl.GraderUnavailable("the frobnicator is not installed")
+
+    set_registry(registry_with(("extra_graders", _grader_plugin(
+        frobnicated={"grade": needs_a_tool}))))
+    write_suite(HELLO.replace("    - type: file_exists\n      path: hello.txt\n",
+                              "    - type: file_exists\n      path: hello.txt\n"
+                              "    - type: frobnicated\n"))
+    result = run_cli(tmp_path, "suite.yaml", "--sandbox", "local", "--reporter", "junit")
+    assert result.exit_code == 1, result.output
+    junit = next((tmp_path / "eval_reports").glob("report-*.xml")).read_text()
+    assert "[ERROR] frobnicated: cannot run here: the frobnicator is not installed" in junit
+    assert "[FAIL] frobnicated" not in junit
+    assert "[pass] file_exists" in junit
