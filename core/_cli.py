@@ -32,6 +32,33 @@ class _FiniteRange(click.FloatRange):
         return number
 
 
+class _Fraction(_FiniteRange):
+    """A number from 0 to 1 that says, for one over 1, what a fraction is: `--max-drop 5`
+    meant 5 points and was told only "not in the range 0<=x<=1" (found by a newcomer)."""
+
+    def __init__(self) -> None:
+        super().__init__(0, 1)
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as exc:
+            number = _number_or_none(value)
+            if number is not None and 1 < number <= 100:
+                self.fail(f"{value} is more than 1: it is a fraction of the tasks (0.05 is "
+                          f"5 points): write {number / 100:g} for {number:g} points", param,
+                          ctx)
+            raise exc
+
+
+def _number_or_none(value: Any) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 class _Whole(click.IntRange):
     """An IntRange that says "whole number": click's own message, "'x' is not a valid
     integer range", names its type, not what to write (found by a newcomer)."""
@@ -608,7 +635,7 @@ def _parse_options(pairs: tuple[str, ...], flag: str = "--provider-option") -> d
 @click.option("--baseline", type=click.Path(path_type=Path),
               help="A run to gate against (a JSON report or a run directory, as compare "
                    "takes): exit 1 only on a regression.")
-@click.option("--max-drop", type=_FiniteRange(0, 1), default=0.0, show_default=True,
+@click.option("--max-drop", type=_Fraction(), default=0.0, show_default=True,
               help="With --baseline: the completion drop tolerated (0.05 = 5 points).")
 @click.option("--fail-on-flip/--allow-flips", default=True, show_default=True,
               help="With --baseline: whether a task that passed and now fails is a "

@@ -280,3 +280,16 @@ def test_junit_lists_a_check_that_could_not_run_as_error_not_fail(tmp_path, writ
     assert "[ERROR] frobnicated: cannot run here: the frobnicator is not installed" in junit
     assert "[FAIL] frobnicated" not in junit
     assert "[pass] file_exists" in junit
+
+
+# --------------------------------- 12: --max-drop given in points says it is a fraction
+
+
+def test_max_drop_given_in_points_says_it_is_a_fraction(tmp_path, write_suite):
+    """`--max-drop 5` (meaning 5 points) was told only "not in the range 0<=x<=1"."""
+    write_suite(HELLO)
+    result = run_cli(tmp_path, "suite.yaml", "--baseline", "base.json", "--max-drop", "5")
+    assert result.exit_code == 2, result.output
+    assert "'--max-drop': 5 is more than 1: it is a fraction of the tasks (0.05 is 5 " \
+           "points): write 0.05 for 5 points" in result.output
+    assert not (tmp_path / "eval_reports").exists()
