@@ -6,7 +6,9 @@ directory's suite.yaml was looked for among its first three YAML files only; `co
 eval_reports now.json` did not say which report it read; `evalctl script` had no
 did-you-mean; a `|` block whose lines were not indented made other files silently; a
 seeded `./a.py` was refused without the name to write; `evalctl view` after `--out`
-said there were no runs; a check's `~/a.py` was told it had '..' or was absolute."""
+said there were no runs; a check's `~/a.py` was told it had '..' or was absolute; JUnit
+said [FAIL] for a check that could not run; `--max-drop 5` was not told it is a
+fraction."""
 
 from __future__ import annotations
 
