@@ -176,35 +176,49 @@ def _key_columns(row: str) -> set[int]:
 
 
 # A mapping value that starts a block text (`key: |`, `key: >-`, with a comment or not),
-# its indentation left to the text's lines (an explicit `|2` is left alone).
-_BLOCK_START = re.compile(r"^(?P<indent>[ ]*)(?P<dashes>(?:-[ ]+)*)(?P<key>[^#'\"\s][^#]*?|"
-                          r"'[^']*'|\"[^\"]*\"):[ ]+[|>][+-]?[ ]*(?:#.*)?$")
+# its indentation left to the text's lines (an explicit `|2` is left alone); found in the
+# whole text at once (re.M), so a 10,000-task suite's cold load pays little for it.
+_BLOCK_START = re.compile(r"^(?P<indent>[ ]*)(?P<dashes>(?:-[ ]+)*)(?P<key>[^#'\"\s][^#\n]*?|"
+                          r"'[^'\n]*'|\"[^\"\n]*\"):[ ]+[|>][+-]?[ ]*(?:#[^\n]*)?$", re.M)
+_BLOCK_END = re.compile(r":[ ]+[|>][+-]?[ ]*(?:#[^\n]*)?$", re.M)  # where to look closer
+_NEXT_LINE = re.compile(r"[^\n]*\n(?:[ ]*\n)*(?P<indent>[ ]*)(?P<rest>[^\n]?)")
+
+
+def _ends_before(column: int) -> re.Pattern[str]:
+    """A line that is not blank and is indented `column` spaces or fewer: where a block
+    text of a key at `column` has ended."""
+    return re.compile(rf"^[ ]{{0,{column}}}[^ \n]", re.M)
 
 
 def empty_blocks(text: str) -> list[tuple[int, str, int, int]]:
     """Each `key: |` (or `>`) whose text is empty because the lines meant for it are not
     indented more than its key (found by a newcomer: `a.py: |` over `def f():` at the
     key's column made a file named "def f()" and left a.py empty, and validate passed):
-    (its line, the key, the key's column, the next line's indentation). The lines of a
-    block text are passed over, so text in a file's content is not taken for YAML."""
-    lines = text.splitlines()
+    (its line, the key, the key's column, the next line's indentation). What is inside
+    a block text is passed over, so text in a file's content is not taken for YAML."""
     found = []
-    inside = -1  # the column a block text's lines are indented past, while in one
-    for number, row in enumerate(lines, start=1):
-        indent = len(row) - len(row.lstrip(" "))
-        if not row.strip() or (inside >= 0 and indent > inside):
-            continue
-        inside = -1
-        start = _BLOCK_START.match(row)
+    line, counted = 1, 0  # the line number at offset `counted`
+    block_end = 0  # where the text of the last block with lines ends
+    ends: dict[int, re.Pattern[str]] = {}
+    for candidate in _BLOCK_END.finditer(text):
+        begins = text.rfind("\n", 0, candidate.start()) + 1
+        if begins < block_end:
+            continue  # in the text of a block before it
+        start = _BLOCK_START.match(text, begins)
         if start is None:
             continue
+        line += text.count("\n", counted, begins)
+        counted = begins
         column = len(start["indent"]) + len(start["dashes"])
-        following = next((later for later in lines[number:] if later.strip()), None)
-        after = len(following) - len(following.lstrip(" ")) if following is not None else -1
-        if following is not None and after > column:
-            inside = column
+        following = _NEXT_LINE.match(text, begins)
+        after = len(following["indent"]) if following and following["rest"] else -1
+        if after > column:  # a block with lines: skip to where they end
+            if column not in ends:
+                ends[column] = _ends_before(column)
+            ended = ends[column].search(text, following.start("indent"))
+            block_end = ended.start() if ended else len(text)
         else:
-            found.append((number, start["key"].strip("'\""), column, after))
+            found.append((line, start["key"].strip("'\""), column, after))
     return found
 
 
