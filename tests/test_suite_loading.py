@@ -309,6 +309,33 @@ def test_a_cached_entry_is_keyed_by_a_plugins_code_outside_an_installed_copy(
     assert [p.line for p in problems] == [6]
 
 
+def test_evalctls_own_code_is_in_the_key_when_it_is_not_an_installed_copy(tmp_path):
+    """Found by a newcomer: in a checkout installed editable (as the README sets it up),
+    a validate rule or a built-in grader edited there left the cache answering as
+    before. Its files' times and sizes are in the key; an installed copy's are not."""
+    import os
+
+    from evalctl._suite.cache import own_code_stamp, plugin_inputs
+
+    core, plugins = tmp_path / "core", tmp_path / "plugins"
+    for package in (core, plugins / "graders"):
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+    (plugins / "__init__.py").write_text("")
+    rules = core / "rules.py"
+    rules.write_text("LIMIT = 1\n")
+    before = own_code_stamp((core, plugins))
+    assert str(rules) in before and str(plugins / "graders" / "__init__.py") in before
+    rules.write_text("LIMIT = 22\n")
+    os.utime(rules, ns=(1, 1))
+    assert own_code_stamp((core, plugins)) != before
+    installed = tmp_path / "lib" / "site-packages" / "evalctl"
+    installed.mkdir(parents=True)
+    assert own_code_stamp((installed,)) == ""
+    # This checkout is installed editable here (and in CI): the key holds its code.
+    assert any(line.startswith("evalctl's own code ") for line in plugin_inputs([]))
+
+
 def test_a_preflight_that_crashes_at_validate_is_an_error_at_the_checks_line(
         write_suite, tmp_path):
     """Found by a plugin newcomer: a crash was skipped, so validate passed a suite whose

@@ -6,7 +6,8 @@ set of plugins gives the same result, so it is stored once validated. What a plu
 code decides beyond its schema (a preflight `validate` runs, the paths a check names)
 is in the key through each plugin's distribution and version, and, for a plugin whose
 code is not an installed copy (an editable install, a path on PYTHONPATH), the times
-and sizes of its source files. An entry is
+and sizes of its source files; so is evalctl's own code when it is not an installed
+copy (a checkout installed editable, as the README sets it up). An entry is
 verified before use — its key, a digest of its content, and its shape — and one that
 fails (truncated, edited, written by another version) is a miss: the suite is
 validated again and the entry rewritten, never a traceback.
@@ -15,6 +16,7 @@ validated again and the entry rewritten, never a traceback.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -77,7 +79,29 @@ def plugin_inputs(plugins: Iterable[Any]) -> list[str]:
                 not any(part in _INSTALLED for part in Path(origin).parts):
             line += " " + _code_stamp(Path(origin))
         found.append(line)
-    return sorted(found)
+    own = own_code_stamp()
+    return sorted(found) + ([f"evalctl's own code {own}"] if own else [])
+
+
+def own_code_stamp(packages: tuple[Path, ...] | None = None) -> str:
+    """The times and sizes of evalctl's own Python files (the core and the built-in
+    plugins) when they are not an installed copy: a checkout installed editable, worked
+    on under one version (found by a newcomer: a validate rule or a built-in grader
+    edited there, and the cache kept answering as before). Empty for an installed copy,
+    whose files change only with its version. Once a process (about 120 files, a stat
+    each), unless `packages` is given."""
+    if packages is None:
+        return _own_code_stamp_once()
+    if any(part in _INSTALLED for package in packages for part in package.parts):
+        return ""
+    return ",".join(_code_stamp(package / "__init__.py") for package in packages)
+
+
+@functools.cache
+def _own_code_stamp_once() -> str:
+    core = Path(__file__).resolve().parent.parent
+    return own_code_stamp((core, core.parent / "plugins") if
+                          (core.parent / "plugins" / "__init__.py").is_file() else (core,))
 
 
 def _code_stamp(origin: Path) -> str:
