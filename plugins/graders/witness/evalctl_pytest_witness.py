@@ -475,7 +475,8 @@ def _runtime_changed(builtin_types: bool = True) -> list[str]:
     profile function, a collector's callback or a monitoring tool taken away runs no
     code (pytest-cov stops its tracer before the end); the finders are compared whole
     (this module's own first among them)."""
-    found = _runner_calls_changed(builtin_types) + _audit_hooks_added()
+    found = _runner_calls_changed(builtin_types) + _audit_hooks_added() + \
+        _INSTALLED_FUNCTIONS.changed(hot=not builtin_types)
     if not _RUNTIME:
         return found
     tracer, profiler, meta_path, callbacks, threshold, tools = _RUNTIME[0]
@@ -625,6 +626,157 @@ def _runner_calls_changed(builtin_types: bool) -> list[str]:
     return found + _environ_changed()
 
 
+# What an installed function runs and holds, beside what its module or class binds to its
+# name: its code, its default arguments and the cells of its closure (each settable in
+# place, on the same object). The witness trusts pytest's, pluggy's and the standard
+# library's functions by identity: found by an attacker round, pytest's own
+# pytest_pyfunc_call given the code of a function of the agent's (named as it, so its
+# run was not told apart), which swallowed a hidden test's AssertionError;
+# inspect.iscoroutinefunction, which it asks about each test, given code that swapped
+# the test's code for its call; and the generator function that the contextmanager
+# helper pytest's capture enters at each phase holds in its closure replaced. Every
+# function the installation had before any conftest.py (_GENUINE) is taken then, by
+# identity. Setting a function's __code__, __defaults__ or __kwdefaults__ is an audited
+# event: seen by the witness's audit hook as it happens, even if put back before any
+# check (reading them is audited too, which makes comparing thousands of functions at
+# every test slow). A keyword defaults dict changed in place and a closure cell set are
+# not audited: compared by identity, those of pytest's, pluggy's, the plugins installed
+# beside them and the modules of _RUNNER_CALLS at each test's call and its report, all
+# at the other checks. Cells a function's own code writes (`nonlocal`) are its state.
+_HOT_MODULES = frozenset({"pytest", "_pytest", "pluggy", "typing", "warnings", "posixpath",
+                          "genericpath", *(module for module, _, _ in _RUNNER_CALLS)})
+_STORES_CELL = frozenset(dis.opmap[name] for name in ("STORE_DEREF", "DELETE_DEREF")
+                         if name in dis.opmap)
+_SET_IN_PLACE = ("__code__", "__defaults__", "__kwdefaults__")
+
+
+_WRITTEN: dict[Any, frozenset[str]] = {}  # a code object -> _cells_it_writes (shared)
+
+
+def _cells_it_writes(code: Any) -> frozenset[str]:
+    """The free variables `code` (or code nested in it) stores to or deletes, by name
+    (the oparg names one of the locals and cells, or of the cells alone, by version)."""
+    if code not in _WRITTEN:
+        names: set[str] = set()
+        pending = [code]
+        while pending:
+            inner = pending.pop()
+            pending += [c for c in inner.co_consts if isinstance(c, types.CodeType)]
+            cells = inner.co_cellvars + inner.co_freevars
+            local = inner.co_varnames + cells
+            raw, extended = inner.co_code, 0
+            for offset in range(0, len(raw) - 1, 2):
+                op, arg = raw[offset], raw[offset + 1] | extended
+                extended = arg << 8 if op == _EXTENDED_ARG_OP else 0
+                if op in _STORES_CELL:
+                    names.update(found[arg] for found in (local, cells) if arg < len(found))
+        _WRITTEN[code] = frozenset(names) & frozenset(code.co_freevars)
+    return _WRITTEN[code]
+
+
+_EXTENDED_ARG_OP = dis.opmap.get("EXTENDED_ARG")
+_CELL_CONTENTS = operator.attrgetter("cell_contents")
+
+
+class _InstalledFunctions:
+    """The installation's functions as taken (_GENUINE), by id, kept alive; what their
+    keyword defaults dicts hold and their unwritten closure cells, each with the hot ones
+    (index 1) apart from the others (index 0)."""
+
+    def __init__(self) -> None:
+        self.taken: dict[int, Any] = {}
+        self.set_in_place: list[str] = []  # by the audit hook
+        # ([function], [its dict], [its length]; [dict], [key], [value]: one per key)
+        self._kwdefaults: tuple[list[list[Any]], list[list[Any]]] = (
+            [[], [], [], [], [], []], [[], [], [], [], [], []])
+        # ([function], [cell], [contents]): filled cells
+        self._cells: tuple[list[list[Any]], list[list[Any]]] = ([[], [], []], [[], [], []])
+
+    def take(self, functions: Any, hot_modules: dict[int, Any]) -> None:
+        taken = []
+        for function in list(functions):
+            if _TYPE(function) is not types.FunctionType or id(function) in self.taken:
+                continue
+            self.taken[id(function)] = function
+            module = str(function.__module__ or "")
+            hot = module.partition(".")[0] in _HOT_MODULES or \
+                hot_modules.get(id(function.__globals__)) is not None
+            kwdefaults = function.__kwdefaults__
+            if kwdefaults:
+                held = self._kwdefaults[hot]
+                held[0].append(function)
+                held[1].append(kwdefaults)
+                held[2].append(len(kwdefaults))
+                for key, value in list(kwdefaults.items()):
+                    held[3].append(kwdefaults)
+                    held[4].append(key)
+                    held[5].append(value)
+            if function.__closure__:
+                taken.append((function, hot, function.__code__, function.__closure__))
+        # A cell any of them writes (a sibling closure's `nonlocal` too) is state.
+        written: set[int] = set()
+        for _, _, code, closure in taken:
+            try:
+                names = _cells_it_writes(code)
+            except Exception:
+                names = frozenset(code.co_freevars)
+            written.update(id(cell) for name, cell in zip(code.co_freevars, closure,
+                                                          strict=False) if name in names)
+        for function, hot, _, closure in taken:
+            for cell in closure:
+                if id(cell) not in written:
+                    try:
+                        contents = _CELL_CONTENTS(cell)
+                    except ValueError:  # an empty cell: none
+                        continue
+                    for held, value in zip(self._cells[hot], (function, cell, contents),
+                                           strict=True):
+                        held.append(value)
+
+    def audited(self, args: Any) -> None:
+        """An `object.__setattr__` event: one of `_SET_IN_PLACE` set on a taken function."""
+        if len(args) >= 2 and _TYPE(args[1]) is str and args[1] in _SET_IN_PLACE and \
+                self.taken.get(id(args[0])) is args[0]:
+            function = args[0]
+            label = f"the {args[1]} of {function.__module__}.{function.__qualname__} (set in " \
+                "place)"
+            if label not in self.set_in_place:
+                self.set_in_place.append(label)
+
+    def changed(self, hot: bool) -> list[str]:
+        """What was set in place on the installation's functions (since the witness was
+        loaded), and the keyword defaults or cells (of the hot ones, or all) that are not
+        as taken."""
+        found: list[Any] = []
+        for functions, dicts, lengths, each, keys, values in \
+                (self._kwdefaults[True],) if hot else self._kwdefaults:
+            if list(map(len, dicts)) == lengths and all(map(
+                    operator.is_, map(dict.get, each, keys, itertools.repeat(_MISSING)),
+                    values)):
+                continue
+            changed = {id(kwdefaults) for kwdefaults, key, value in zip(each, keys, values,
+                                                                        strict=True)
+                       if dict.get(kwdefaults, key, _MISSING) is not value}
+            found += [function for function, kwdefaults, length in zip(
+                functions, dicts, lengths, strict=True)
+                if len(kwdefaults) != length or id(kwdefaults) in changed]
+        for functions, cells, contents in (self._cells[True],) if hot else self._cells:
+            try:
+                if all(map(operator.is_, map(_CELL_CONTENTS, cells), contents)):
+                    continue
+            except ValueError:  # emptied
+                pass
+            found += [function for function, cell, held in zip(functions, cells, contents,
+                                                                strict=True)
+                      if _cell_contents(cell) is not held]
+        return list(self.set_in_place) + [
+            f"the keyword defaults or closure of {f.__module__}.{f.__qualname__} (set in "
+            "place)" for f in dict.fromkeys(found)]
+
+
+_INSTALLED_FUNCTIONS = _InstalledFunctions()
+
+
 # An audit hook runs at every audited event (os.putenv among them, as pytest's runner sets
 # PYTEST_CURRENT_TEST), and none can be listed or taken away: one added after this one is
 # seen by this one as it is added.
@@ -632,7 +784,9 @@ _AUDIT_HOOKS_ADDED = [0]
 
 
 def _audited(event: str, args: Any) -> None:
-    if event == "sys.addaudithook":
+    if event == "object.__setattr__":
+        _INSTALLED_FUNCTIONS.audited(args)
+    elif event == "sys.addaudithook":
         _AUDIT_HOOKS_ADDED[0] += 1
 
 
@@ -1106,6 +1260,20 @@ def pytest_load_initial_conftests(early_config: Any) -> None:
     _genuine_functions(_GENUINE)
     _GENUINE_PLUGINS.update((id(p), p) for p in early_config.pluginmanager.get_plugins())
     _take_runtime()
+    _take_installed_functions()
+
+
+def _take_installed_functions() -> None:
+    """The installation's functions as they are before any conftest.py (once): those of
+    the plugin modules pytest has by then among the hot ones (_InstalledFunctions)."""
+    if not _INSTALLED_TAKEN:
+        _INSTALLED_TAKEN.append(True)
+        plugins = {id(vars(p)): p for p in list(_GENUINE_PLUGINS.values())
+                   if isinstance(p, types.ModuleType)}
+        _INSTALLED_FUNCTIONS.take(_GENUINE.values(), plugins)
+
+
+_INSTALLED_TAKEN: list[bool] = []
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -1116,6 +1284,7 @@ def pytest_collection(session: Any) -> None:
     # fresh HOME or TMPDIR, is the agent's; the rest is pytest configuring itself.
     _note(_BINDINGS.settle(_roots(session.config)))
     _take_runtime()  # if pytest never asked for the initial conftest.py files
+    _take_installed_functions()
     _note_tampering()  # and since this module's import: what _GUARDED names
     _BINDINGS.take(session.config.pluginmanager)
     _PLUGIN_STATE.take([session, *session.config.pluginmanager.get_plugins()])
@@ -2729,6 +2898,7 @@ def pytest_runtest_call(item: Any) -> Any:
         _note(_parameters_changed(item))
         _note(_states_changed(item))
     _note(_namespaces_changed(item))
+    _note(_INSTALLED_FUNCTIONS.changed(hot=True))
     try:
         return (yield from _phase(item, "call"))
     finally:
