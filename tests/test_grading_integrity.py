@@ -1182,6 +1182,14 @@ WITNESS_ROUNDS = [
     # is seen by the witness's audit hook as it happens; their keyword defaults and
     # closure cells are compared by identity at each test's call and report.
     "witness_r40/code_changed_in_place.yaml",
+    # Round 40: installed code taken for an installed function. A seed's fixture given
+    # the agent's function made of an installed functools.wraps wrapper's code with the
+    # agent's closure cells, naming the seed's function as __wrapped__ (a wrong add()
+    # passed); a finder of the agent's class whose find_spec is installed code with a copy
+    # of its module's globals, or with the agent's cells (a judgement gap). Fixed: an
+    # installed function runs with its module's own namespace and the real builtins, and
+    # holds only plain values, the installation's objects or the seed's functions.
+    "witness_r40/installed_code_with_state.yaml",
 ]
 
 

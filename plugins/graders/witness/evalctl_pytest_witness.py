@@ -452,21 +452,78 @@ def _installed_finder(finder: Any) -> bool:
     return any("find_spec" in _OWN_DICT(klass) for klass in mro if klass is not object)
 
 
-def _installed_function(function: Any) -> bool:
+def _installed_function(function: Any, depth: int = 3) -> bool:
     """Whether `function` is a plain function whose code is what its installed file
-    compiles to, with that file's globals."""
+    compiles to, with that file's globals: the namespace itself of the module of that
+    name, with the real builtins (not a copy of it, whose bindings, builtins among them,
+    are anyone's), and default arguments and closure cells that hold nothing but plain
+    values and what _trusted_content accepts (found by an attacker round: a function
+    made of an installed finder's code with a copy of its module's globals, or of an
+    installed wrapper's code (contextlib's) with cells of the agent's, ran the agent's
+    code as the installation's)."""
     if _TYPE(function) is not types.FunctionType:
         return False
-    code = function.__code__
-    home = dict.get(function.__globals__, "__file__")
+    if _GENUINE.get(id(function)) is function:
+        return True
+    code, namespace = function.__code__, function.__globals__
+    home = dict.get(namespace, "__file__")
     if not (_TYPE(home) is str and (home == code.co_filename or os.path.realpath(home)
                                      == os.path.realpath(code.co_filename))):
         return False
+    module = sys.modules.get(dict.get(namespace, "__name__"))  # type: ignore[arg-type]
+    try:
+        own = module is not None and vars(module) is namespace
+    except TypeError:
+        own = False
+    if not own or not any(dict.get(namespace, "__builtins__") is b for b in (builtins,
+                                                                              _BUILTINS)):
+        return False
     if _INSTALLED_CODES.get(id(code)) is not code:
-        if not (_installed_file(home) and _what_its_file_holds(code)):
+        if not (_installed_file(home) and not _written_during_the_run(home)
+                and _what_its_file_holds(code)):
             return False
         _INSTALLED_CODES[id(code)] = code
-    return True
+    return _state_trusted(function, depth)
+
+
+_PLAIN_VALUES = frozenset({type(None), bool, int, float, complex, str, bytes})
+
+
+def _state_trusted(function: Any, depth: int) -> bool:
+    """Whether what `function` holds besides its code and globals (its default
+    arguments, keyword defaults and closure cells) is trusted (_trusted_content)."""
+    kwdefaults = function.__kwdefaults__
+    held = [*(function.__defaults__ or ()),
+            *(dict.values(kwdefaults) if _TYPE(kwdefaults) is dict else ()),
+            *map(_cell_contents, function.__closure__ or ())]
+    return all(_trusted_content(value, depth - 1) for value in held)
+
+
+def _trusted_content(value: Any, depth: int) -> bool:
+    """A value an installed function may hold: a plain value (or a tuple of them), an
+    empty cell's, a function or class the installation had before any conftest.py, a
+    function a test module's or conftest.py's body defined (as recorded), a test
+    module's class, an installed function by the rule above, a method of such on an
+    object of the installation's (_genuine_object), or such an object."""
+    kind = _TYPE(value)
+    if kind in _PLAIN_VALUES or value is _MISSING:
+        return True
+    if kind is tuple:
+        return depth > 0 and all(_trusted_content(v, depth - 1) for v in value)
+    if _GENUINE.get(id(value)) is value or _GENUINE_PLUGINS.get(id(value)) is value:
+        return True
+    if kind is types.FunctionType:
+        held = _DEFINED.get(id(value))
+        return held is not None and held[0] is value or \
+            depth > 0 and _installed_function(value, depth)
+    if issubclass(kind, type):
+        held = _CLASS_MEMBERS.get(id(value))
+        return held is not None and held[0] is value or \
+            _IMPORTED.get(id(value)) is value
+    if kind is types.MethodType:
+        return _trusted_content(value.__func__, depth) and \
+            _trusted_content(value.__self__, depth)
+    return depth > 0 and bool(_CONFIG) and _genuine_object(value, _roots(_CONFIG[0]), depth)
 
 
 def _runtime_changed(builtin_types: bool = True) -> list[str]:
@@ -2819,15 +2876,10 @@ def _wraps(function: Any, wrapped: Any) -> bool:
         function = getattr(function, "__func__", function)
         if function is wrapped or getattr(wrapped, "__func__", _MISSING) is function:
             return True
-        if type(function) is not types.FunctionType or not _installed_code(function.__code__):
+        if not _installed_function(function):
             return False
         function = vars(function).get("__wrapped__")
     return False
-
-
-def _installed_code(code: Any) -> bool:
-    return _installed_file(code.co_filename) and \
-        not _written_during_the_run(code.co_filename) and _what_its_file_holds(code)
 
 
 def _vouched_fixture_function(function: Any) -> bool:
@@ -2840,7 +2892,7 @@ def _vouched_fixture_function(function: Any) -> bool:
     if type(function) is not types.FunctionType:
         return False
     held = _DEFINED.get(id(function))
-    return held is not None and held[0] is function or _installed_code(function.__code__)
+    return held is not None and held[0] is function or _installed_function(function)
 
 
 def _arguments_not_produced(item: Any) -> list[str]:
