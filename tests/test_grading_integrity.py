@@ -1190,6 +1190,14 @@ WITNESS_ROUNDS = [
     # installed function runs with its module's own namespace and the real builtins, and
     # holds only plain values, the installation's objects or the seed's functions.
     "witness_r40/installed_code_with_state.yaml",
+    # Round 40: triggers on pytest's logging plugin's path in the call phase, left in
+    # place: logging.Logger (asked isinstance() of by Manager._clear_cache) and
+    # logging._checkLevel rebound, which the plugin reaches with log_level set; the root
+    # logger given an addHandler, the plugin's report handler a reset, of the agent's.
+    # Fixed: those names in _RUNNER_CALLS (names missing at import looked for too), and
+    # the objects pytest's plugins hold, two levels down, and the root logger checked
+    # for attributes shadowing their class's methods.
+    "witness_r40/logging_triggers.yaml",
 ]
 
 

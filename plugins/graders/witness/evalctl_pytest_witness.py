@@ -569,9 +569,13 @@ def _runtime_changed(builtin_types: bool = True) -> list[str]:
 # with the mapping classes it inherits pop() and get() from; the context managers
 # pytest's capture enters; what pytest_pyfunc_call asks whether a test is a coroutine
 # function (inspect, functools, types); isinstance() against an abstract class (abc);
-# what pytest's logging plugin calls as it attaches its handlers, but for
-# logging.getLogger, which honest tests patch; pathlib's PurePath, whose comparisons it
-# makes; sys.exc_info and sys._getframe. (module, class or None, names or None: all)
+# what pytest's logging plugin calls as it attaches its handlers and (with log_level)
+# sets their levels and the root logger's (found by an attacker round: logging.Logger,
+# which Manager._clear_cache asks isinstance() of, and logging._checkLevel, rebound),
+# but for logging.getLogger, which honest tests patch; pathlib's PurePath, whose
+# comparisons it makes; sys.exc_info and sys._getframe. (module, class or None, names
+# or None: all; a name missing at import is looked for too: a method set on a subclass,
+# RootLogger.addHandler, shadows its base's)
 _RUNNER_CALLS: tuple[tuple[str, str | None, tuple[str, ...] | None], ...] = (
     ("os", None, ("putenv", "unsetenv", "dup", "dup2", "fstat", "_Environ")),
     ("os", "_Environ", None),
@@ -589,9 +593,13 @@ _RUNNER_CALLS: tuple[tuple[str, str | None, tuple[str, ...] | None], ...] = (
     ("types", None, ("FunctionType", "MethodType")),
     ("abc", None, ("ABCMeta", "_abc_instancecheck", "_abc_subclasscheck")),
     ("abc", "ABCMeta", None),
-    ("logging", None, ("root", "_lock", "_acquireLock", "_releaseLock")),
+    ("logging", None, ("root", "_lock", "_acquireLock", "_releaseLock", "_checkLevel",
+                       "Logger", "RootLogger", "Manager", "Handler", "StreamHandler")),
     ("logging", "Logger", ("addHandler", "removeHandler", "setLevel")),
+    ("logging", "RootLogger", ("addHandler", "removeHandler", "setLevel")),
+    ("logging", "Manager", ("_clear_cache",)),
     ("logging", "Handler", ("setLevel",)),
+    ("logging", "StreamHandler", ("setLevel",)),
     ("pathlib", "PurePath", None),
     ("sys", None, ("exc_info", "_getframe")),
 )
@@ -621,10 +629,9 @@ def _namespaces_as_imported() -> tuple[tuple[str, Any, tuple[str, ...], tuple[An
         if found is None:
             continue
         namespace = _OWN_DICT(found) if owner is not None else vars(found)
-        present = tuple(name for name in (namespace if names is None else names)
-                        if name in namespace)
+        present = tuple(namespace if names is None else names)
         taken.append((f"{module}.{owner}" if owner else module, namespace, present,
-                      tuple(namespace[name] for name in present)))
+                      tuple(namespace.get(name, _MISSING) for name in present)))
     return tuple(taken)
 
 
@@ -1921,6 +1928,11 @@ class _PluginState:
         self._seen: list[tuple[Any, dict[str, Any]]] = []
         self._config: Any = None
         self._options: dict[str, Any] = {}
+        # The installation's objects they hold, and those these hold, and the root
+        # logger: pytest calls their methods at each phase (found by an attacker round:
+        # the logging plugin's report handler given a `reset`, the root logger an
+        # `addHandler`, of the agent's, run after the witness's checks before the call).
+        self._held: dict[int, Any] = {}
 
     def take_config(self, config: Any) -> None:
         """The run's options as collection starts: pytest's own -k and -m read them
@@ -1944,6 +1956,20 @@ class _PluginState:
             self._seen.append((owner, {name: value for name, value in held.items()
                                        if _GENUINE.get(id(type(value))) is type(value)
                                        and not isinstance(value, _VALUES)}))
+            self._take_held(self._seen[-1][1].values(), 2)
+        root = getattr(sys.modules.get("logging"), "root", None)
+        if root is not None and _GENUINE.get(id(type(root))) is type(root):
+            self._held.setdefault(id(root), root)
+
+    def _take_held(self, values: Any, depth: int) -> None:
+        for value in list(values):
+            if id(value) in self._held or isinstance(value, (type, types.ModuleType)):
+                continue
+            self._held[id(value)] = value
+            if depth > 1:
+                self._take_held([v for v in _held(value).values()
+                                 if _GENUINE.get(id(type(v))) is type(v)
+                                 and not isinstance(v, _VALUES)], depth - 1)
 
     def changed(self) -> list[str]:
         found = []
@@ -1958,13 +1984,16 @@ class _PluginState:
                                                                    | now.keys())
                       if now.get(name, _MISSING) is not self._options.get(name, _MISSING)
                       and now.get(name, _MISSING) != self._options.get(name, _MISSING)]
+        for held in list(self._held.values()):
+            label = type(held).__qualname__
+            found += [f"{label}.{name} (set on the installation's {label} object)"
+                      for name in _shadowing(held)]
         for owner, genuine in self._seen:
             now = _held(owner)
             label = type(owner).__qualname__
-            functions = {name for name, value in vars(type(owner)).items()
-                         if isinstance(value, types.FunctionType)}
+            shadowing = set(_shadowing(owner))
             for name, value in list(now.items()):
-                if name in functions:
+                if name in shadowing:
                     found.append(f"{label}.{name} (set on pytest's {label} object)")
                 elif name in genuine and value is not genuine[name] and \
                         value is not None and not isinstance(value, _VALUES) and \
@@ -1975,6 +2004,7 @@ class _PluginState:
 
 
 _VALUES = (int, float, str, bytes, tuple, frozenset, enum.Enum, os.PathLike)
+
 
 
 def _path_aware_proxy() -> tuple[Any, frozenset[Any], Any]:
