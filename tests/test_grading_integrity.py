@@ -1390,6 +1390,16 @@ def test_round_39s_checks_suspect_no_honest_suite(tmp_path, sandbox_name):
     _every_honest_task_passes(run, 1)
 
 
+def test_round_40s_witness_checks_suspect_no_honest_suite(tmp_path, sandbox_name):
+    """A seeded pytest.ini with log_cli (pytest's logging plugin raises
+    config.option.verbose, which was called tampering) and log_level, tests that log,
+    patch a Logger method for a while, configure the root logger, run a coroutine, a
+    contextmanager of their own and a partial: passes, nothing suspected."""
+    run = evalctl.testing.run_suite(DATA / "witness_r40" / "honest.yaml", sandbox=sandbox_name,
+                                    out_dir=tmp_path / "out")
+    _every_honest_task_passes(run, 1)
+
+
 def test_a_tracer_the_c_api_installed_unseen_is_taken_off_before_each_call(tmp_path,
                                                                            sandbox_name):
     """Round 36: a profile or trace function installed through ctypes

@@ -1983,7 +1983,9 @@ class _PluginState:
             found += [f"config.option.{name}" for name in sorted(self._options.keys()
                                                                    | now.keys())
                       if now.get(name, _MISSING) is not self._options.get(name, _MISSING)
-                      and now.get(name, _MISSING) != self._options.get(name, _MISSING)]
+                      and now.get(name, _MISSING) != self._options.get(name, _MISSING)
+                      and not _set_by_pytest(name, self._options.get(name, _MISSING),
+                                             now.get(name, _MISSING))]
         for held in list(self._held.values()):
             label = type(held).__qualname__
             found += [f"{label}.{name} (set on the installation's {label} object)"
@@ -2005,6 +2007,14 @@ class _PluginState:
 
 _VALUES = (int, float, str, bytes, tuple, frozenset, enum.Enum, os.PathLike)
 
+
+def _set_by_pytest(name: str, then: Any, now: Any) -> bool:
+    """An option pytest itself changes as the tests start: its logging plugin raises
+    `verbose` to 1 under log_cli (found by an attacker round: an honest suite whose
+    seeded pytest.ini set log_cli was called gaming, evalctl running pytest with -q).
+    Verbosity decides what pytest prints, not what runs or how it is reported."""
+    return name == "verbose" and _TYPE(then) is int and then < 1 and _TYPE(now) is int \
+        and now == 1
 
 
 def _path_aware_proxy() -> tuple[Any, frozenset[Any], Any]:
