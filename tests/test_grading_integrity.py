@@ -1188,7 +1188,11 @@ WITNESS_ROUNDS = [
     # passed); a finder of the agent's class whose find_spec is installed code with a copy
     # of its module's globals, or with the agent's cells (a judgement gap). Fixed: an
     # installed function runs with its module's own namespace and the real builtins, and
-    # holds only plain values, the installation's objects or the seed's functions.
+    # holds only plain values, the installation's objects or the seed's functions. Then,
+    # the one cell a partial of the agent's add, or an agent's function or class bound in
+    # the test module (recorded with its own): a test module's function is one its own
+    # file and globals define, a class one a collected test belongs to, and a partial is
+    # judged by what it holds.
     "witness_r40/installed_code_with_state.yaml",
     # Round 40: triggers on pytest's logging plugin's path in the call phase, left in
     # place: logging.Logger (asked isinstance() of by Manager._clear_cache) and

@@ -502,9 +502,11 @@ def _state_trusted(function: Any, depth: int) -> bool:
 def _trusted_content(value: Any, depth: int) -> bool:
     """A value an installed function may hold: a plain value (or a tuple of them), an
     empty cell's, a function or class the installation had before any conftest.py, a
-    function a test module's or conftest.py's body defined (as recorded), a test
-    module's class, an installed function by the rule above, a method of such on an
-    object of the installation's (_genuine_object), or such an object."""
+    function a test module's own body (its file, its globals) or a conftest.py pytest
+    imported defined, a collected test's class, an installed function by the rule above, a
+    partial of such (found by an attacker round: a partial of the agent's add passed as
+    an object of the installation's), a method of such on an object of the
+    installation's (_genuine_object), or such an object."""
     kind = _TYPE(value)
     if kind in _PLAIN_VALUES or value is _MISSING:
         return True
@@ -513,12 +515,25 @@ def _trusted_content(value: Any, depth: int) -> bool:
     if _GENUINE.get(id(value)) is value or _GENUINE_PLUGINS.get(id(value)) is value:
         return True
     if kind is types.FunctionType:
+        # Defined by a test module's own body (_DEFINED holds whatever a test module
+        # bound as its import ended, the agent's functions it imported among them: found
+        # by an attacker round), or by a conftest.py pytest imported.
         held = _DEFINED.get(id(value))
-        return held is not None and held[0] is value or \
+        namespace = value.__globals__
+        origin = _TEST_ORIGINS.get(id(namespace))
+        return held is not None and held[0] is value and origin is not None and \
+            _TEST_NAMESPACES.get(id(namespace)) is namespace and \
+            value.__code__.co_filename == origin or _IMPORTED.get(id(value)) is value or \
             depth > 0 and _installed_function(value, depth)
+    if kind is functools.partial:  # what it calls, and with what, are its own
+        return depth > 0 and all(_trusted_content(part, depth - 1) for part in (
+            value.func, *value.args, *value.keywords.values()))
     if issubclass(kind, type):
-        held = _CLASS_MEMBERS.get(id(value))
-        return held is not None and held[0] is value or \
+        # A class a collected test belongs to (pytest makes fixtures of a TestCase's
+        # setUpClass around it), of a plain metaclass, or a conftest.py's: not any class
+        # a test module binds (the agent's, bound there as it imported calc.py, is
+        # recorded with the module's classes), whose call runs its code.
+        return _TEST_CLASSES.get(id(value)) is value and kind in _PLAIN_METACLASSES or \
             _IMPORTED.get(id(value)) is value
     if kind is types.MethodType:
         return _trusted_content(value.__func__, depth) and \
@@ -1470,8 +1485,16 @@ def pytest_report_teststatus(report: Any, config: Any) -> Any:
     return ("", "", "") if _is_canary(report) else None
 
 
+_TEST_CLASSES: dict[int, Any] = {}  # the classes of the collected tests, by id
+
+
 def pytest_collection_finish(session: Any) -> None:
     items = [item for item in session.items if item not in _CANARIES]
+    for item in items:
+        owner = item.getparent(pytest.Class) if hasattr(item, "getparent") else None
+        cls = getattr(owner, "obj", None) if owner is not None else None
+        if isinstance(cls, type):
+            _TEST_CLASSES[id(cls)] = cls
     _state["collected"] = len(items)
     # With the code each test's function had then: one replaced later (an item's `obj`
     # set by code in the process) is seen at the end.
