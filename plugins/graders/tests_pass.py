@@ -60,6 +60,185 @@ import evalctl
 
 _T = TypeVar("_T")
 
+# What `tests_pass` trusts and does not, and the limits that stay, for its docs
+# (docs/graders.md): Markdown, grouped by what the agent's code could change.
+TRUSTS = """\
+Trusts pytest and the plugins installed beside evalctl, and evalctl's own witness plugin's
+report, never pytest's exit status. What it does not trust, by what the agent's code could
+change:
+
+- **The workspace's configuration and files:** Any pytest configuration in the workspace
+  (evalctl passes the seeded one with -c); a conftest.py or plugin file the agent wrote
+  (even one written while earlier checks ran, or while the tests ran and removed before they
+  ended, or one in the run's fresh HOME or TMPDIR, or above the workspace); distribution
+  metadata in the workspace (it is not on sys.path when pytest loads plugins); the workspace
+  ahead of the standard library; tests the agent wrote in place of the named ones; a module
+  of a test file's name elsewhere on sys.path or left in sys.modules (each test file, and
+  each conftest.py, is imported from its own path, a test's directory ahead of the
+  workspace's root).
+- **Bytecode caches:** Removed before grading, and none is written while the tests run, nor
+  read where the test run could have written it: pytest's and Python's are looked for where
+  none can be, so one the agent's code forged for a test file not yet imported, under
+  `local`, is never read; what is imported while the tests run is compiled from its source,
+  except a module whose source, cache, the source's directory and its `__pycache__` no code
+  of the run can change (each opened, then found on a read-only mount, as the Python
+  installation is under `bwrap`, or another user's and writable by that user alone, as a
+  system Python's is under `local` when evalctl does not run as root; never in the
+  workspace): its cache is read. The workspace, a virtual environment setup made there, and
+  under `local` the user's own environments are compiled from source, which costs a project
+  with large dependencies a second or a few more per check; sys.pycache_prefix, or
+  importlib's cache_from_source or SourceFileLoader.get_data, changed while the tests run is
+  tampering.
+- **pytest, pluggy and the standard library changed by the code under test:** Any name bound
+  in their modules or classes, or in the modules that read, parse and compile a test file
+  (ast, tokenize, pathlib, io, importlib, marshal) and in unittest (their code, not their
+  data); the plugin manager's hook callers, executors and hook implementations (every hook's
+  are read at each of the witness's own hooks, at each fixture setup, test phase and
+  warning, so one put straight into pluggy's lists, never registered, and gone before the
+  end is judged too); a function the installation had before any conftest.py (pytest's,
+  pluggy's, the standard library's, an installed plugin's) given another `__code__`,
+  `__defaults__` or `__kwdefaults__` in place, the same object (seen by the witness's audit hook
+  as it is set, even if put back), or its keyword defaults' dict or a closure cell its own
+  code never writes changed (those of pytest's, pluggy's, installed plugins' and the modules
+  pytest's runner calls compared at each test's call and its report, the rest at the other
+  checks; a function of a module first imported later is not taken); what pytest's runner
+  calls of the standard library's in a test's call phase rebound (os.putenv and the os
+  functions its capture calls, os._Environ's and its mapping bases' methods, contextlib's
+  context managers, inspect.iscoroutinefunction and what it calls, abc.ABCMeta,
+  pathlib.PurePath, logging's root, lock, level and handler functions, its Logger,
+  RootLogger, Manager, Handler and StreamHandler and the methods pytest's logging plugin
+  calls on them (a method added to a subclass, shadowing its base's, too), sys.exc_info and
+  sys._getframe: not what honest tests patch too, such as logging.getLogger); a builtin
+  type's namespace changed (int.__eq__ set through ctypes, say; not checked at each call
+  report, and only a change left in the namespace); Python's compile, exec, eval,
+  `__import__`, `__build_class__` or open replaced; os.environ made anything but an os._Environ
+  holding os's own functions and data, or a plain dict (as tests monkeypatch it), or given
+  keys (or, in an os._Environ, values) other than str or bytes; an audit hook added.
+- **Hooks:** A hook function that is neither the installation's own function itself, as it
+  had it before any conftest.py (a method: bound to an object of its own; not its code in
+  another function, nor a callable object; an object of its own holding nothing callable of
+  another's) nor a function pytest itself imported from the seed's unchanged file (a
+  conftest.py, or a plugin one names in pytest_plugins; by identity, not its code, which can
+  be given other globals; the `def` that file gives the hook's own name, so a hook
+  registered under another name with `specname` counts as the agent's), whose code is what
+  that file compiles to when the run ends (as Python or pytest's assertion rewriting
+  compiles it), wherever it lies (under .git, through a link, or compiled under another
+  file's name; whatever object registered it, even one unregistered before the end).
+- **Tracers, garbage-collector callbacks and import finders:** A trace or profile function,
+  a garbage collector's callback or threshold, or (Python 3.12 on) a sys.monitoring tool
+  installed, or sys.meta_path changed, since pytest was about to import the first
+  conftest.py (what pytest and the plugins installed beside evalctl set up before then,
+  pytest-cov's coverage tracer among them, is theirs, and one taken away later runs nothing;
+  what a conftest.py or test installs, or a library it imports, counts as the agent's would,
+  but for a finder an installed library appends (six adds one as it is imported, pandas
+  imports six): an object, holding nothing callable, of a class whose classes define nothing
+  callable but installed functions (code their installed files compile to, run with that
+  module's own namespace and the real builtins, not a copy, and default arguments and
+  closure cells holding only plain values, the installation's functions and objects,
+  functions a test module's own body or a conftest.py defined (not one a test module merely
+  binds), a collected test's class, or partials of such), behind the witness's own finder;
+  they are read through the functions the witness's import found: a sys.gettrace rebound to
+  say None hides nothing).
+- **Reports and outcomes:** A report's `passed`/`failed` (the witness reads the outcome the
+  report holds); a report's outcome that is not what its phase raised (the witness's own
+  outermost wrappers record each phase's exception by its own type, never through
+  isinstance, which runs an object's `__class__`: a phase that raised anything but a skip or
+  xfail must be reported failed, or xfailed under an xfail mark, one that raised a skip must
+  not pass, a report changed between pytest making and logging it, or a passing one pytest
+  did not make logged over a failure, is tampering, and the outcome counted is the
+  witness's); failing subtests of a test whose own call passed (the test did not pass);
+  config.hook not the plugin manager's relay; the run's options (config.option, which -k and
+  -m read) changed after collection started (but verbose raised to 1, as pytest's logging
+  plugin does under log_cli).
+- **Tests and fixtures:** A method of pytest's set on a collected test or a collector above
+  it for that object alone (runtest); a collected test's function, or its code or its
+  fixtures' (which must be what their files compile to, compared whole: bytecode, constants,
+  names, lines and exception table), replaced; a test of a test file whose function is not
+  one that file's body defined (or a wrapper of one) or whose code is not what it had as
+  that import ended (set later, by code pytest's look at the module's objects ran), or that
+  runs another object than its module (or its class) bound to its name as that import ended,
+  or a wrapper of it (a name rebound later to a function of pytest's that does nothing, say;
+  one rebound by code the module's own import ran before it ended is, as a global replaced,
+  not seen); a test module's function given other default arguments or closure cells than
+  its import ended with (cells its own code writes, `nonlocal` state, are its own); a test
+  class's method (through its bases) replaced around a test; a fixture's definition given
+  another function than pytest gave it (but an installed function, as said of finders, that
+  names it as `__wrapped__`); a test called with a fixture value that no setup of that fixture
+  produced (a value put in the fixture's cache before it ran, however its definition was
+  reached), or with its arguments held by anything but the dict pytest made; a test whose
+  function its module bound is run as an object that is no function; a test given another
+  class than pytest collected it as; what pytest reads in a test class (setup_method,
+  setup_class, their teardowns, setUp...) or a fixture added to the class since its module's
+  import ended; a test package's setup_module or teardown_module that is not the seed's own,
+  unchanged (an agent-written tests/__init__.py's); a test module given another class
+  (pytest lists its tests from its `__dict__`); a test's code run through a wrapper from the
+  agent's files (functools.wraps or not); a test a named file defines that pytest never
+  collected (the grader reads the named files' tests itself, by pytest's default rules:
+  module-level functions and Test classes, their bases in the file included; not tests
+  defined under an `if` or `try`, which are named by node id; not those the seeded
+  configuration's -m or -k deselects, as pytest's own selection reports them).
+- **Test modules' names, builtins and parameters:** A name a test module's code reads but
+  does not bind (by its bytecode, as Python and pytest's rewriting compile it); a name
+  pytest itself reads there (setup_module, setup_function, their teardowns, setUpModule,
+  pytestmark, pytest_plugins, pytest_generate_tests, collect_ignore, a module `__getattr__`),
+  a fixture, or a `__tracebackhide__`, bound in that module by other code (an
+  `AssertionError` or `all` of the agent's; a name it binds itself, a star import's
+  included, is its own); its or its functions' `__builtins__` replaced; a builtin rebound
+  (not input, print, open, _, help, exit, quit, breakpoint, and those checked as said above,
+  which honest tests monkeypatch); a test module's parametrize marks (walked by identity
+  through lists, tuples, dicts, sets and pytest.param, each value by identity, as its import
+  ended) or a parametrized fixture's params (as pytest made its definition) changed by the
+  end of collection, or a case whose parameters are not one row's values as recorded (one
+  param's, for a fixture).
+- **pytest's own objects:** Pytest's own plugin objects and session given the agent's
+  objects (an attribute that shadows their class's method, or an object of pytest's they
+  held replaced, against what they held as collection started); the installation's objects
+  they hold (two levels down: the logging plugin's report handler, the capture's) and the
+  root logger given an attribute that shadows a method of their class or its bases.
+- **When it checks:** These are checked when collection starts (against what they were when
+  the witness was loaded, before any conftest.py: a binding changed meanwhile to code of the
+  workspace's counts), before each test file is imported, at each test's call report (the
+  report's path, the test's function and code, and what is said above to be installed or
+  rebound, builtin types apart) and at the end; and two tests of the witness's own, named
+  and placed as tests are, run first and last and kept out of pytest's output and counts,
+  must skip and fail as written (a test body swapped for one that returns, and put back
+  before its report, or failed reports made to pass, show there).
+- **Its limits:** The tests run in the same process as the agent's code they import, and
+  that is their limit:
+  - Such code can still change what a test runs (a helper module put in sys.modules before
+    the test imports it, or before a conftest.py's pytest_plugins names it, a global of the
+    seed's own conftest.py or module replaced, a mutable fixture value or parameter changed
+    in place: a test's fixture values and parameters are checked by identity, a name a
+    conftest.py reads bound in its namespace: only test modules' are checked).
+  - Code that calls the interpreter's C API or writes its memory (ctypes, a C extension) can
+    install a trace or profile function sys.gettrace() and sys.getprofile() cannot see (the
+    witness takes off any such before each test's call where none was installed before the
+    conftest.py files, but not one installed again during the call), change a builtin type's
+    methods (int.__eq__) in its C slots, and change what a test runs.
+  - Code of the agent's that runs while a test runs (a fixture of the test's that calls it,
+    a thread, a signal handler), or that something called in a test's call phase triggers
+    (the test's own code, or what pytest or the standard library calls then that the witness
+    does not check: logging.getLogger, a dict key whose `__eq__` runs, an object's
+    `__class__` or `__getattr__`), can change that test's verdict or swap its code and put
+    everything back before any check (swapped code can put the test's own back as it runs).
+  - Code written against the witness can forge its report, and a value whose `__eq__` always
+    says yes passes an `assert x == y` (no witness can tell), nor can a value the code under
+    test works out by reading the calling test's source (the hidden tests are in the
+    workspace and on the stack while they run: a test that checks types or uses `is` does
+    not stop that one; expected values the test computes rather than spells out make it
+    harder).
+- **Name the tests that must pass:** Without `tests:`, a test the agent's code skips, marks
+  xfail or hides from collection fails nothing: name the tests, or test files, that must
+  pass.
+- **An environment of the task's:** With `python:` in the workspace, it trusts that
+  environment's packages too (an interpreter the agent changed is refused, and pytest
+  missing from an environment the agent changed, or that differs from what setup made (code
+  a check ran removed its interpreter or added a .pth, say), fails the check as suspected
+  gaming, never an error).
+- **A typo in `tests:`:** A `tests:` name that nothing gave the workspace (a typo) is an
+  error, judged from evalctl's own records of what the task and setup gave, so code a check
+  ran cannot make a given test look like one."""
+
 TAIL = 1_500
 WITNESS_DIR = Path(__file__).parent / "witness"
 WITNESS_MARK = "evalctl-witness:"
