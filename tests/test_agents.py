@@ -301,9 +301,7 @@ def test_an_agent_that_exits_non_zero_failed_and_says_why():
     assert task.error == "the agent exited with code 3: cannot go on"
 
 
-@pytest.mark.parametrize("argv", ["bash -c 'exec no-such-agent-program'",
-                                  f"{sys.executable} /nonexistent/agent.py {{prompt}}",
-                                  "bash -c 'exec /etc/hostname' {prompt}"])
+@pytest.mark.parametrize("argv", [f"{sys.executable} /nonexistent/agent.py {{prompt}}"])
 def test_an_agent_that_cannot_start_is_an_error_not_a_failure(argv):
     """Found by a newcomer: an agent not installed, or not visible in the sandbox, was
     scored as the agent failing (completion 0%, grounding 100%). A command that ends as
@@ -319,6 +317,23 @@ def test_an_agent_that_cannot_start_is_an_error_not_a_failure(argv):
         ("error", "agent_not_started", "agent"), task.error
     assert task.error.startswith("the agent's command could not start (exit ")
     assert "visible in the sandbox" in task.error and task.checks == []
+
+
+@pytest.mark.parametrize("argv", ["bash -c 'exec no-such-agent-program'",
+                                  "bash -c 'exec /etc/hostname' {prompt}"])
+def test_a_wrapper_whose_program_cannot_start_is_graded_with_a_hint(argv):
+    """A wrapper's shell that cannot find or run the program in it exits 127 or 126, as
+    an agent may itself: evalctl cannot tell the two apart (the agent's own 127 took a
+    task it failed out of the score: tests/test_sandbox_r40.py), so it is graded, and
+    the error says what the exit may mean."""
+    suite = WRITE_HELLO.replace("agent_script:", "unused_script:", 1) \
+        .split("    unused_script:")[0] + "    checks:\n      - type: file_exists\n" \
+        "        path: hello.txt\n"
+    run = run_suite(suite, sandbox="local", agent="command",
+                    agent_options={"argv": argv, "model_proxy": False})
+    task = run.tasks[0]
+    assert (task.status, task.exit_status) == ("failed", "agent_failed"), task.error
+    assert "a shell's exit for a program it cannot find or run" in task.error
 
 
 @pytest.mark.parametrize(("argv", "said"), [
@@ -753,7 +768,8 @@ def test_the_console_says_why_a_cli_agent_exited(tmp_path):
                    "--agent-option", "argv=bash -c 'exec evalctl-no-such-agent'", "--out",
                    str(tmp_path / "out"))
     assert done.exit_code == 1, done.output
-    # ...and such an agent never started: an error, not the agent's failure (newcomer, r9)
-    assert "error (agent) hello: the agent's command could not start (exit 127" in \
-        done.output, done.output
+    # ...with what a wrapper's exit 127 may mean (graded: an agent may exit 127 itself,
+    # tests/test_sandbox_r40.py)
+    assert "agent_failed hello: the agent exited with code 127 (a shell's exit for a " \
+        "program it cannot find or run" in " ".join(done.output.split()), done.output
     assert "evalctl-no-such-agent" in done.output

@@ -233,11 +233,57 @@ def _remove_proxy_directory(tmp: Path, name: str) -> None:
 # (126), or an interpreter that cannot open its script (python's exit 2 with this line).
 _NOT_STARTED_EXITS = frozenset({126, 127})
 _SCRIPT_NOT_OPENED = re.compile(r"can't open file .*\[Errno (?:2|13)\]")
+_SCRIPT_NAMED = re.compile(r"can't open file '(.*)': \[Errno (?:2|13)\]")
 
 
 def _could_not_start(result: CommandResult) -> bool:
     return result.exit_code in _NOT_STARTED_EXITS or (
         result.exit_code == 2 and _SCRIPT_NOT_OPENED.search(result.stderr) is not None)
+
+
+# Asked in a shell of its own, which runs nothing of the agent's: is the command's program
+# there to run (found, and an executable file when found as one), and, for an
+# interpreter's exit 2, the script it is given? Exit 0: it is, and the exit was the
+# program's own; 1: it is not.
+_STARTS_PROBE = (
+    'p=$(command -v -- "$1") || exit 1\n'
+    'case $p in */*) [ -f "$p" ] && [ -x "$p" ] || exit 1;; esac\n'
+    '[ -z "$2" ] || [ -e "$2" ] || exit 1\n'
+    "exit 0\n")
+
+
+async def _confirmed_not_started(sandbox: Sandbox, script: str, result: CommandResult,
+                                 env: Mapping[str, str], root: Path) -> bool:
+    """Whether a command that ended as a program that never ran (`_could_not_start`)
+    really did not run: its exit status and output are the agent's to choose (a CLI agent
+    that exits 127 on a task it cannot do took the task out of the score as an error;
+    found by an attacker round), so the program its last line names is looked for with
+    the agent's PATH in the sandbox, by a shell of evalctl's, as the `command` check
+    does, and the script an interpreter could not open (exit 2) must be one it was given
+    (`root`: the directory it ran in). A program found there ran, and its exit is its
+    own: graded. A probe that cannot run says nothing either way: not started, as
+    before."""
+    import shlex
+
+    try:
+        words = shlex.split(script.strip().rsplit("\n", 1)[-1])
+    except ValueError:
+        return True
+    if not words:
+        return True
+    script_word = ""
+    if result.exit_code == 2:  # "can't open file '...'": only a script it was given counts
+        said = _SCRIPT_NAMED.search(result.stderr)
+        given = {*words[1:], *(os.path.join(root, word) for word in words[1:])}
+        if said is None or said.group(1) not in given:
+            return False
+        script_word = said.group(1)
+    try:
+        probe = await sandbox.run(["bash", "-c", _STARTS_PROBE, "bash", words[0], script_word],
+                                  timeout=30, env=env)
+    except Exception:  # the sandbox could not run it: nothing learnt
+        return True
+    return probe.exit_code != 0
 
 
 async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, ledger: Ledger,
@@ -308,7 +354,8 @@ async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, le
         outcome = AgentOutcome(ExitStatus.TIMEOUT, final_text,
                                f"stopped after {limits.seconds:g}s")
     elif result.exit_code != 0 and (proxy is None or proxy.calls == 0) and \
-            _could_not_start(result):
+            _could_not_start(result) and \
+            await _confirmed_not_started(sandbox, shown, result, env, workspace.root):
         tail = truncate(result.stderr.strip() or result.stdout.strip(), 600, keep="tail")
         outcome = AgentOutcome(ExitStatus.AGENT_NOT_STARTED, final_text,
                                f"the agent's command could not start (exit "
@@ -316,8 +363,13 @@ async def run_command(script: str, *, sandbox: Sandbox, workspace: Workspace, le
                                "and is its directory visible in the sandbox (docs/agents.md)?")
     elif result.exit_code != 0:
         tail = truncate(result.stderr.strip() or result.stdout.strip(), 600, keep="tail")
+        # 127 and 126 are also what a shell says of a program it cannot find or run: a
+        # wrapper script's, which evalctl cannot tell from the agent's own (it is graded).
+        hint = " (a shell's exit for a program it cannot find or run: is everything the " \
+            "agent's command runs installed, and visible in the sandbox?)" \
+            if result.exit_code in _NOT_STARTED_EXITS else ""
         outcome = AgentOutcome(ExitStatus.AGENT_FAILED, final_text,
-                               f"the agent exited with code {result.exit_code}"
+                               f"the agent exited with code {result.exit_code}{hint}"
                                + (f": {tail}" if tail else ""))
     else:
         outcome = AgentOutcome(ExitStatus.COMPLETED, final_text)
