@@ -59,3 +59,92 @@ def test_an_agent_whose_script_is_not_there_is_still_not_started(sandbox_name, a
                     agent="command", agent_options={"argv": argv, "model_proxy": False})
     task = run.tasks[0]
     assert (task.status, task.exit_status) == ("error", "agent_not_started"), task.error
+
+
+# --------------------------------------------------------------------------------------
+# The built-in loop sends the model's own turns back verbatim: a turn whose text is only
+# whitespace made the next request one the API refuses (400: text content blocks must
+# contain non-whitespace text), and a refused request ended the attempt as a
+# provider_error, an error out of every rate.
+
+FAIL_QUIETLY = """\
+name: loop-request-rejected
+tasks:
+  - id: answer
+    prompt: Write the answer, 42, to answer.txt.
+    limits:
+      turns: 5
+    checks:
+      - type: file_contains
+        path: answer.txt
+        text: "42"
+"""
+
+
+def _as_the_api_judges(reply):
+    """The Messages API's rule on text blocks, then `reply`."""
+    from tests.messages_server import error
+
+    def serve(body):
+        for message in body.get("messages", []):
+            content = message.get("content")
+            blocks = content if isinstance(content, list) else []
+            if any(b.get("type") == "text" and not b.get("text", "").strip() for b in blocks):
+                return error(400, "invalid_request_error",
+                             "messages: text content blocks must contain non-whitespace text")
+        return reply
+    return serve
+
+
+def _loop_run(tmp_path, monkeypatch, sandbox_name, first_text, answer):
+    from tests.messages_server import MessagesServer, message, text_block, tool_use
+
+    with MessagesServer() as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        server.replies += [
+            _as_the_api_judges(message([text_block(first_text), tool_use(
+                "toolu_1", "write_file", path="answer.txt", content=answer)], "tool_use")),
+            _as_the_api_judges(message([text_block("Done.")], "end_turn")),
+        ]
+        run = run_suite(FAIL_QUIETLY, provider="anthropic", sandbox=sandbox_name,
+                        out_dir=tmp_path, provider_options={"max_retries": "0"})
+    return run.tasks[0], server.requests
+
+
+def test_a_whitespace_turn_does_not_make_the_next_request_refused(tmp_path, monkeypatch,
+                                                                  require_bwrap):
+    task, requests = _loop_run(tmp_path, monkeypatch, "bwrap", " \n", "41\n")
+    assert (task.status, task.exit_status) == ("failed", "completed"), task.error
+    assert len(requests) == 2
+
+
+def test_a_whitespace_turn_then_the_work_passes(tmp_path, monkeypatch, require_bwrap):
+    """The control: an honest model's stray empty text block costs it nothing."""
+    task, _ = _loop_run(tmp_path, monkeypatch, "bwrap", "\n\n", "42\n")
+    assert (task.status, task.exit_status) == ("passed", "completed"), task.error
+
+
+def test_a_refused_request_after_the_models_turns_is_graded(tmp_path, monkeypatch,
+                                                            require_bwrap):
+    """Whatever else the API refuses once the request holds the model's turns and its
+    tools' output is the agent's doing, as through the model proxy: graded, never an
+    error; a refusal of the first request (the suite's and the configuration's alone)
+    stays an error."""
+    from tests.messages_server import MessagesServer, error, message, text_block, tool_use
+
+    refused = error(400, "invalid_request_error", "messages.1.content.0: something else")
+    with MessagesServer() as server:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-key")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+        server.replies += [message([text_block("Writing."), tool_use(
+            "toolu_1", "write_file", path="answer.txt", content="41\n")], "tool_use"),
+            refused, refused]
+        run = run_suite(FAIL_QUIETLY, provider="anthropic", sandbox="bwrap",
+                        out_dir=tmp_path / "a", provider_options={"max_retries": "0"})
+        first = run_suite(FAIL_QUIETLY, provider="anthropic", sandbox="bwrap",
+                          out_dir=tmp_path / "b", provider_options={"max_retries": "0"})
+    task = run.tasks[0]
+    assert (task.status, task.exit_status) == ("failed", "request_rejected"), task.error
+    assert "something else" in task.error
+    assert (first.tasks[0].status, first.tasks[0].exit_status) == ("error", "provider_error")

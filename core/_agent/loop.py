@@ -15,7 +15,7 @@ from typing import Any
 from evalctl._agent.ledger import LEDGER_TEXT_LIMIT, Ledger
 from evalctl._agent.throttle import ModelCalls
 from evalctl._agent.tools import Toolbox, ToolOutcome
-from evalctl._errors import ProviderError, describe_crash, stops_the_run
+from evalctl._errors import ProviderError, RequestRejected, describe_crash, stops_the_run
 from evalctl._plugin.tooldefs import TOOL_CALLS_AT_ONCE, TOOL_DEFINITIONS
 from evalctl._plugin.types import (
     AgentOutcome,
@@ -86,6 +86,16 @@ async def _converse(task: Task, calls: ModelCalls, toolbox: Toolbox, ledger: Led
                                locate=task.locate)
         try:
             turn: ModelTurn = await calls.complete(request)
+        except RequestRejected as exc:
+            # The first request is the suite's and the configuration's alone: refused, it
+            # says nothing of the agent (an error). Later ones hold the model's own turns,
+            # sent back verbatim, and what its tools returned: a model could make one the
+            # service refuses, and turn a task it was failing into an error, out of the
+            # score (found by an attacker round). The agent's, as through the proxy.
+            status = ExitStatus.REQUEST_REJECTED if turn_index else \
+                getattr(exc, "status", None) or ExitStatus.PROVIDER_ERROR
+            ledger.append("provider_error", error=str(exc), status=status)
+            return status, str(exc)
         except ProviderError as exc:
             status = getattr(exc, "status", None) or ExitStatus.PROVIDER_ERROR
             ledger.append("provider_error", error=str(exc), status=status)

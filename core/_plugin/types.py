@@ -26,6 +26,9 @@ class ExitStatus:
     MAX_TOKENS = "max_tokens"
     REFUSED = "refused"
     CONTEXT_OVERFLOW = "context_overflow"
+    # The service refused a request of the built-in loop's that held the model's own
+    # turns and its tools' output (HTTP 400 or 413): the agent's doing, graded.
+    REQUEST_REJECTED = "request_rejected"
     INTERNAL_ERROR = "internal_error"  # a bug in evalctl or a plugin, caught and recorded
     # The workspace could not be prepared (a source that cannot be fetched, a verify
     # patch that does not apply, a setup command that failed): the agent never started.
@@ -48,7 +51,7 @@ class ExitStatus:
     # Statuses of an agent that did its work, whatever came of it: any other status of
     # an errored attempt is the provider's.
     AGENT = frozenset({COMPLETED, MAX_TURNS, TIMEOUT, COST_LIMIT, ABORTED, MAX_TOKENS,
-                       REFUSED, CONTEXT_OVERFLOW, AGENT_FAILED})
+                       REFUSED, CONTEXT_OVERFLOW, REQUEST_REJECTED, AGENT_FAILED})
 
 
 class StopReason:

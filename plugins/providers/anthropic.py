@@ -57,13 +57,22 @@ def to_api_messages(messages: list[evalctl.Message]) -> list[dict[str, Any]]:
         if isinstance(message, evalctl.UserMessage):
             out.append({"role": "user", "content": message.text})
         elif isinstance(message, evalctl.AssistantMessage):
-            out.append({"role": "assistant", "content": message.turn.raw_content or
-                        [{"type": "text", "text": message.turn.text or "(no text)"}]})
+            # Verbatim but for text blocks of nothing but whitespace, which the API
+            # refuses in a request: a model's own " \n" made its next request a 400.
+            content = [block for block in message.turn.raw_content or ()
+                       if not _blank_text(block)]
+            out.append({"role": "assistant", "content": content or
+                        [{"type": "text", "text": message.turn.text.strip() or "(no text)"}]})
         else:
             out.append({"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": r.call_id, "content": r.content,
                  "is_error": r.is_error} for r in message.results]})
     return out
+
+
+def _blank_text(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("type") == "text" and \
+        isinstance(block.get("text"), str) and not block["text"].strip()
 
 
 def _wire_safe(value: Any) -> Any:
