@@ -332,26 +332,106 @@ def walk_files(root: str | os.PathLike[str]) -> Iterator[str]:
 
 def remove_tree(top: str | os.PathLike[str]) -> None:
     """Delete `top` and everything under it, deepest first, without recursion (on Python
-    3.11 shutil.rmtree recurses, and a tree a thousand deep raises RecursionError).
-    Links are removed, never followed. A directory of the tree that cannot be listed or
-    emptied for its mode (code of the agent's can chmod one it made 0o500) is given its
-    owner's permissions back first; what still cannot be removed is left."""
+    3.11 shutil.rmtree recurses, and a tree a thousand deep raises RecursionError), and by
+    directory descriptor, never by path: a tree deeper than PATH_MAX (4,096 bytes) is
+    removed too (found by an attacker round: the agent's code, run by a check, made one in
+    the graders' TMPDIR, which could then not be emptied, and the next check, the one that
+    would fail, became an error; the attempt with it). Links are removed, never followed.
+    A directory of the tree that cannot be listed or emptied for its mode (code of the
+    agent's can chmod one it made 0o500) is given its owner's permissions back first;
+    what still cannot be removed is left. Run it only once nothing can change the tree:
+    it climbs back by "..", as strip_setid_bits does."""
     top = os.fspath(top)
-    directories = []
-    pending = [top]
-    while pending:
-        directory = pending.pop()
-        directories.append(directory)
-        for entry in _entries(directory):
-            with contextlib.suppress(OSError):
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
-                else:
-                    _retried(os.unlink, entry.path, directory)
-    for directory in reversed(directories):
-        with contextlib.suppress(OSError):
-            _retried(os.rmdir, directory, os.path.dirname(directory)
-                     if directory != top else None)
+    current = _open_directory(top)
+    if current is None:
+        return
+    names: list[str] = []  # from `top` down to `current`
+    stuck: list[set[str]] = [set()]  # per level: what could not be removed
+    try:
+        while True:
+            child = None
+            for name, is_dir in _entries_of(current):
+                if name in stuck[-1]:
+                    continue
+                if is_dir:
+                    child = name
+                    break
+                try:
+                    _retried_at(os.unlink, name, current)
+                except OSError:
+                    stuck[-1].add(name)
+            if child is not None:
+                below = _open_directory(child, current)
+                if below is None:
+                    try:
+                        _retried_at(os.rmdir, child, current)
+                    except OSError:
+                        stuck[-1].add(child)
+                    continue
+                os.close(current)
+                current = below
+                names.append(child)
+                stuck.append(set())
+                continue
+            if not names:
+                break
+            parent = os.open("..", _DIRECTORY_FLAGS, dir_fd=current)
+            os.close(current)
+            current = parent
+            name = names.pop()
+            stuck.pop()
+            try:
+                _retried_at(os.rmdir, name, current)
+            except OSError:
+                stuck[-1].add(name)
+    except OSError:
+        pass  # as far as it could go
+    finally:
+        os.close(current)
+    with contextlib.suppress(OSError):
+        _retried(os.rmdir, top, None)
+
+
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_directory(name: str, dir_fd: int | None = None) -> int | None:
+    """A descriptor of the directory `name` (at `dir_fd`), never through a link, after
+    giving it its owner's permissions back if its mode kept it from being opened; None
+    when it cannot be."""
+    for attempt in (1, 2):
+        try:
+            return os.open(name, _DIRECTORY_FLAGS, dir_fd=dir_fd)
+        except PermissionError:
+            if attempt == 2 or not _make_ours(name, dir_fd):
+                return None
+        except OSError:
+            return None
+    return None
+
+
+def _entries_of(directory: int) -> list[tuple[str, bool]]:
+    """(name, whether a directory, not through a link) of what the directory open at
+    descriptor `directory` holds ([] when it cannot be listed)."""
+    found = []
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            try:
+                found.append((entry.name, entry.is_dir(follow_symlinks=False)))
+            except OSError:
+                found.append((entry.name, False))
+    return found
+
+
+def _retried_at(remove: Callable[..., None], name: str, directory: int) -> None:
+    """remove(name, dir_fd=directory); once more after giving the directory its owner's
+    permissions back when its mode forbade it."""
+    try:
+        remove(name, dir_fd=directory)
+    except PermissionError:
+        mode = os.fstat(directory).st_mode
+        os.fchmod(directory, stat.S_IMODE(mode) | stat.S_IRWXU)
+        remove(name, dir_fd=directory)
 
 
 def empty_directory(top: str | os.PathLike[str], keep: Iterable[str] = ()) -> list[str]:
@@ -396,11 +476,12 @@ def _retried(remove: Callable[[str], None], path: str, parent: str | None) -> No
         remove(path)
 
 
-def _make_ours(directory: str) -> bool:
-    """Give a directory (never a link's target) its owner's read, write and search
-    permissions; whether it was done."""
+def _make_ours(directory: str, dir_fd: int | None = None) -> bool:
+    """Give a directory (never a link's target; at `dir_fd` when given) its owner's read,
+    write and search permissions; whether it was done."""
     try:
-        fd = os.open(directory, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = os.open(directory, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
     except (OSError, AttributeError):
         return False
     try:

@@ -148,3 +148,61 @@ def test_a_refused_request_after_the_models_turns_is_graded(tmp_path, monkeypatc
     assert (task.status, task.exit_status) == ("failed", "request_rejected"), task.error
     assert "something else" in task.error
     assert (first.tasks[0].status, first.tasks[0].exit_status) == ("error", "provider_error")
+
+
+# --------------------------------------------------------------------------------------
+# The graders' HOME and TMPDIR are emptied before each check that follows one that ran,
+# by path: a tree deeper than PATH_MAX, made there by the agent's code in one check,
+# could not be removed, and the next check became an error (and the attempt with it).
+
+
+def test_a_deep_tree_in_the_graders_tmpdir_does_not_make_the_next_check_an_error(
+        sandbox_name):
+    run = run_suite(DATA / "deep-tmp-launders-a-failure.yaml", sandbox=sandbox_name)
+    task = run.tasks[0]
+    assert task.status == "failed", (task.error, [c.detail for c in task.checks])
+    assert [(c.passed, c.error) for c in task.checks] == [(True, False), (False, False)]
+
+
+def test_a_deep_tree_and_the_honest_fix_passes(sandbox_name):
+    """The control: the same agent's code, with add() fixed, passes both checks."""
+    suite = (DATA / "deep-tmp-launders-a-failure.yaml").read_text()
+    fixed = suite.replace("                    return a - b\n      - text:",
+                          "                    return a + b\n      - text:")
+    assert fixed != suite
+    run = run_suite(fixed, sandbox=sandbox_name)
+    assert run.tasks[0].status == "passed", [c.detail for c in run.tasks[0].checks]
+
+
+def test_remove_tree_removes_a_tree_deeper_than_path_max(tmp_path):
+    import os
+
+    from evalctl._files import empty_directory, remove_tree
+
+    top = tmp_path / "top"
+    top.mkdir()
+    fd = os.open(top, os.O_RDONLY)
+    try:
+        for _ in range(40):
+            os.mkdir("d" * 200, dir_fd=fd)
+            below = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        os.close(os.open("f", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
+        os.symlink("/", "link", dir_fd=fd)
+        os.mkdir("shut", dir_fd=fd)
+        os.chmod("shut", 0o500, dir_fd=fd)
+    finally:
+        os.close(fd)
+    (tmp_path / "keep").mkdir()
+    (tmp_path / "keep" / "a").write_text("a")
+    assert empty_directory(tmp_path, keep={"keep"}) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep"]
+    remove_tree(tmp_path / "keep")
+    assert not (tmp_path / "keep").exists()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("x")
+    (tmp_path / "linked").symlink_to(outside)
+    remove_tree(tmp_path / "linked")  # a link is never followed
+    assert (outside / "precious").exists()
