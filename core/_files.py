@@ -346,50 +346,47 @@ def remove_tree(top: str | os.PathLike[str]) -> None:
     if current is None:
         return
     names: list[str] = []  # from `top` down to `current`
-    stuck: list[set[str]] = [set()]  # per level: what could not be removed
+    pending: list[list[str]] = []  # per level: its subdirectories still to visit
     try:
         while True:
-            child = None
+            # Each directory is listed once: its other entries removed, its
+            # subdirectories kept to visit (a directory of 100,000 of them is not listed
+            # again after each).
+            subdirectories = []
             for name, is_dir in _entries_of(current):
-                if name in stuck[-1]:
-                    continue
                 if is_dir:
-                    child = name
+                    subdirectories.append(name)
+                else:
+                    with contextlib.suppress(OSError):
+                        _retried_at(os.unlink, name, current)
+            pending.append(subdirectories)
+            while True:
+                if pending[-1]:
+                    child = pending[-1].pop()
+                    below = _open_directory(child, current)
+                    if below is None:  # not to be opened: removed if it is empty
+                        with contextlib.suppress(OSError):
+                            _retried_at(os.rmdir, child, current)
+                        continue
+                    os.close(current)
+                    current = below
+                    names.append(child)
                     break
-                try:
-                    _retried_at(os.unlink, name, current)
-                except OSError:
-                    stuck[-1].add(name)
-            if child is not None:
-                below = _open_directory(child, current)
-                if below is None:
-                    try:
-                        _retried_at(os.rmdir, child, current)
-                    except OSError:
-                        stuck[-1].add(child)
-                    continue
+                pending.pop()
+                if not names:
+                    return
+                parent = os.open("..", _DIRECTORY_FLAGS, dir_fd=current)
                 os.close(current)
-                current = below
-                names.append(child)
-                stuck.append(set())
-                continue
-            if not names:
-                break
-            parent = os.open("..", _DIRECTORY_FLAGS, dir_fd=current)
-            os.close(current)
-            current = parent
-            name = names.pop()
-            stuck.pop()
-            try:
-                _retried_at(os.rmdir, name, current)
-            except OSError:
-                stuck[-1].add(name)
+                current = parent
+                with contextlib.suppress(OSError):
+                    _retried_at(os.rmdir, names.pop(), current)
     except OSError:
         pass  # as far as it could go
     finally:
         os.close(current)
-    with contextlib.suppress(OSError):
-        _retried(os.rmdir, top, None)
+        if not names:
+            with contextlib.suppress(OSError):
+                _retried(os.rmdir, top, None)
 
 
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
