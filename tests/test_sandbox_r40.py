@@ -206,3 +206,17 @@ def test_remove_tree_removes_a_tree_deeper_than_path_max(tmp_path):
     (tmp_path / "linked").symlink_to(outside)
     remove_tree(tmp_path / "linked")  # a link is never followed
     assert (outside / "precious").exists()
+
+
+@pytest.mark.parametrize("argv", ["bash -c 'exit 127' {prompt}",
+                                  "bash -c 'exit 127' {prompt_file}"])
+def test_an_own_exit_127_with_a_prompt_of_several_lines_is_graded(sandbox_name, argv):
+    """The prompt given as an argument holds line breaks (quoted in the command line),
+    or is saved to a file first: the command's program is still the one looked for."""
+    suite = (DATA / "cli-agent-exits-127.yaml").read_text().replace(
+        "prompt: Write the answer, 42, to answer.txt.",
+        "prompt: |\n      Write the answer,\n      42, to answer.txt.")
+    run = run_suite(suite, sandbox=sandbox_name, agent="command",
+                    agent_options={"argv": argv, "model_proxy": False})
+    task = run.tasks[0]
+    assert (task.status, task.exit_status) == ("failed", "agent_failed"), task.error

@@ -257,7 +257,7 @@ async def _confirmed_not_started(sandbox: Sandbox, script: str, result: CommandR
     """Whether a command that ended as a program that never ran (`_could_not_start`)
     really did not run: its exit status and output are the agent's to choose (a CLI agent
     that exits 127 on a task it cannot do took the task out of the score as an error;
-    found by an attacker round), so the program its last line names is looked for with
+    found by an attacker round), so the program its command line names is looked for with
     the agent's PATH in the sandbox, by a shell of evalctl's, as the `command` check
     does, and the script an interpreter could not open (exit 2) must be one it was given
     (`root`: the directory it ran in). A program found there ran, and its exit is its
@@ -265,8 +265,12 @@ async def _confirmed_not_started(sandbox: Sandbox, script: str, result: CommandR
     before."""
     import shlex
 
+    # The command line is the whole script (a prompt given as an argument may hold line
+    # breaks, quoted), but for the line that first saves the prompt to a file.
+    first, _, rest = script.partition("\n")
+    line = rest if rest and first.startswith('cat > "$TMPDIR/') else script
     try:
-        words = shlex.split(script.strip().rsplit("\n", 1)[-1])
+        words = shlex.split(line)
     except ValueError:
         return True
     if not words:
