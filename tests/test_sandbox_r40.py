@@ -220,3 +220,35 @@ def test_an_own_exit_127_with_a_prompt_of_several_lines_is_graded(sandbox_name, 
                     agent_options={"argv": argv, "model_proxy": False})
     task = run.tasks[0]
     assert (task.status, task.exit_status) == ("failed", "agent_failed"), task.error
+
+
+# --------------------------------------------------------------------------------------
+# The graders' HOME, made unlistable by the agent's code in one check, was taken for
+# empty by an evalctl not running as root: what the agent left there (~/.npmrc) stayed
+# for the next check, whose tool opens it by name.
+
+
+def _as_an_ordinary_user(monkeypatch):
+    """os.listdir as it is for a user who is not root: a directory whose owner may not
+    read it cannot be listed (root lists it anyway)."""
+    import os
+    import stat
+
+    listdir = os.listdir
+
+    def listing(path="."):
+        if isinstance(path, (str, bytes, os.PathLike)) and \
+                not os.stat(path).st_mode & stat.S_IRUSR:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", listing)
+
+
+def test_an_unlistable_graders_home_is_emptied_before_the_next_check(monkeypatch,
+                                                                     sandbox_name):
+    _as_an_ordinary_user(monkeypatch)
+    run = run_suite(DATA / "unlistable-home-keeps-npmrc.yaml", sandbox=sandbox_name)
+    task = run.tasks[0]
+    assert [(c.passed, c.error) for c in task.checks] == [(True, False), (True, False)], \
+        [c.detail for c in task.checks]

@@ -239,7 +239,7 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
         # points): kept; anything else is removed before a check that follows one that
         # ran, found by one scandir on the loop, removed off it.
         home = state[0]
-        kept = _names(home)
+        kept = _names(home) or frozenset()
         ran = False
         # The bytecode caches are swept again before every check (one that ran the
         # agent's code may have left a forged cache for the next): before the first by
@@ -261,7 +261,7 @@ async def grade_attempt(task: Task, workspace: Workspace, agent: AgentResult,
             if unprovided is not None:  # nothing ran: the workspace is as it was
                 outcomes[index] = unprovided
                 continue
-            stale = ran and not kept.issuperset(_names(home))
+            stale = ran and _stale(home, kept)
             outcomes[index] = await grade(
                 check, spec, workspace.root, agent, after=then, ledger=workspace.ledger_path,
                 before=_both(None if swept else clean,
@@ -348,12 +348,22 @@ def _protected_before_the_checks(task: Task, workspace: Workspace) -> dict[str, 
     return protected
 
 
-def _names(directory: Path) -> frozenset[str]:
-    """The names in a directory (none when it cannot be listed): one scandir."""
+def _names(directory: Path) -> frozenset[str] | None:
+    """The names in a directory (None when it cannot be listed): one scandir."""
     try:
         return frozenset(os.listdir(directory))
     except OSError:
-        return frozenset()
+        return None
+
+
+def _stale(home: Path, kept: frozenset[str]) -> bool:
+    """Whether the graders' HOME and TMPDIR hold more than the sandbox's own `kept`; so
+    too when it cannot be listed: the agent's code, run by a check, can take its read
+    permission away (chmod 0311 ~) and leave a file there that the next check's tool
+    opens by name (~/.npmrc), which an evalctl not running as root could then not see
+    (found by an attacker round). _fresh_home gives it back its owner's permissions."""
+    names = _names(home)
+    return names is None or not kept.issuperset(names)
 
 
 def _fresh_home(home: Path, kept: frozenset[str]) -> None:
