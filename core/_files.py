@@ -209,11 +209,21 @@ def _joined(directory: str, name: str) -> str:
 def _listing(directory: str) -> tuple[list[tuple[str, bool]], list[str]] | None:
     """(non-directories as (name, is a link), sorted; subdirectories' names, sorted) of
     `directory`, or None when it cannot be read. Only names are kept, never a DirEntry
-    (see WalkEntry)."""
+    (see WalkEntry). A directory whose mode keeps its owner from listing it is given its
+    owner's permissions back first, as remove_tree does: code of the agent's can chmod one
+    it made 0o311, its files still opened by name (imported), and an evalctl that does
+    not run as root passed over them, created files with placeholders and all (found by
+    an attacker round)."""
     others: list[tuple[str, bool]] = []
     below: list[str] = []
     try:
-        with os.scandir(directory) as listing:
+        try:
+            listing = os.scandir(directory)
+        except PermissionError:
+            if not _make_ours(directory):
+                raise
+            listing = os.scandir(directory)
+        with listing:
             for entry in listing:
                 try:
                     if entry.is_dir(follow_symlinks=False):

@@ -252,3 +252,35 @@ def test_an_unlistable_graders_home_is_emptied_before_the_next_check(monkeypatch
     task = run.tasks[0]
     assert [(c.passed, c.error) for c in task.checks] == [(True, False), (True, False)], \
         [c.detail for c in task.checks]
+
+
+# --------------------------------------------------------------------------------------
+# A directory the agent made unreadable (chmod 0311) was passed over by every walk of an
+# evalctl not running as root: what the agent created there was not among its changes.
+
+
+def _scandir_as_an_ordinary_user(monkeypatch):
+    """os.scandir as it is for a user who is not root (see _as_an_ordinary_user)."""
+    import os
+    import stat
+
+    scandir = os.scandir
+
+    def listing(path="."):
+        if isinstance(path, (str, bytes, os.PathLike)) and \
+                not os.stat(path).st_mode & stat.S_IRUSR:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", listing)
+
+
+def test_a_stub_in_an_unreadable_directory_is_still_a_placeholder(monkeypatch,
+                                                                  sandbox_name):
+    _scandir_as_an_ordinary_user(monkeypatch)
+    run = run_suite(DATA / "unreadable-dir-hides-placeholders.yaml", sandbox=sandbox_name)
+    task = run.tasks[0]
+    assert task.status == "failed", [c.detail for c in task.checks]
+    placeholders = task.checks[0]
+    assert not placeholders.passed and "pkg/impl.py" in placeholders.detail, \
+        placeholders.detail
