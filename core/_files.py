@@ -206,11 +206,13 @@ def _joined(directory: str, name: str) -> str:
     return f"{directory}{name}" if directory.endswith("/") else f"{directory}/{name}"
 
 
-def _listing(directory: str) -> tuple[list[tuple[str, bool]], list[str]] | None:
+def _listing(directory: str, mend: bool = False
+             ) -> tuple[list[tuple[str, bool]], list[str]] | None:
     """(non-directories as (name, is a link), sorted; subdirectories' names, sorted) of
     `directory`, or None when it cannot be read. Only names are kept, never a DirEntry
-    (see WalkEntry). A directory whose mode keeps its owner from listing it is given its
-    owner's permissions back first, as remove_tree does: code of the agent's can chmod one
+    (see WalkEntry). With `mend`, a directory whose mode keeps its owner from listing it
+    is given its owner's permissions back first, as remove_tree does: code of the agent's
+    can chmod one
     it made 0o311, its files still opened by name (imported), and an evalctl that does
     not run as root passed over them, created files with placeholders and all (found by
     an attacker round)."""
@@ -220,7 +222,7 @@ def _listing(directory: str) -> tuple[list[tuple[str, bool]], list[str]] | None:
         try:
             listing = os.scandir(directory)
         except PermissionError:
-            if not _make_ours(directory):
+            if not mend or not _make_ours(directory):
                 raise
             listing = os.scandir(directory)
         with listing:
@@ -244,14 +246,15 @@ def _listing(directory: str) -> tuple[list[tuple[str, bool]], list[str]] | None:
     return others, below
 
 
-def walk(root: str | os.PathLike[str], *, max_depth: int | None = None
+def walk(root: str | os.PathLike[str], *, max_depth: int | None = None, mend: bool = False
          ) -> Iterator[tuple[str, WalkEntry]]:
     """(relative POSIX path, entry) of everything under `root` that is not a directory,
     in sorted order, depth first (a directory's own entries before its subdirectories').
     Iterative, so no nesting is too deep (os.walk and Path.glob recurse on Python 3.11
     and fail past about a thousand levels); directory links are not followed and tool
     caches (IGNORED_DIRS) are skipped. `max_depth` 1 lists `root` alone. Directories that
-    cannot be read are passed over. What it holds is the names of the directory being
+    cannot be read are passed over, but with `mend` (a workspace's, whose directories
+    are the agent's: see _listing). What it holds is the names of the directory being
     listed and of the subdirectories still to visit on the way down, never a path per
     name."""
     base = os.fspath(root)
@@ -260,7 +263,7 @@ def walk(root: str | os.PathLike[str], *, max_depth: int | None = None
     frames: list[tuple[str, str, int, list[str]]] = []
     directory, prefix, depth = base, "", 1
     while True:
-        listed = _listing(directory)
+        listed = _listing(directory, mend)
         if listed is not None:
             others, below = listed
             for name, link in others:
@@ -554,7 +557,7 @@ def fingerprints(root: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
     """(relative path, fingerprint) of what `snapshot` holds, one at a time, in walk
     order: what cannot be read is left out, as snapshot leaves it out."""
     linked: dict[tuple[int, ...], str] = {}
-    for relative, entry in walk(root):
+    for relative, entry in walk(root, mend=True):
         found = fingerprint(entry, linked)
         if found is not None:
             yield relative, found

@@ -112,7 +112,7 @@ class Workspace:
         created = _Listing()
         digests: dict[str, str] = {}
         linked: dict[tuple[int, ...], str] = {}  # a file under many names is read once
-        for relative, entry in walk(self.root):
+        for relative, entry in walk(self.root, mend=True):
             known = before.get(relative)
             now = None
             if known is not None:

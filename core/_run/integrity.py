@@ -62,7 +62,7 @@ def protected_snapshot(task: Task, root: Path, seed_copy: Path | None = None
     and a sparse one costs the agent nothing (40 `truncate -s 1000M` files under
     `tests/` held evalctl for two minutes, found by an attacker round)."""
     linked: dict[tuple[int, ...], str] = {}  # a file under many names is read once
-    keys = {relative: found for relative, entry in walk(root)
+    keys = {relative: found for relative, entry in walk(root, mend=True)
             if _protected(task, relative) and (found := fingerprint(entry, linked)) is not None}
     return _with_protected_content(task, root, keys, seed_copy or _seed_copy_of(root))
 
