@@ -370,6 +370,8 @@ def _fresh_home(home: Path, kept: frozenset[str]) -> None:
     """Empty the graders' HOME and TMPDIR but for `kept` (the sandbox's own), never
     through a link; a check does not run with what could not be removed."""
     left = empty_directory(home, keep=kept)
+    if _names(home) is None:  # still not to be listed: what is in it is not known
+        left = ["(it cannot be listed)"]
     if left:
         raise GraderUnavailable(
             f"what the check before left in the graders' HOME and TMPDIR ({home}) could "
