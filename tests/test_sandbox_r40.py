@@ -248,6 +248,7 @@ def _as_an_ordinary_user(monkeypatch):
 def test_an_unlistable_graders_home_is_emptied_before_the_next_check(monkeypatch,
                                                                      sandbox_name):
     _as_an_ordinary_user(monkeypatch)
+    _scandir_as_an_ordinary_user(monkeypatch)
     run = run_suite(DATA / "unlistable-home-keeps-npmrc.yaml", sandbox=sandbox_name)
     task = run.tasks[0]
     assert [(c.passed, c.error) for c in task.checks] == [(True, False), (True, False)], \
