@@ -228,27 +228,27 @@ def test_an_own_exit_127_with_a_prompt_of_several_lines_is_graded(sandbox_name, 
 # for the next check, whose tool opens it by name.
 
 
-def _as_an_ordinary_user(monkeypatch):
-    """os.listdir as it is for a user who is not root: a directory whose owner may not
-    read it cannot be listed (root lists it anyway)."""
+def _listing_as_an_ordinary_user(monkeypatch, name: str) -> None:
+    """os.listdir or os.scandir (`name`) as it is for a user who is not root: a directory
+    whose owner may not read it cannot be listed (root lists it anyway)."""
     import os
     import stat
 
-    listdir = os.listdir
+    original = getattr(os, name)
 
     def listing(path="."):
         if isinstance(path, (str, bytes, os.PathLike)) and \
                 not os.stat(path).st_mode & stat.S_IRUSR:
             raise PermissionError(13, "Permission denied", os.fspath(path))
-        return listdir(path)
+        return original(path)
 
-    monkeypatch.setattr(os, "listdir", listing)
+    monkeypatch.setattr(os, name, listing)
 
 
 def test_an_unlistable_graders_home_is_emptied_before_the_next_check(monkeypatch,
                                                                      sandbox_name):
-    _as_an_ordinary_user(monkeypatch)
-    _scandir_as_an_ordinary_user(monkeypatch)
+    _listing_as_an_ordinary_user(monkeypatch, "listdir")
+    _listing_as_an_ordinary_user(monkeypatch, "scandir")
     run = run_suite(DATA / "unlistable-home-keeps-npmrc.yaml", sandbox=sandbox_name)
     task = run.tasks[0]
     assert [(c.passed, c.error) for c in task.checks] == [(True, False), (True, False)], \
@@ -260,25 +260,9 @@ def test_an_unlistable_graders_home_is_emptied_before_the_next_check(monkeypatch
 # evalctl not running as root: what the agent created there was not among its changes.
 
 
-def _scandir_as_an_ordinary_user(monkeypatch):
-    """os.scandir as it is for a user who is not root (see _as_an_ordinary_user)."""
-    import os
-    import stat
-
-    scandir = os.scandir
-
-    def listing(path="."):
-        if isinstance(path, (str, bytes, os.PathLike)) and \
-                not os.stat(path).st_mode & stat.S_IRUSR:
-            raise PermissionError(13, "Permission denied", os.fspath(path))
-        return scandir(path)
-
-    monkeypatch.setattr(os, "scandir", listing)
-
-
 def test_a_stub_in_an_unreadable_directory_is_still_a_placeholder(monkeypatch,
                                                                   sandbox_name):
-    _scandir_as_an_ordinary_user(monkeypatch)
+    _listing_as_an_ordinary_user(monkeypatch, "scandir")
     run = run_suite(DATA / "unreadable-dir-hides-placeholders.yaml", sandbox=sandbox_name)
     task = run.tasks[0]
     assert task.status == "failed", [c.detail for c in task.checks]
