@@ -86,18 +86,15 @@ async def _converse(task: Task, calls: ModelCalls, toolbox: Toolbox, ledger: Led
                                locate=task.locate)
         try:
             turn: ModelTurn = await calls.complete(request)
-        except RequestRejected as exc:
-            # The first request is the suite's and the configuration's alone: refused, it
-            # says nothing of the agent (an error). Later ones hold the model's own turns,
-            # sent back verbatim, and what its tools returned: a model could make one the
-            # service refuses, and turn a task it was failing into an error, out of the
-            # score (found by an attacker round). The agent's, as through the proxy.
-            status = ExitStatus.REQUEST_REJECTED if turn_index else \
-                getattr(exc, "status", None) or ExitStatus.PROVIDER_ERROR
-            ledger.append("provider_error", error=str(exc), status=status)
-            return status, str(exc)
         except ProviderError as exc:
-            status = getattr(exc, "status", None) or ExitStatus.PROVIDER_ERROR
+            # A refused request after the first is the agent's, as through the proxy: it
+            # holds the model's own turns, sent back verbatim, and what its tools returned,
+            # so a model could make one the service refuses and turn a task it was
+            # failing into an error, out of the score (found by an attacker round). The
+            # first is the suite's and the configuration's alone: refused, an error.
+            status = ExitStatus.REQUEST_REJECTED if \
+                isinstance(exc, RequestRejected) and turn_index else \
+                getattr(exc, "status", None) or ExitStatus.PROVIDER_ERROR
             ledger.append("provider_error", error=str(exc), status=status)
             return status, str(exc)
         except BaseException as exc:  # a broken provider plugin must not take the run down
