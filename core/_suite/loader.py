@@ -187,11 +187,7 @@ _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
 def _suites_in(directory: Path) -> str:
     """`: DIR/suite.yaml?` for a directory given where a suite file was wanted (found by
     a newcomer: `evalctl run my-evals`, the directory `init` had just made)."""
-    try:
-        found = sorted(entry.name for entry in os.scandir(directory)
-                       if entry.name.endswith((".yaml", ".yml")) and entry.is_file())
-    except OSError:
-        return ""
+    found = _yaml_files(directory)
     # suite.yaml is looked for among them all, not among the first three by name (a
     # directory with a.yaml, b.yaml and c.yaml beside it was answered with those).
     found = ["suite.yaml"] if "suite.yaml" in found else found[:3]
@@ -205,13 +201,17 @@ def _file_like(path: Path) -> str:
     import difflib
 
     directory = path.parent
-    try:
-        names = [entry.name for entry in os.scandir(directory)
-                 if entry.name.endswith((".yaml", ".yml")) and entry.is_file()]
-    except OSError:
-        return ""
-    close = difflib.get_close_matches(path.name, sorted(names), n=1, cutoff=0.85)
+    close = difflib.get_close_matches(path.name, _yaml_files(directory), n=1, cutoff=0.85)
     return f" (did you mean {directory / close[0]}?)" if close else ""
+
+
+def _yaml_files(directory: Path) -> list[str]:
+    """The names of the YAML files in `directory`, sorted ([] when it cannot be read)."""
+    try:
+        return sorted(entry.name for entry in os.scandir(directory)
+                      if entry.name.endswith((".yaml", ".yml")) and entry.is_file())
+    except OSError:
+        return []
 
 
 def _read_suite(path: Path, label: str) -> bytes:
