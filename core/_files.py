@@ -212,10 +212,9 @@ def _listing(directory: str, mend: bool = False
     `directory`, or None when it cannot be read. Only names are kept, never a DirEntry
     (see WalkEntry). With `mend`, a directory whose mode keeps its owner from listing it
     is given its owner's permissions back first, as remove_tree does: code of the agent's
-    can chmod one
-    it made 0o311, its files still opened by name (imported), and an evalctl that does
-    not run as root passed over them, created files with placeholders and all (found by
-    an attacker round)."""
+    can chmod one it made 0o311, its files still opened by name (imported), and an
+    evalctl that does not run as root passed over them, created files with placeholders
+    and all (found by an attacker round)."""
     others: list[tuple[str, bool]] = []
     below: list[str] = []
     try:

@@ -148,13 +148,13 @@ def _indent_note(text: str, line: int) -> str:
     rows = [row for row in lines[:line - 1] if row.strip() and not row.lstrip().startswith("#")]
     above = sorted({column for row in rows for column in _key_columns(row)})
     previous = rows[-1] if rows else ""
-    item_keys = max(_key_columns(previous)) if previous else 0
     if previous.lstrip(" ").startswith("- ") and this == len(previous) - \
             len(previous.lstrip(" ")) and not lines[line - 1].lstrip(" ").startswith("-"):
         # Under its dash, not its first key (found by a newcomer: the one indentation
         # mistake said without a hint, since a column above did start there).
         return (f" (this line is indented {this} space(s), as the '- ' above it; a key of "
-                f"that list item lines up with its first key, at {item_keys} spaces)")
+                f"that list item lines up with its first key, at "
+                f"{max(_key_columns(previous))} spaces)")
     if this in above or not above:
         return ""
     columns = ", ".join(str(n) for n in above[:6])
