@@ -72,6 +72,7 @@ from evalctl._run.sandboxing import SandboxChoice, choose_sandbox, open_sandbox
 from evalctl._run.setup import SetupFailed, prepare_workspace, run_setup
 from evalctl._sources.model import Source
 from evalctl._suite.model import Suite, Task
+from evalctl._suite.rules import preflight_refusal
 from evalctl._text import escape_text
 from evalctl._version import __version__
 from evalctl._workspace import (
@@ -267,12 +268,7 @@ def _preflight(registry: Registry, tasks: list[Task], suite_path: str = "") -> N
         except BaseException as exc:  # a broken preflight must not let a doomed run start
             if stops_the_run(exc):  # SystemExit is the plugin's: it ended evalctl, exit 0
                 raise
-            if isinstance(exc, UsageError):
-                why = str(exc)
-            else:
-                owner = registry.plugin_of("grader", name)
-                why = (f"the grader's preflight failed{f' ({owner.label})' if owner else ''}: "
-                       f"{describe_crash(exc)}")
+            why = preflight_refusal(registry, name, exc)
             # Where the suite has such checks, said whatever the preflight raised (found
             # by a plugin newcomer: a crash named no place to look).
             shown = ", ".join(where[name][:3]) + (

@@ -119,17 +119,21 @@ def _check_problems(located: Located, label: str, path: tuple, task: dict,
         except BaseException as exc:
             if stops_the_run(exc):  # SystemExit is the plugin's: it ended evalctl, exit 0
                 raise
-            if isinstance(exc, UsageError):
-                why = str(exc)
-            else:
-                # A crash stops the run as a refusal does, so validate says so too, at the
-                # check's line (found by a plugin newcomer: validate passed, run stopped).
-                owner = registry.plugin_of("grader", check["type"])
-                why = (f"the grader's preflight failed{f' ({owner.label})' if owner else ''}"
-                       f": {describe_crash(exc)}")
+            # A crash stops the run as a refusal does, so validate says so too, at the
+            # check's line (found by a plugin newcomer: validate passed, run stopped).
             yield Problem(label, located.line_of((*path, "checks", index)),
                           f"task '{shown(task['id'])}', checks[{index}] ({check['type']}): "
-                          f"{why}")
+                          f"{preflight_refusal(registry, check['type'], exc)}")
+
+
+def preflight_refusal(registry: Registry, grader: str, exc: BaseException) -> str:
+    """Why a grader's preflight refused its checks: a UsageError's own words, or its
+    crash, naming the plugin (the run's preflight and validate say it alike)."""
+    if isinstance(exc, UsageError):
+        return str(exc)
+    owner = registry.plugin_of("grader", grader)
+    return (f"the grader's preflight failed{f' ({owner.label})' if owner else ''}: "
+            f"{describe_crash(exc)}")
 
 
 def _provider_problems(located: Located, label: str, path: tuple, task: dict,
