@@ -733,27 +733,32 @@ _WRITTEN: dict[Any, frozenset[str]] = {}  # a code object -> _cells_it_writes (s
 
 
 def _cells_it_writes(code: Any) -> frozenset[str]:
-    """The free variables `code` (or code nested in it) stores to or deletes, by name
-    (the oparg names one of the locals and cells, or of the cells alone, by version)."""
+    """The free variables `code` (or code nested in it) stores to or deletes, by name."""
     if code not in _WRITTEN:
         names: set[str] = set()
         pending = [code]
         while pending:
             inner = pending.pop()
             pending += [c for c in inner.co_consts if isinstance(c, types.CodeType)]
-            cells = inner.co_cellvars + inner.co_freevars
-            local = inner.co_varnames + cells
-            raw, extended = inner.co_code, 0
-            for offset in range(0, len(raw) - 1, 2):
-                op, arg = raw[offset], raw[offset + 1] | extended
-                extended = arg << 8 if op == _EXTENDED_ARG_OP else 0
-                if op in _STORES_CELL:
-                    names.update(found[arg] for found in (local, cells) if arg < len(found))
+            names |= _cell_stores(inner)
         _WRITTEN[code] = frozenset(names) & frozenset(code.co_freevars)
     return _WRITTEN[code]
 
 
-_EXTENDED_ARG_OP = dis.opmap.get("EXTENDED_ARG")
+def _cell_stores(code: Any) -> set[str]:
+    """The cells one code object (not the code nested in it) stores to or deletes, by
+    name: the oparg names one of the locals and cells (3.11), or of the cells alone, so
+    both readings are taken."""
+    names: set[str] = set()
+    cells = code.co_cellvars + code.co_freevars
+    local = code.co_varnames + cells
+    raw, extended = code.co_code, 0
+    for offset in range(0, len(raw) - 1, 2):
+        op, arg = raw[offset], raw[offset + 1] | extended
+        extended = arg << 8 if op == _EXTENDED_ARG else 0
+        if op in _STORES_CELL:
+            names.update(found[arg] for found in (local, cells) if arg < len(found))
+    return names
 _CELL_CONTENTS = operator.attrgetter("cell_contents")
 
 
@@ -2216,20 +2221,8 @@ def _written_cells(origin: str | None) -> frozenset[str]:
     if origin is None:
         return frozenset()
     names: set[str] = set()
-    stores = {_OP[name] for name in ("STORE_DEREF", "DELETE_DEREF") if name in _OP}
     for code in _compiled(origin):
-        cells = code.co_cellvars + code.co_freevars
-        raw, extended = code.co_code, 0
-        for offset in range(0, len(raw) - 1, 2):
-            op, arg = raw[offset], raw[offset + 1] | extended
-            extended = arg << 8 if op == _EXTENDED_ARG else 0
-            if op in stores:
-                # 3.11: the oparg indexes co_varnames + cells; name it either way.
-                local = code.co_varnames + cells
-                if arg < len(local):
-                    names.add(local[arg])
-                if arg < len(cells):
-                    names.add(cells[arg])
+        names |= _cell_stores(code)
     return frozenset(names)
 
 
